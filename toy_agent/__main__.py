@@ -1,0 +1,3 @@
+from toy_agent.cli import main
+
+raise SystemExit(main())
