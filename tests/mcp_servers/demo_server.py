@@ -1,0 +1,88 @@
+"""A small MCP server for toy_agent's tests and README example.
+
+    python demo_server.py                      # stdio
+    python demo_server.py --port 8765          # Streamable HTTP on http://127.0.0.1:8765/mcp
+    python demo_server.py --only echo,add      # register a subset (to make name clashes)
+    python demo_server.py --pid-file pid.txt   # write the PID (orphan checks)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.utilities.types import Image
+
+
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def fail() -> str:
+    """Always raise, to exercise error results."""
+    raise RuntimeError("the demo tool failed on purpose")
+
+
+async def slow(seconds: float) -> str:
+    """Sleep, to exercise timeouts."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}s"
+
+
+def crash() -> str:
+    """Kill the server process without answering."""
+    os._exit(3)
+
+
+def env(name: str) -> str:
+    """Return an environment variable of the server process ('' when unset)."""
+    return os.environ.get(name, "")
+
+
+def picture() -> Image:
+    """Return a tiny (fake) PNG, to exercise non-text content."""
+    return Image(data=b"\x89PNG fake image", format="png")
+
+
+def read_file(path: str) -> str:
+    """Clash with toy_agent's local read_file on purpose."""
+    return f"remote read of {path}"
+
+
+TOOLS = [echo, add, fail, slow, crash, env, picture, read_file]
+
+
+def build_server(only: set[str] | None) -> MCPServer:
+    server = MCPServer("demo", log_level="WARNING")
+    for tool in TOOLS:
+        if only is None or tool.__name__ in only:
+            server.tool()(tool)
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, help="serve Streamable HTTP on 127.0.0.1:PORT")
+    parser.add_argument("--only", help="comma-separated tool names to register")
+    parser.add_argument("--pid-file", help="write this process's PID here at startup")
+    args = parser.parse_args()
+    if args.pid_file:
+        Path(args.pid_file).write_text(str(os.getpid()))
+    server = build_server(set(args.only.split(",")) if args.only else None)
+    if args.port:
+        server.run(transport="streamable-http", host="127.0.0.1", port=args.port)
+    else:
+        server.run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""The command line: parse flags, build the objects, run, map the outcome to an exit code.
+
+Heavy modules (the agent, the provider SDKs, mcp) are imported only after the flags are
+parsed, so `--help` and `--version` are instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from toy_agent import __version__
+
+EXIT_COMPLETED, EXIT_NOT_COMPLETED, EXIT_USAGE, EXIT_PROVIDER, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+OUTCOME_EXIT_CODES = {
+    "completed": EXIT_COMPLETED,
+    "max_iterations": EXIT_NOT_COMPLETED,
+    "provider_error": EXIT_PROVIDER,
+    "cancelled": EXIT_INTERRUPTED,
+}
+PROVIDERS = ("claude", "gemini", "openai", "replay")
+KEY_VARIABLES = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class UsageError(Exception):
+    """A mistake in the flags or the environment: one line on stderr, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from toy_agent.context import DEFAULT_CONTEXT_BUDGET
+    from toy_agent.llm import DEFAULT_MODELS
+
+    models = ", ".join(f"{p}: {m}" for p, m in DEFAULT_MODELS.items())
+    parser = argparse.ArgumentParser(
+        prog="toy-agent",
+        description="A ReAct coding agent: it thinks, calls a tool, observes, until the task "
+        "is complete. Exit codes: 0 completed, 1 not completed, 2 usage or configuration "
+        "error, 3 LLM provider failure, 130 interrupted.",
+    )
+    add = parser.add_argument
+    add("--task", help="the task for the agent; '-' reads it from stdin")
+    add("--repo", default=".", help="the repository to work on (default: .)")
+    add("--max-iterations", type=_positive_int, default=10,
+        help="maximum THINK/ACT cycles (default: 10)")
+    add("--llm-provider", choices=PROVIDERS, default="claude",
+        help="the LLM provider (default: claude); replay re-runs a --trajectory file offline")
+    add("--model", help=f"model name (defaults: {models})")
+    add("--base-url", help="API base URL, e.g. http://localhost:11434/v1 for Ollama "
+        "(default: the SDK's, or ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL / OPENAI_BASE_URL)")
+    add("--replay", metavar="FILE", help="trajectory whose LLM responses --llm-provider "
+        "replay plays back")
+    add("--max-retries", type=_non_negative_int, default=4,
+        help="retries of transient provider failures (default: 4)")
+    add("--timeout", type=float, default=120.0,
+        help="seconds to wait for one LLM response (default: 120)")
+    add("--tool-format", choices=("xml", "react", "native"), default="xml",
+        help="how the LLM writes actions: xml tags (default), react text, or the provider's "
+        "native tool calls")
+    add("--context-budget", type=_positive_int, default=DEFAULT_CONTEXT_BUDGET,
+        help=f"token budget for what is sent to the LLM (default: {DEFAULT_CONTEXT_BUDGET})")
+    add("--allow-commands", action="store_true",
+        help="offer the run_command tool (shell commands in the repository)")
+    add("--confirm", action="store_true",
+        help="ask before each write_file, edit_file or run_command")
+    add("--mcp-server", action="append", default=[], metavar="URL_OR_COMMAND",
+        help="an MCP server: an http(s):// URL or a command line (repeatable)")
+    add("--mcp-config", metavar="FILE", help='MCP servers in the "mcpServers" JSON format')
+    add("--mcp-timeout", type=float, default=30.0,
+        help="seconds for MCP start-up and for each MCP tool call (default: 30)")
+    add("--list-tools", action="store_true", help="print the tools the agent would offer, exit")
+    add("--trajectory", metavar="FILE", help="write the whole run as JSON to FILE")
+    add("--output", choices=("text", "json"), default="text",
+        help="text summary, or one JSON object on stdout (default: text)")
+    add("--stream", action="store_true", help="show the LLM's text as it is generated")
+    add("--quiet", action="store_true", help="no live progress view")
+    add("--show-diff", action="store_true", help="print the full diff of changed files")
+    add("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="log level on stderr (default: INFO; WARNING while the live view is shown)")
+    add("--log-file", help="also write the full log (DEBUG) to this file")
+    add("--version", action="version", version=f"toy-agent {__version__}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    debug = args.log_level == "DEBUG"
+    try:
+        return _run(args)
+    except UsageError as exc:
+        return _fail(exc, EXIT_USAGE, debug)
+    except KeyboardInterrupt:
+        print("toy-agent: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dotenv import load_dotenv
+
+    load_dotenv(Path.cwd() / ".env", override=False)  # never the target repo's .env
+    repo = _repo(args.repo)
+    live = args.output == "text" and not args.quiet and sys.stdout.isatty()
+    redactor, handlers = _setup_logging(args, live)
+    mcp = None
+    try:
+        task = None if args.list_tools else _task(args.task)
+        llm = None if args.list_tools else _llm_client(args)
+        mcp = _mcp_tools(args, redactor)
+        if args.list_tools:
+            return _list_tools(args, repo, mcp)
+        return _run_agent(args, repo, task, llm, mcp, redactor, live)
+    finally:
+        if mcp is not None:
+            mcp.close()
+        for handler in handlers:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+
+
+def _run_agent(args, repo, task, llm, mcp, redactor, live: bool) -> int:
+    from toy_agent.agent import ReactAgent
+    from toy_agent.events import TrajectoryRecorder
+    from toy_agent.view import TerminalView, format_summary, make_confirm, to_json, use_color
+
+    subscribers: list[Any] = []
+    if live:
+        subscribers.append(TerminalView(sys.stdout))
+    if args.trajectory:
+        subscribers.append(TrajectoryRecorder(Path(args.trajectory), redactor.redact_obj))
+    confirm = make_confirm(repo, _ask, sys.stderr) if args.confirm else None
+    agent = ReactAgent(
+        llm, repo, args.max_iterations, mcp_tools=mcp, tool_format=args.tool_format,
+        context_budget=args.context_budget, allow_commands=args.allow_commands,
+        redactor=redactor, on_event=subscribers, confirm=confirm, stream=args.stream and live,
+    )
+    result = redactor.redact_obj(agent.run(task))
+    if args.output == "json":
+        print(to_json(result))
+    else:
+        diffs = agent.diffs
+        print(format_summary(result, diffs, show_diff=args.show_diff,
+                             color=use_color(sys.stdout)))
+    return OUTCOME_EXIT_CODES[result["outcome"]]
+
+
+def _list_tools(args, repo: Path, mcp) -> int:
+    import json
+
+    from toy_agent.agent import collect_tool_specs
+
+    specs = collect_tool_specs(args.allow_commands, mcp)
+    if args.output == "json":
+        print(json.dumps(specs, indent=2))
+        return EXIT_COMPLETED
+    for spec in specs:
+        schema = spec.get("parameters") or {}
+        required = set(schema.get("required", []))
+        params = ", ".join(p if p in required else f"{p}?" for p in schema.get("properties", {}))
+        description = (spec.get("description") or "").strip()
+        print(f"{spec['name']}({params})")
+        print(f"    {description.splitlines()[0] if description else ''}")
+    return EXIT_COMPLETED
+
+
+def _llm_client(args: argparse.Namespace):
+    from toy_agent.llm import LlmConfigError, ReplayLlmClient, create_llm_client
+
+    try:
+        if args.llm_provider == "replay":
+            if not args.replay:
+                raise UsageError("--llm-provider replay needs --replay FILE (a trajectory)")
+            return ReplayLlmClient(args.replay)
+        return create_llm_client(args.llm_provider, model=args.model, base_url=args.base_url,
+                                 max_retries=args.max_retries, timeout=args.timeout)
+    except LlmConfigError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _mcp_tools(args: argparse.Namespace, redactor):
+    if not args.mcp_server and not args.mcp_config:
+        return None
+    from toy_agent.mcp_tools import McpError, McpTools, load_mcp_config, parse_server_arg
+    from toy_agent.tools import get_available_tools
+
+    try:
+        servers = [parse_server_arg(arg) for arg in args.mcp_server]
+        if args.mcp_config:
+            servers += load_mcp_config(args.mcp_config)
+        reserved = [s["name"] for s in get_available_tools(allow_commands=True)]
+        return McpTools(servers, timeout=args.mcp_timeout, reserved_names=reserved)
+    except McpError as exc:
+        raise UsageError(redactor.redact(str(exc))) from exc
+
+
+def _setup_logging(args: argparse.Namespace, live: bool):
+    """Console at --log-level, --log-file at DEBUG; both redacted. Returns the handlers."""
+    from toy_agent.redaction import RedactingFilter, Redactor
+
+    redactor = Redactor(secrets=[os.environ[k] for k in KEY_VARIABLES if os.environ.get(k)])
+    level = args.log_level or ("WARNING" if live else "INFO")
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG)
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(level)
+    console.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handlers: list[logging.Handler] = [console]
+    if args.log_file:
+        try:
+            file_handler = logging.FileHandler(args.log_file, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot open --log-file {args.log_file}: {exc.strerror}") from exc
+        file_handler.setLevel(logging.DEBUG)
+        file_handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handlers.append(file_handler)
+    for handler in handlers:
+        handler.addFilter(RedactingFilter(redactor))
+        root.addHandler(handler)
+    for noisy in ("httpx", "httpcore", "anthropic", "openai", "google_genai", "mcp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return redactor, handlers
+
+
+def _repo(path: str) -> Path:
+    repo = Path(path).expanduser()
+    if not repo.exists():
+        raise UsageError(f"--repo {path} does not exist")
+    if not repo.is_dir():
+        raise UsageError(f"--repo {path} is not a directory")
+    if not os.access(repo, os.R_OK | os.X_OK):
+        raise UsageError(f"--repo {path} is not readable")
+    return repo.resolve()
+
+
+def _task(task: str | None) -> str:
+    if task is None:
+        raise UsageError("--task is required (use --task - to read it from stdin)")
+    if task == "-":
+        task = sys.stdin.read()
+    if not task.strip():
+        raise UsageError("the task is empty")
+    return task.strip()
+
+
+def _ask(prompt: str) -> str:
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line
+
+
+def _fail(exc: Exception, code: int, debug: bool) -> int:
+    if debug:
+        logging.getLogger("toy_agent").exception("exiting with code %d", code)
+    print(f"toy-agent: error: {exc}", file=sys.stderr)
+    return code
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
