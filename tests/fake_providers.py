@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,12 +40,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted HTTP answer. `body=None` with `drop=True` closes the socket instead."""
+    """One scripted HTTP answer; `drop` closes the socket instead, `delay` stalls it first."""
 
     status: int = 200
     body: bytes | str | dict[str, Any] | list[Any] = b""
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False
+    delay: float = 0.0
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -72,9 +74,11 @@ class FakeProvider:
         self.requests: list[RecordedRequest] = []
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -103,6 +107,11 @@ class FakeProvider:
         self._thread.join(timeout=5)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that timed out and hung up is part of the script, not a failure
+
+
 def _handler_for(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -115,6 +124,7 @@ def _handler_for(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 body = raw
             headers = {k.lower(): v for k, v in self.headers.items()}
             reply = provider._next(RecordedRequest("POST", self.path, headers, body))
+            time.sleep(reply.delay)
             if reply.drop:
                 self.close_connection = True
                 self.connection.close()
@@ -157,6 +167,9 @@ def _sse(events: Sequence[tuple[str | None, Any]]) -> Reply:
     return Reply(200, "".join(lines), {"Content-Type": "text/event-stream"})
 
 
+DEFAULT_USAGE = Usage(10, 5)
+
+
 def _chunks(text: str | Sequence[str]) -> list[str]:
     return [text] if isinstance(text, str) else list(text)
 
@@ -166,7 +179,7 @@ def anthropic_reply(
     *,
     tool_calls: Sequence[ToolCall] = (),
     stop_reason: str = "end_turn",
-    usage: Usage = Usage(10, 5),
+    usage: Usage = DEFAULT_USAGE,
     model: str = "claude-test",
     stream: bool = False,
 ) -> Reply:
@@ -177,32 +190,69 @@ def anthropic_reply(
         "cache_read_input_tokens": usage.cached_tokens,
         "cache_creation_input_tokens": 0,
     }
-    content: list[dict[str, Any]] = [{"type": "text", "text": "".join(_chunks(text))}] if text else []
+    content: list[dict[str, Any]] = []
+    if text:
+        content.append({"type": "text", "text": "".join(_chunks(text))})
     content += [
         {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in tool_calls
     ]
     message = {"id": "msg_1", "type": "message", "role": "assistant", "model": model}
     if not stream:
-        return Reply(200, {**message, "content": content, "stop_reason": stop_reason,
-                           "stop_sequence": None, "usage": usage_body})
-    events: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": {
-        **message, "content": [], "stop_reason": None, "stop_sequence": None,
-        "usage": {**usage_body, "output_tokens": 1}}})]
+        return Reply(
+            200,
+            {
+                **message,
+                "content": content,
+                "stop_reason": stop_reason,
+                "stop_sequence": None,
+                "usage": usage_body,
+            },
+        )
+    events: list[tuple[str | None, Any]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    **message,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {**usage_body, "output_tokens": 1},
+                },
+            },
+        )
+    ]
     for index, block in enumerate(content):
         start = {**block, "text": ""} if block["type"] == "text" else {**block, "input": {}}
-        events.append(("content_block_start",
-                       {"type": "content_block_start", "index": index, "content_block": start}))
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+        )
         if block["type"] == "text":
             deltas = [{"type": "text_delta", "text": t} for t in _chunks(text)]
         else:
             deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
         for delta in deltas:
-            events.append(("content_block_delta",
-                           {"type": "content_block_delta", "index": index, "delta": delta}))
+            events.append(
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+            )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(("message_delta", {"type": "message_delta",
-                   "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                   "usage": {"output_tokens": usage.output_tokens}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": usage.output_tokens},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return _sse(events)
 
@@ -212,7 +262,7 @@ def openai_reply(
     *,
     tool_calls: Sequence[ToolCall] = (),
     finish_reason: str = "stop",
-    usage: Usage = Usage(10, 5),
+    usage: Usage = DEFAULT_USAGE,
     model: str = "gpt-test",
     stream: bool = False,
     raw_arguments: Sequence[str] | None = None,
@@ -225,23 +275,35 @@ def openai_reply(
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
     }
     calls = [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": (
-            raw_arguments[i] if raw_arguments else json.dumps(c.arguments))}}
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {
+                "name": c.name,
+                "arguments": (raw_arguments[i] if raw_arguments else json.dumps(c.arguments)),
+            },
+        }
         for i, c in enumerate(tool_calls)
     ]
     head = {"id": "chatcmpl-1", "created": 0, "model": model}
     if not stream:
-        message: dict[str, Any] = {"role": "assistant",
-                                   "content": None if text is None else "".join(_chunks(text))}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": None if text is None else "".join(_chunks(text)),
+        }
         if calls:
             message["tool_calls"] = calls
         choice = {"index": 0, "message": message, "finish_reason": finish_reason}
-        return Reply(200, {**head, "object": "chat.completion", "choices": [choice],
-                           "usage": usage_body})
+        return Reply(
+            200, {**head, "object": "chat.completion", "choices": [choice], "usage": usage_body}
+        )
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**head, "object": "chat.completion.chunk",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return {
+            **head,
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
 
     events: list[tuple[str | None, Any]] = [(None, chunk({"role": "assistant", "content": ""}))]
     events += [(None, chunk({"content": t})) for t in _chunks(text or "")]
@@ -250,11 +312,16 @@ def openai_reply(
         half = len(args) // 2  # arguments arrive in pieces; the client must join them
         first = {**call, "function": {"name": call["function"]["name"], "arguments": args[:half]}}
         events.append((None, chunk({"tool_calls": [{"index": index, **first}]})))
-        events.append((None, chunk({"tool_calls": [
-            {"index": index, "function": {"arguments": args[half:]}}]})))
+        events.append(
+            (
+                None,
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": args[half:]}}]}),
+            )
+        )
     events.append((None, chunk({}, finish_reason)))
-    events.append((None, {**head, "object": "chat.completion.chunk", "choices": [],
-                          "usage": usage_body}))
+    events.append(
+        (None, {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage_body})
+    )
     events.append((None, "[DONE]"))
     return _sse(events)
 
@@ -264,7 +331,7 @@ def gemini_reply(
     *,
     tool_calls: Sequence[ToolCall] = (),
     finish_reason: str | None = "STOP",
-    usage: Usage = Usage(10, 5),
+    usage: Usage = DEFAULT_USAGE,
     block_reason: str | None = None,
     stream: bool = False,
 ) -> Reply:
@@ -279,12 +346,17 @@ def gemini_reply(
     if block_reason:
         body = {**head, "promptFeedback": {"blockReason": block_reason}}
         return _sse([(None, body)]) if stream else Reply(200, body)
-    calls = [{"functionCall": {"name": c.name, "args": c.arguments, **({"id": c.id} if c.id else {})}}
-             for c in tool_calls]
+    calls = [{"functionCall": {"name": c.name, "args": c.arguments}} for c in tool_calls]
+    for call, spec in zip(calls, tool_calls, strict=True):
+        if spec.id:  # the Gemini API usually sends no ids; give one only when the test does
+            call["functionCall"]["id"] = spec.id
 
     def candidate(parts: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
-        return {"content": {"role": "model", "parts": parts}, "index": 0,
-                **({"finishReason": finish} if finish else {})}
+        return {
+            "content": {"role": "model", "parts": parts},
+            "index": 0,
+            **({"finishReason": finish} if finish else {}),
+        }
 
     if not stream:
         parts = ([{"text": "".join(_chunks(text))}] if text else []) + calls

@@ -32,7 +32,28 @@ _EXPORTS = {
     "Action": "toy_agent.parsing",
     "Observation": "toy_agent.parsing",
 }
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "__version__",
+    "ReactAgent",
+    "CodeRepositoryTools",
+    "ToolError",
+    "get_available_tools",
+    "LlmClient",
+    "LlmResponse",
+    "LlmError",
+    "Message",
+    "ToolCall",
+    "Usage",
+    "ClaudeLlmClient",
+    "GeminiLlmClient",
+    "OpenAICompatibleLlmClient",
+    "ReplayLlmClient",
+    "create_llm_client",
+    "McpTools",
+    "Redactor",
+    "Action",
+    "Observation",
+]
 
 if TYPE_CHECKING:
     from toy_agent.agent import ReactAgent

@@ -29,7 +29,7 @@ from toy_agent.events import (
     log_event,
 )
 from toy_agent.llm import LlmClient, LlmError, LlmResponse, Message, Usage
-from toy_agent.mcp_tools import McpTools, McpToolError
+from toy_agent.mcp_tools import McpToolError, McpTools
 from toy_agent.parsing import (
     Action,
     ActionFormat,
@@ -175,7 +175,8 @@ class ReactAgent:
 
     def _loop(self) -> tuple[str, str, str | None]:
         try:
-            for self.iteration in range(1, self.max_iterations + 1):
+            for iteration in range(1, self.max_iterations + 1):
+                self.iteration = iteration
                 self._check_cancelled()
                 self._emit(StepStarted(self.iteration, self.max_iterations))
                 response = self._call_llm()
@@ -244,6 +245,10 @@ class ReactAgent:
                 final_answer = self._final_answer(action)
                 break
             observations.append(self._run_action(action))
+        if observations and parsed.notice:
+            last = observations[-1]
+            observations[-1] = Observation(last.action, f"{last.content}\n\n{parsed.notice}",
+                                           last.is_error)
         if observations:
             self.conversation_history.append(self.format.observation_message(observations))
         step = Step(self.iteration, response, parsed.thought, parsed.actions,

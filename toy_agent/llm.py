@@ -1,15 +1,23 @@
 """LLM clients: one small seam (`LlmClient.call_llm`) between the agent and each provider.
 
 Provider SDKs are imported inside the client constructors, never at module import, so
-`--help` and the replay provider stay instant.
+`--help` and the replay provider stay instant. Each provider is three small pure functions
+(tools, messages -> wire dicts; wire dict -> `LlmResponse`) around one SDK call; retries,
+error messages and logging are shared by `_ProviderClient`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import email.utils
+import importlib
 import json
 import logging
+import os
+import random
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -197,3 +205,764 @@ class ReplayLlmClient(LlmClient):
         if on_text and response.text:
             on_text(response.text)
         return response
+
+
+# --- settings -------------------------------------------------------------------------------
+
+DEFAULT_MODELS = {
+    "claude": "claude-sonnet-5-5",
+    "gemini": "gemini-2.5-flash",
+    "openai": "gpt-5-mini",
+}
+KEY_ENVS = {
+    "claude": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "openai": ("OPENAI_API_KEY",),
+}
+BASE_URL_ENVS = {
+    "claude": "ANTHROPIC_BASE_URL",
+    "gemini": "GOOGLE_GEMINI_BASE_URL",
+    "openai": "OPENAI_BASE_URL",
+}
+DEFAULT_BASE_URLS = {
+    "claude": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com/",
+    "openai": "https://api.openai.com/v1",
+}
+# Local OpenAI-compatible servers (Ollama, vLLM, llama.cpp) ignore the key but the SDK wants one.
+LOCAL_SERVER_KEY = "not-needed"
+# Transient statuses: request timeout, rate limit, server errors, Anthropic's 529 "overloaded".
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
+MAX_RETRY_WAIT = 60.0  # seconds; caps both Retry-After and the backoff
+# Key of the single argument a tool call gets when the model's arguments were not a JSON object;
+# the agent should answer such a call with an error result quoting the raw text.
+INVALID_ARGUMENTS_KEY = "_invalid_json_arguments"
+_EMPTY = "(empty)"  # providers reject empty text blocks
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def resolve_settings(
+    provider: str, api_key: str | None, base_url: str | None, environ: Mapping[str, str]
+) -> tuple[str, str]:
+    """The key and base URL for `provider`: explicit values win over the environment."""
+    custom_url = base_url or environ.get(BASE_URL_ENVS[provider], "").strip() or None
+    key = (api_key or "").strip()
+    key = key or next((environ[n].strip() for n in KEY_ENVS[provider] if environ.get(n)), "")
+    if not key:
+        if provider == "openai" and custom_url:
+            key = LOCAL_SERVER_KEY
+        else:
+            names = " (or ".join(KEY_ENVS[provider]) + ")" * (len(KEY_ENVS[provider]) - 1)
+            raise LlmConfigError(f"{names} is not set: export it or put it in .env")
+    return key, custom_url or DEFAULT_BASE_URLS[provider]
+
+
+def create_llm_client(
+    provider: str,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    max_retries: int = 4,
+    timeout: float = 120.0,
+    environ: Mapping[str, str] = os.environ,
+) -> LlmClient:
+    """Build the client for a real provider, reading keys and base URLs from `environ` only."""
+    classes: dict[str, type[_ProviderClient]] = {
+        "claude": ClaudeLlmClient,
+        "gemini": GeminiLlmClient,
+        "openai": OpenAICompatibleLlmClient,
+    }
+    if provider not in classes:
+        raise LlmConfigError(f"unknown LLM provider {provider!r}: use one of {', '.join(classes)}")
+    key, url = resolve_settings(provider, None, base_url, environ)
+    return classes[provider](key, model, base_url=url, max_retries=max_retries, timeout=timeout)
+
+
+# --- retries --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A provider failure reduced to what the retry loop and the error message need."""
+
+    message: str
+    status: int | None = None  # None: no HTTP answer (connection reset, timeout)
+    retry_after: float | None = None
+    retryable: bool = True
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds the server asked us to wait (`retry-after-ms`, `Retry-After` seconds or date)."""
+    if not headers:
+        return None
+    try:
+        return max(0.0, float(headers["retry-after-ms"]) / 1000)
+    except (KeyError, TypeError, ValueError):
+        pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            date = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, date.timestamp() - time.time())
+
+
+def retry_delay(attempt: int, retry_after: float | None = None, base: float = 1.0) -> float:
+    """Wait before retry `attempt + 1`: what the server asked, else exponential backoff + jitter."""
+    if retry_after is not None:
+        return min(retry_after, MAX_RETRY_WAIT)
+    return min(base * 2**attempt, MAX_RETRY_WAIT) * random.uniform(0.5, 1.0)
+
+
+def _one_line(value: object, limit: int = 300) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _body_message(body: object, fallback: object) -> str:
+    """The human message inside a provider's error body (all three nest it in `error`)."""
+    error = body.get("error", body) if isinstance(body, dict) else body
+    message = error.get("message") if isinstance(error, dict) else error
+    return _one_line(message or fallback)
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """httpx(2) connection/timeout errors, which google-genai raises unwrapped."""
+    found = []
+    for name in ("httpx2", "httpx"):
+        with contextlib.suppress(ImportError):
+            found.append(importlib.import_module(name).TransportError)
+    return tuple(found)
+
+
+def _sdk_failure(sdk: Any, exc: Exception, base_url: str) -> _Failure | None:
+    """Map the anthropic/openai SDK errors (same Stainless generator, same names)."""
+    if isinstance(exc, sdk.APIStatusError):
+        return _Failure(
+            _body_message(exc.body, exc.message),
+            exc.status_code,
+            parse_retry_after(exc.response.headers),
+            exc.status_code in RETRYABLE_STATUSES,
+        )
+    if isinstance(exc, sdk.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return _Failure(f"cannot reach {base_url}: {_one_line(cause) or type(cause).__name__}")
+    if isinstance(exc, (sdk.APIResponseValidationError, json.JSONDecodeError)):
+        return _Failure(f"malformed response from {base_url}: {_one_line(exc)}", retryable=False)
+    return None
+
+
+def _with_tool_stop(stop: StopReason, calls: Sequence[ToolCall]) -> StopReason:
+    """Gemini (and some local servers) say STOP/stop when they call tools: report tool_use."""
+    return "tool_use" if calls and stop == "end" else stop
+
+
+# --- the shared client ----------------------------------------------------------------------
+
+
+class _ProviderClient(LlmClient):
+    """Retries, error messages and logging shared by the SDK-backed clients.
+
+    The SDKs' own retries are switched off (max_retries=0): anthropic and openai do not cap a
+    long Retry-After nor log at WARNING, and google-genai ignores Retry-After, so one loop here
+    gives all three the same behaviour.
+    """
+
+    key_env: str = ""
+    retry_base_delay: float = 1.0  # seconds; tests set 0
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        max_retries: int = 4,
+        timeout: float = 120.0,
+        max_tokens: int = 8192,
+    ):
+        self._api_key, self.base_url = resolve_settings(
+            self.provider, api_key, base_url, os.environ
+        )
+        self.model = model or DEFAULT_MODELS[self.provider]
+        self.max_retries = max(0, max_retries)
+        self.timeout = timeout
+        self.max_tokens = max_tokens
+        self._sdk = self._make_sdk()
+
+    @abstractmethod
+    def _make_sdk(self) -> Any: ...
+
+    @abstractmethod
+    def _send(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: TextCallback | None,
+    ) -> dict[str, Any]:
+        """One API call; returns the response as a plain dict (streams are merged first)."""
+
+    @abstractmethod
+    def _parse(self, data: dict[str, Any]) -> LlmResponse: ...
+
+    @abstractmethod
+    def _failure(self, exc: Exception) -> _Failure | None:
+        """The SDK exception as a `_Failure`, or None when it is not the provider's doing."""
+
+    def call_llm(self, system_prompt, messages, *, tools=None, on_text=None) -> LlmResponse:
+        logger.debug(
+            "%s request: model=%s max_tokens=%d messages=%d tools=%d stream=%s",
+            self.provider,
+            self.model,
+            self.max_tokens,
+            len(messages),
+            len(tools or ()),
+            on_text is not None,
+        )
+        started = time.monotonic()
+        data = self._send_with_retries(system_prompt, messages, tools or (), on_text)
+        logger.debug("%s response: %s", self.provider, json.dumps(data, default=str))
+        try:
+            response = self._parse(data)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise LlmError(
+                self.provider,
+                f"malformed response from {self.base_url} "
+                f"({type(exc).__name__}: {_one_line(exc, 120)}); is it a {self.provider} API?",
+            ) from exc
+        u = response.usage
+        logger.info(
+            "%s %s: %d input tokens (%d cached), %d output, stop=%s, %.1fs",
+            self.provider,
+            self.model,
+            u.input_tokens,
+            u.cached_tokens,
+            u.output_tokens,
+            response.stop_reason,
+            time.monotonic() - started,
+        )
+        return response
+
+    def _send_with_retries(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
+        streamed = False  # once text reached the caller, a retry would repeat it
+
+        def emit(delta: str) -> None:
+            nonlocal streamed
+            streamed = True
+            on_text(delta)
+
+        attempt = 0
+        while True:
+            try:
+                return self._send(system_prompt, messages, tools, emit if on_text else None)
+            except Exception as exc:
+                failure = self._failure(exc)
+                if failure is None:
+                    raise
+                if not failure.retryable or attempt >= self.max_retries or streamed:
+                    raise self._error(failure, attempt) from exc
+                delay = retry_delay(attempt, failure.retry_after, self.retry_base_delay)
+                logger.warning(
+                    "%s API error %s: %s; retry %d/%d in %.1fs",
+                    self.provider,
+                    failure.status or "(no response)",
+                    self._redact(failure.message),
+                    attempt + 1,
+                    self.max_retries,
+                    delay,
+                )
+                time.sleep(delay)
+                attempt += 1
+
+    def _error(self, failure: _Failure, retries: int) -> LlmError:
+        hints = {
+            401: f"check {self.key_env}",
+            403: f"check that {self.key_env} may use {self.model}",
+            404: f"check the model name ({self.model}) and the base URL ({self.base_url})",
+        }
+        message = failure.message
+        if failure.status in hints:
+            message += f" — {hints[failure.status]}"
+        elif failure.status is None and failure.retryable:
+            message += f" — check the network or {BASE_URL_ENVS[self.provider]}"
+        if retries:
+            message += f" (gave up after {retries} retries)"
+        return LlmError(self.provider, self._redact(message), failure.status)
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+
+# --- Claude (Anthropic Messages API) --------------------------------------------------------
+
+_ANTHROPIC_STOPS: dict[str | None, StopReason] = {
+    "end_turn": "end",
+    "stop_sequence": "end",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "model_context_window_exceeded": "max_tokens",
+    "refusal": "safety",
+}
+
+
+def to_anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": t["name"],
+            "description": t.get("description", ""),
+            "input_schema": t.get("parameters") or {"type": "object", "properties": {}},
+        }
+        for t in tools
+    ]
+
+
+def _anthropic_blocks(message: Message) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [
+        {
+            "type": "tool_result",
+            "tool_use_id": r.call_id,
+            "content": r.content or _EMPTY,
+            "is_error": r.is_error,
+        }
+        for r in message.tool_results
+    ]
+    if message.content.strip():
+        blocks.append({"type": "text", "text": message.content})
+    blocks += [
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+        for c in message.tool_calls
+    ]
+    return blocks or [{"type": "text", "text": _EMPTY}]
+
+
+def to_anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Alternating user/assistant turns starting with user, the last user block cached.
+
+    The cache breakpoint on the newest user block (with the one on the system prompt) lets each
+    call of a long run read the whole previous conversation from the prompt cache.
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        blocks = _anthropic_blocks(message)
+        if out and out[-1]["role"] == message.role:
+            out[-1]["content"] += blocks
+        else:
+            out.append({"role": message.role, "content": blocks})
+    if not out or out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": [{"type": "text", "text": _EMPTY}]})
+    for turn in out:  # tool results must open their user turn, even after a merge
+        turn["content"].sort(key=lambda block: block["type"] != "tool_result")
+    last_user = next(turn for turn in reversed(out) if turn["role"] == "user")
+    last_user["content"][-1] = {**last_user["content"][-1], "cache_control": _EPHEMERAL}
+    return out
+
+
+def from_anthropic_response(data: dict[str, Any]) -> LlmResponse:
+    blocks = data["content"]
+    calls = tuple(
+        ToolCall(b["name"], dict(b.get("input") or {}), b["id"])
+        for b in blocks
+        if b["type"] == "tool_use"
+    )
+    usage = data["usage"]
+    cached = usage.get("cache_read_input_tokens") or 0
+    written = usage.get("cache_creation_input_tokens") or 0
+    return LlmResponse(
+        text="".join(b["text"] for b in blocks if b["type"] == "text"),
+        tool_calls=calls,
+        # input counts every prompt token, as OpenAI and Gemini do; cached is the part read
+        usage=Usage(usage["input_tokens"] + cached + written, usage["output_tokens"], cached),
+        stop_reason=_with_tool_stop(_ANTHROPIC_STOPS.get(data.get("stop_reason"), "other"), calls),
+        model=data.get("model") or "",
+    )
+
+
+class ClaudeLlmClient(_ProviderClient):
+    """Claude through the anthropic SDK's Messages API, with prompt caching."""
+
+    provider = "claude"
+    key_env = "ANTHROPIC_API_KEY"
+
+    def _make_sdk(self) -> Any:
+        import anthropic
+
+        return anthropic.Anthropic(
+            api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
+        )
+
+    def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": to_anthropic_messages(messages),
+        }
+        if system_prompt:
+            request["system"] = [
+                {"type": "text", "text": system_prompt, "cache_control": _EPHEMERAL}
+            ]
+        if tools:
+            request["tools"] = to_anthropic_tools(tools)
+        if on_text is None:
+            return self._sdk.messages.create(**request).to_dict()
+        with self._sdk.messages.stream(**request) as stream:
+            for delta in stream.text_stream:
+                on_text(delta)
+            return stream.get_final_message().to_dict()
+
+    def _parse(self, data: dict[str, Any]) -> LlmResponse:
+        return from_anthropic_response(data)
+
+    def _failure(self, exc: Exception) -> _Failure | None:
+        import anthropic
+
+        return _sdk_failure(anthropic, exc, self.base_url)
+
+
+# --- Gemini (google-genai generate_content) -------------------------------------------------
+
+_GEMINI_SAFETY = {
+    "SAFETY",
+    "RECITATION",
+    "BLOCKLIST",
+    "PROHIBITED_CONTENT",
+    "SPII",
+    "IMAGE_SAFETY",
+    "IMAGE_PROHIBITED_CONTENT",
+    "IMAGE_RECITATION",
+}
+
+
+def _gemini_stop(reason: str | None) -> StopReason:
+    if reason == "STOP":
+        return "end"
+    if reason == "MAX_TOKENS":
+        return "max_tokens"
+    return "safety" if reason in _GEMINI_SAFETY else "other"
+
+
+def to_gemini_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """One Tool of FunctionDeclarations; the JSON Schema goes in untouched."""
+    declarations = [
+        {
+            "name": t["name"],
+            "description": t.get("description", ""),
+            "parameters_json_schema": t.get("parameters") or {"type": "object", "properties": {}},
+        }
+        for t in tools
+    ]
+    return [{"function_declarations": declarations}]
+
+
+def to_gemini_contents(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Gemini contents: assistant is role "model"; tool results are function_response parts."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = "model" if message.role == "assistant" else "user"
+        parts: list[dict[str, Any]] = [
+            {
+                "function_response": {
+                    "id": r.call_id,
+                    "name": r.name,
+                    "response": {"error" if r.is_error else "output": r.content},
+                }
+            }
+            for r in message.tool_results
+        ]
+        if message.content.strip():
+            parts.append({"text": message.content})
+        parts += [
+            {"function_call": {"id": c.id, "name": c.name, "args": c.arguments}}
+            for c in message.tool_calls
+        ]
+        parts = parts or [{"text": _EMPTY}]
+        if out and out[-1]["role"] == role:
+            out[-1]["parts"] += parts
+        else:
+            out.append({"role": role, "parts": parts})
+    return out
+
+
+def merge_gemini_chunks(
+    chunks: Iterable[dict[str, Any]], on_text: TextCallback | None = None
+) -> dict[str, Any]:
+    """Fold streamed responses into one, passing each text delta to `on_text` as it arrives."""
+    merged: dict[str, Any] = {}
+    parts: list[dict[str, Any]] = []
+    candidate: dict[str, Any] | None = None
+    for chunk in chunks:
+        for part in _gemini_parts(chunk):
+            if on_text and part.get("text") and not part.get("thought"):
+                on_text(part["text"])
+            parts.append(part)
+        if chunk.get("candidates"):
+            candidate = {**(candidate or {}), **chunk["candidates"][0]}
+        merged.update({k: v for k, v in chunk.items() if k != "candidates"})
+    if candidate is not None:
+        merged["candidates"] = [{**candidate, "content": {"role": "model", "parts": parts}}]
+    return merged
+
+
+def _gemini_parts(data: dict[str, Any]) -> list[dict[str, Any]]:
+    candidates = data.get("candidates") or [{}]
+    return (candidates[0].get("content") or {}).get("parts") or []
+
+
+def from_gemini_response(data: dict[str, Any]) -> LlmResponse:
+    """A response dict as google-genai dumps it (snake_case)."""
+    meta = data.get("usage_metadata") or {}
+    usage = Usage(
+        meta.get("prompt_token_count") or 0,
+        (meta.get("candidates_token_count") or 0) + (meta.get("thoughts_token_count") or 0),
+        meta.get("cached_content_token_count") or 0,
+    )
+    model = data.get("model_version") or ""
+    if not data.get("candidates"):
+        if (data.get("prompt_feedback") or {}).get("block_reason"):
+            return LlmResponse("", (), usage, "safety", model)
+        raise ValueError("no candidates and no prompt_feedback.block_reason")
+    parts = _gemini_parts(data)
+    functions = [p["function_call"] for p in parts if p.get("function_call")]
+    calls = tuple(
+        ToolCall(f["name"], dict(f.get("args") or {}), f.get("id") or f"call_{i}")
+        for i, f in enumerate(functions)
+    )
+    text = "".join(p["text"] for p in parts if p.get("text") and not p.get("thought"))
+    stop = _gemini_stop(data["candidates"][0].get("finish_reason"))
+    return LlmResponse(text, calls, usage, _with_tool_stop(stop, calls), model)
+
+
+class GeminiLlmClient(_ProviderClient):
+    """Gemini through google-genai (never the retired google-generativeai)."""
+
+    provider = "gemini"
+    key_env = "GEMINI_API_KEY"
+
+    def _make_sdk(self) -> Any:
+        from google import genai
+
+        http_options = {"base_url": self.base_url, "timeout": int(self.timeout * 1000)}
+        return genai.Client(api_key=self._api_key, vertexai=False, http_options=http_options)
+
+    def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "max_output_tokens": self.max_tokens,
+            "automatic_function_calling": {"disable": True},
+        }
+        if system_prompt:
+            config["system_instruction"] = system_prompt
+        if tools:
+            config["tools"] = to_gemini_tools(tools)
+        request = {"model": self.model, "contents": to_gemini_contents(messages), "config": config}
+        if on_text is None:
+            return _dump_gemini(self._sdk.models.generate_content(**request))
+        stream = self._sdk.models.generate_content_stream(**request)
+        return merge_gemini_chunks((_dump_gemini(chunk) for chunk in stream), on_text)
+
+    def _parse(self, data: dict[str, Any]) -> LlmResponse:
+        return from_gemini_response(data)
+
+    def _failure(self, exc: Exception) -> _Failure | None:
+        from google.genai import errors
+
+        if isinstance(exc, errors.APIError):
+            headers = getattr(exc.response, "headers", None)
+            status = exc.code or None
+            return _Failure(
+                _body_message(exc.details, exc.message or exc),
+                status,
+                parse_retry_after(headers),
+                status in RETRYABLE_STATUSES,
+            )
+        if isinstance(exc, _transport_errors()):
+            return _Failure(f"cannot reach {self.base_url}: {_one_line(exc) or type(exc).__name__}")
+        if isinstance(exc, json.JSONDecodeError):
+            return _Failure(f"malformed response from {self.base_url}: {exc}", retryable=False)
+        return None
+
+
+def _dump_gemini(response: Any) -> dict[str, Any]:
+    skip = {"sdk_http_response", "automatic_function_calling_history"}
+    return response.model_dump(mode="json", exclude_none=True, exclude=skip)
+
+
+# --- OpenAI-compatible (Chat Completions) ---------------------------------------------------
+
+_OPENAI_STOPS: dict[str | None, StopReason] = {
+    "stop": "end",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "safety",
+}
+
+
+def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t.get("description", ""),
+                "parameters": t.get("parameters") or {"type": "object", "properties": {}},
+            },
+        }
+        for t in tools
+    ]
+
+
+def to_openai_messages(system_prompt: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """System first; each tool result becomes its own `role: "tool"` message."""
+    out: list[dict[str, Any]] = []
+    if system_prompt:
+        out.append({"role": "system", "content": system_prompt})
+    for message in messages:
+        if message.role == "assistant":
+            turn: dict[str, Any] = {"role": "assistant", "content": message.content}
+            if message.tool_calls:
+                turn["content"] = message.content or None
+                turn["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                    }
+                    for c in message.tool_calls
+                ]
+            out.append(turn)
+            continue
+        out += [
+            {
+                "role": "tool",
+                "tool_call_id": r.call_id,
+                "content": ("Error: " if r.is_error else "") + r.content,
+            }
+            for r in message.tool_results
+        ]
+        if message.content or not message.tool_results:
+            out.append({"role": "user", "content": message.content})
+    return out
+
+
+def parse_tool_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
+    """OpenAI sends arguments as a JSON string; anything but an object is kept raw, not raised,
+    so the agent can tell the model what was wrong (see INVALID_ARGUMENTS_KEY)."""
+    if isinstance(raw, dict):
+        return raw
+    if not raw or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: raw}
+
+
+def merge_openai_chunks(
+    chunks: Iterable[dict[str, Any]], on_text: TextCallback | None = None
+) -> dict[str, Any]:
+    """Fold `chat.completion.chunk`s into one `chat.completion` dict (tool calls by index)."""
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    merged: dict[str, Any] = {"finish_reason": None, "usage": None, "model": ""}
+    for chunk in chunks:
+        merged["model"] = chunk.get("model") or merged["model"]
+        merged["usage"] = chunk.get("usage") or merged["usage"]
+        for choice in (chunk.get("choices") or [])[:1]:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                text.append(delta["content"])
+                if on_text:
+                    on_text(delta["content"])
+            for piece in delta.get("tool_calls") or []:
+                empty = {"id": "", "name": "", "arguments": ""}
+                call = calls.setdefault(piece.get("index", len(calls)), empty)
+                function = piece.get("function") or {}
+                call["id"] = call["id"] or piece.get("id") or ""
+                call["name"] = call["name"] or function.get("name") or ""
+                call["arguments"] += function.get("arguments") or ""
+            merged["finish_reason"] = choice.get("finish_reason") or merged["finish_reason"]
+    tool_calls = [
+        {
+            "id": c["id"],
+            "type": "function",
+            "function": {"name": c["name"], "arguments": c["arguments"]},
+        }
+        for _, c in sorted(calls.items())
+    ]
+    message = {"role": "assistant", "content": "".join(text), "tool_calls": tool_calls}
+    return {
+        "model": merged["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": merged["finish_reason"]}],
+        "usage": merged["usage"],
+    }
+
+
+def from_openai_response(data: dict[str, Any]) -> LlmResponse:
+    choice = data["choices"][0]
+    message = choice["message"]
+    calls = tuple(
+        ToolCall(
+            c["function"]["name"],
+            parse_tool_arguments(c["function"].get("arguments")),
+            c.get("id") or f"call_{i}",
+        )
+        for i, c in enumerate(message.get("tool_calls") or [])
+    )
+    usage = data.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return LlmResponse(
+        text=message.get("content") or "",
+        tool_calls=calls,
+        usage=Usage(
+            usage.get("prompt_tokens") or 0,
+            usage.get("completion_tokens") or 0,
+            details.get("cached_tokens") or 0,
+        ),
+        stop_reason=_with_tool_stop(_OPENAI_STOPS.get(choice.get("finish_reason"), "other"), calls),
+        model=data.get("model") or "",
+    )
+
+
+class OpenAICompatibleLlmClient(_ProviderClient):
+    """Any Chat Completions server: OpenAI, Ollama, vLLM, llama.cpp, LM Studio, OpenRouter."""
+
+    provider = "openai"
+    key_env = "OPENAI_API_KEY"
+
+    def _make_sdk(self) -> Any:
+        import openai
+
+        return openai.OpenAI(
+            api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
+        )
+
+    def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
+        # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens);
+        # local servers know max_tokens.
+        official = "api.openai.com" in self.base_url
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_openai_messages(system_prompt, messages),
+            ("max_completion_tokens" if official else "max_tokens"): self.max_tokens,
+        }
+        if tools:
+            request["tools"] = to_openai_tools(tools)
+        create = self._sdk.chat.completions.create
+        if on_text is None:
+            return create(**request).to_dict()
+        stream = create(**request, stream=True, stream_options={"include_usage": True})
+        return merge_openai_chunks((chunk.to_dict() for chunk in stream), on_text)
+
+    def _parse(self, data: dict[str, Any]) -> LlmResponse:
+        return from_openai_response(data)
+
+    def _failure(self, exc: Exception) -> _Failure | None:
+        import openai
+
+        return _sdk_failure(openai, exc, self.base_url)

@@ -1,23 +1,599 @@
-"""MCP servers' tools through the official `mcp` SDK, behind a synchronous face."""
+"""MCP servers' tools through the official `mcp` SDK, behind a synchronous face.
+
+The agent loop is synchronous; the SDK is async. `McpTools` runs one asyncio event loop in a
+background thread and keeps ONE session per server open for the whole run: each server is owned
+by one long-lived task that enters its `mcp.Client`, waits until asked to stop, and exits it
+(anyio requires contexts to be exited by the task that entered them). Tool calls are submitted
+to that loop and waited for with a timeout. `mcp` is imported lazily so `--help` stays instant.
+
+Tool naming (what the LLM sees):
+  * a tool keeps its own name when no other server offers it and it is not a local tool's name;
+  * otherwise it is exposed as `<server>__<tool>`;
+  * names are sanitised to what providers accept, `^[A-Za-z0-9_-]{1,64}$` (other characters
+    become `_`, long names are cut at 64); a name still taken gets a `_2`, `_3`... suffix.
+Server stderr goes to this module's logger at DEBUG (never straight to the terminal); its last
+line is quoted in the error when a server fails to start or dies.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import base64
+import concurrent.futures
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import re
+import shlex
+import threading
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+logger = logging.getLogger(__name__)
+
+_NAME_MAX = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_GRACE = 5.0  # beyond `timeout`, for the SDK's own timeout to fire first
+_CLOSE_TIMEOUT = 10.0  # the SDK's stdio shutdown takes at most ~6.5s (stdin close, TERM, KILL)
+_CONNECTION_CLOSED, _REQUEST_TIMEOUT = -32000, -32001  # mcp_types.CONNECTION_CLOSED, ...TIMEOUT
+_LAUNCHER = re.compile(r"uvx|uv|npx|bunx|pnpx|pnpm|pipx|docker|podman|node|deno|bun|python[\d.]*")
+_SUBCOMMAND = re.compile(r"run|tool|dlx|exec|x")
+# launcher options that take a value, skipped when naming a server after its package
+_VALUE_OPTION = re.compile(r"--(from|with|python|env|volume|name|network|workdir|user)|-[pevwu]")
 
 
 class McpError(Exception):
-    """A server could not be started or reached at launch (exit code 2)."""
+    """A server could not be started, reached or initialised at launch (CLI exit code 2)."""
+
+
+class McpToolError(Exception):
+    """A tool call failed; the agent shows the message to the LLM as an observation."""
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    """One server: a command line (stdio) or an http(s) URL (Streamable HTTP, or SSE)."""
+
+    name: str
+    command: tuple[str, ...] = ()
+    url: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    sse: bool = False  # legacy HTTP+SSE transport, only from a config file's "type": "sse"
+
+    def __post_init__(self) -> None:
+        if bool(self.command) == bool(self.url):
+            raise ValueError(f"MCP server {self.name!r}: give exactly one of command or url")
+
+    @property
+    def label(self) -> str:
+        """How errors name the server: `'git' (uvx mcp-server-git)`; headers never shown."""
+        return f"{self.name!r} ({shlex.join(self.command) if self.command else self.url})"
+
+
+def parse_server_arg(arg: str) -> McpServerConfig:
+    """Turn a `--mcp-server` value into a config: an http(s) URL, or a command line (stdio)."""
+    arg = arg.strip()
+    if re.match(r"https?://", arg, re.IGNORECASE):
+        return McpServerConfig(name=urlsplit(arg).hostname or "server", url=arg)
+    try:
+        argv = tuple(shlex.split(arg))
+    except ValueError as exc:
+        raise McpError(f"--mcp-server {arg!r}: cannot split the command line: {exc}") from None
+    if not argv:
+        raise McpError("--mcp-server needs a URL or a command line, got an empty value")
+    return McpServerConfig(name=_command_name(argv), command=argv)
+
+
+def _command_name(argv: Sequence[str]) -> str:
+    """The package or script a launcher runs (`npx -y @scope/pkg` -> pkg), else the program."""
+    program = re.sub(r"\.(exe|cmd|bat)$", "", Path(argv[0]).name, flags=re.IGNORECASE)
+    if not _LAUNCHER.fullmatch(program):
+        return program
+    args = iter(argv[1:])
+    for token in args:
+        if token == "-m":
+            return next(args, program)
+        if _VALUE_OPTION.fullmatch(token):
+            next(args, None)
+        elif not token.startswith("-") and not _SUBCOMMAND.fullmatch(token):
+            base = token.rstrip("/").rsplit("/", 1)[-1]
+            base = re.sub(r"(?<=.)[@:].*$", "", base)  # version or image tag
+            return re.sub(r"\.(py|js|mjs|cjs|ts)$", "", base) or program
+    return program
+
+
+def load_mcp_config(path: str | os.PathLike[str]) -> list[McpServerConfig]:
+    """Read the `mcpServers` JSON shared by Claude Desktop, Cursor and Claude Code.
+
+    `${VAR}` and `${VAR:-default}` are expanded in commands, args, env, url, headers and cwd,
+    so secrets can stay in the environment. Entries with `"disabled": true` are skipped.
+    """
+    where = f"MCP config {os.fspath(path)}"
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise McpError(f"cannot read {where}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise McpError(
+            f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    servers = data.get("mcpServers", data.get("servers")) if isinstance(data, dict) else None
+    if not isinstance(servers, dict):
+        raise McpError(f'{where}: expected an object with an "mcpServers" object')
+    return [
+        _server_entry(f"{where}: server {name!r}", name, entry)
+        for name, entry in servers.items()
+        if not (isinstance(entry, dict) and entry.get("disabled") is True)
+    ]
+
+
+def _server_entry(where: str, name: str, entry: Any) -> McpServerConfig:
+    if not isinstance(entry, dict):
+        raise McpError(f"{where}: expected an object")
+    kind = entry.get("type") or ("stdio" if "command" in entry else "http")
+    if kind not in ("stdio", "http", "streamable-http", "streamableHttp", "sse"):
+        raise McpError(f"{where}: unknown type {kind!r} (use stdio, http or sse)")
+    if ("command" in entry) == ("url" in entry):
+        raise McpError(f'{where}: give either "command" (stdio) or "url" (http)')
+    expand = _expander(where)
+    env = {key: expand(value) for key, value in _str_map(where, entry, "env").items()}
+    headers = {key: expand(value) for key, value in _str_map(where, entry, "headers").items()}
+    if kind == "stdio":
+        command, args = entry.get("command"), entry.get("args", [])
+        if not isinstance(command, str) or not command.strip():
+            raise McpError(f'{where}: "command" must be a non-empty string')
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise McpError(f'{where}: "args" must be a list of strings')
+        cwd = entry.get("cwd")
+        if cwd is not None and not isinstance(cwd, str):
+            raise McpError(f'{where}: "cwd" must be a string')
+        argv = tuple(expand(part) for part in [command, *args])
+        return McpServerConfig(name, command=argv, env=env, cwd=cwd and expand(cwd))
+    url = entry.get("url")
+    if not isinstance(url, str) or not re.match(r"https?://", url, re.IGNORECASE):
+        raise McpError(f'{where}: "url" must be an http:// or https:// URL')
+    return McpServerConfig(name, url=expand(url), headers=headers, sse=kind == "sse")
+
+
+def _str_map(where: str, entry: dict[str, Any], key: str) -> dict[str, str]:
+    value = entry.get(key, {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise McpError(f'{where}: "{key}" must be an object of strings')
+    return value
+
+
+def _expander(where: str) -> Callable[[str], str]:
+    def expand(text: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            value = os.environ.get(match[1], match[2])
+            if value is None:
+                raise McpError(f"{where}: environment variable {match[1]} is not set")
+            return value
+
+        return _ENV_REF.sub(one, text)
+
+    return expand
+
+
+def _sanitize(name: str) -> str:
+    return _UNSAFE.sub("_", name)[:_NAME_MAX] or "_"
+
+
+def _assign_names(
+    offers: Sequence[tuple[str, Sequence[str]]], reserved: Iterable[str] = ()
+) -> list[list[str]]:
+    """Exposed names for each server's tools, by the rule in the module docstring."""
+    reserved = set(reserved)
+    counts = Counter(_sanitize(tool) for _, tools in offers for tool in tools)
+    taken, exposed = set(reserved), []
+    for server, tools in offers:
+        names = []
+        for tool in tools:
+            base = _sanitize(tool)
+            if counts[base] > 1 or base in reserved:
+                base = _sanitize(f"{_sanitize(server)}__{tool}")
+            name, n = base, 2
+            while name in taken:
+                name, n = f"{base[: _NAME_MAX - len(str(n)) - 1]}_{n}", n + 1
+            taken.add(name)
+            names.append(name)
+        exposed.append(names)
+    return exposed
+
+
+def _result_text(result: Any) -> str:
+    """A CallToolResult as text: text joined, other content summarised, else structured JSON."""
+    parts = []
+    for block in result.content:
+        kind = block.type
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind}: {block.mime_type}, {_b64_size(block.data)} bytes]")
+        elif kind == "resource_link":
+            parts.append(f"[resource link: {block.uri}]")
+        elif kind == "resource":
+            res = block.resource
+            text = getattr(res, "text", None)
+            parts.append(
+                text
+                if text is not None
+                else f"[resource: {res.uri}, {res.mime_type}, {_b64_size(res.blob)} bytes]"
+            )
+        else:
+            parts.append(f"[{kind} content]")
+    if not parts and result.structured_content is not None:
+        return json.dumps(result.structured_content, ensure_ascii=False)
+    return "\n".join(parts)
+
+
+def _b64_size(data: str) -> int:
+    with contextlib.suppress(ValueError):
+        return len(base64.b64decode(data, validate=False))
+    return len(data) * 3 // 4
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups, which anyio task groups raise."""
+    while getattr(exc, "exceptions", None):
+        exc = exc.exceptions[0]  # type: ignore[attr-defined]
+    return exc
+
+
+class _StderrLog:
+    """A pipe for a stdio server's stderr: lines go to the log at DEBUG, the last few are kept."""
+
+    def __init__(self, name: str) -> None:
+        read_fd, write_fd = os.pipe()
+        self.writer = os.fdopen(write_fd, "w")
+        self.lines: deque[str] = deque(maxlen=20)
+        self._thread = threading.Thread(
+            target=self._pump, args=(name, read_fd), daemon=True, name=f"mcp-stderr-{name}"
+        )
+        self._thread.start()
+
+    def _pump(self, name: str, read_fd: int) -> None:
+        with open(read_fd, encoding="utf-8", errors="replace") as reader:
+            for line in reader:
+                if line.strip():
+                    self.lines.append(line.rstrip())
+                    logger.debug("[%s stderr] %s", name, line.rstrip())
+
+    def last_line(self, wait: float = 0.0) -> str:
+        self._thread.join(wait)  # the process is gone: let the pump reach EOF first
+        return self.lines[-1][:300] if self.lines else ""
+
+
+class _Server:
+    """One server's session, owned start to end by the single task running `run`."""
+
+    def __init__(self, config: McpServerConfig, timeout: float) -> None:
+        self.config, self.timeout = config, timeout
+        self.tools: list[Any] = []
+        self.client: Any = None
+        self.dead = ""  # why the session ended mid-run
+        self.stderr = _StderrLog(config.name) if config.command else None
+        self.task: concurrent.futures.Future[None] | None = None
+        self._stop = asyncio.Event()
+        self._startup: Any = None  # the anyio cancel scope bounding startup
+
+    async def run(self, ready: concurrent.futures.Future[None]) -> None:
+        import anyio
+        from mcp import Client
+
+        if self._stop.is_set():  # closed before this task even started
+            return
+        try:
+            deadline = anyio.current_time() + self.timeout
+            with anyio.CancelScope(deadline=deadline) as self._startup:
+                async with Client(self._transport(), read_timeout_seconds=self.timeout) as client:
+                    self._close_writer()
+                    self.tools = await _list_tools(client)
+                    self._startup.deadline = math.inf
+                    self.client = client
+                    ready.set_result(None)
+                    await self._stop.wait()
+            if not ready.done():
+                raise TimeoutError(f"no answer within {self.timeout:g}s")
+        except Exception as exc:
+            if not ready.done():
+                self._close_writer()
+                ready.set_exception(exc)
+            else:
+                self.dead = _describe(_leaf(exc))
+                level = logging.DEBUG if self._stop.is_set() else logging.WARNING
+                logger.log(level, "MCP server %s stopped: %s", self.config.label, self.dead)
+                logger.debug("MCP server %s failure", self.config.name, exc_info=exc)
+        finally:
+            self.client = None
+            self._close_writer()
+
+    def _transport(self) -> Any:
+        """The SDK transport for this server (an async context manager yielding streams)."""
+        config = self.config
+        if config.command:
+            from mcp import StdioServerParameters
+            from mcp.client.stdio import stdio_client
+
+            params = StdioServerParameters(
+                command=config.command[0],
+                args=list(config.command[1:]),
+                env=dict(config.env) or None,
+                cwd=config.cwd,
+            )
+            return stdio_client(params, errlog=self.stderr.writer)
+        if config.sse:
+            from mcp.client.sse import sse_client
+
+            return sse_client(config.url, headers=dict(config.headers) or None)
+        return _http_transport(config.url, config.headers)
+
+    def request_stop(self) -> None:
+        """Called in the loop: end a waiting session, or abandon a startup still in progress."""
+        self._stop.set()
+        if self.client is None and self._startup is not None:
+            self._startup.cancel()
+
+    def _close_writer(self) -> None:
+        if self.stderr is not None and not self.stderr.writer.closed:
+            self.stderr.writer.close()  # the child has its copy; ours would keep the pipe open
+
+    def startup_error(self, exc: BaseException) -> McpError:
+        leaf, command = _leaf(exc), self.config.command
+        if isinstance(leaf, FileNotFoundError) and command:
+            what = (
+                "working directory not found"
+                if leaf.filename == self.config.cwd
+                else "command not found"
+            )
+            cause = f"{what}: {leaf.filename or command[0]}"
+        elif isinstance(leaf, PermissionError) and command:
+            cause = f"permission denied: {leaf.filename or command[0]}"
+        elif _code(leaf) == _CONNECTION_CLOSED:
+            cause = "the server exited or closed the connection during startup"
+        elif _code(leaf) == _REQUEST_TIMEOUT or isinstance(leaf, TimeoutError):
+            cause = f"no answer to initialize within {self.timeout:g}s"
+        else:
+            cause = _describe(leaf)
+        stderr = self.stderr.last_line(wait=1.0) if self.stderr else ""
+        return McpError(
+            f"MCP server {self.config.label}: {cause}" + (f" (stderr: {stderr})" if stderr else "")
+        )
+
+
+@contextlib.asynccontextmanager
+async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+    """Streamable HTTP with our headers: the SDK takes them through its own httpx2 client."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    timeout = httpx2.Timeout(30.0, read=300.0)  # the SDK's defaults; calls are bounded by ours
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams
+
+
+async def _list_tools(client: Any) -> list[Any]:
+    tools, cursor = [], None
+    for _ in range(100):  # a paginator that never ends must not hang startup
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
+def _code(exc: BaseException) -> int | None:
+    error = getattr(exc, "error", None)
+    return getattr(error, "code", None)
+
+
+def _describe(exc: BaseException) -> str:
+    if _code(exc) == _CONNECTION_CLOSED:
+        return "the server closed the connection (it may have crashed)"
+    message = getattr(getattr(exc, "error", None), "message", None) or str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+class _LoopThread:
+    """An asyncio event loop in a daemon thread, for the SDK's async clients."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="mcp-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Any) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    @property
+    def closed(self) -> bool:
+        return self.loop.is_closed() or not self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Cancel what is left (e.g. an interrupted call), then stop and close the loop."""
+        with contextlib.suppress(Exception):
+            self.submit(_cancel_other_tasks()).result(_GRACE)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(_GRACE)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+async def _cancel_other_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=_GRACE)
 
 
 class McpTools:
-    def __init__(self, servers: Any, *, timeout: float = 30.0):
-        raise NotImplementedError
+    """The tools of one or more MCP servers, connected now and kept until `close()`."""
+
+    def __init__(
+        self,
+        servers: str | McpServerConfig | Sequence[str | McpServerConfig],
+        *,
+        timeout: float = 30.0,
+        reserved_names: Iterable[str] = (),
+    ) -> None:
+        """Connect to every server (startup bounded by `timeout`); on any failure close what
+        was opened and raise McpError. `timeout` also bounds each tool call."""
+        self.timeout = timeout
+        self._closed = False
+        self._servers = [_Server(c, timeout) for c in _unique(_configs(servers))]
+        self._routes: dict[str, tuple[_Server, str]] = {}
+        self._tools: list[dict[str, Any]] = []
+        self._loop = _LoopThread()
+        atexit.register(self.close)  # no orphaned servers even if the caller forgets
+        try:
+            self._connect()
+        except BaseException:
+            self.close()
+            raise
+        self._expose(reserved_names)
+
+    def _connect(self) -> None:
+        readies = []
+        for server in self._servers:
+            ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+            server.task = self._loop.submit(server.run(ready))
+            readies.append((server, ready))
+        for server, ready in readies:
+            try:
+                ready.result(self.timeout + _GRACE)
+            except concurrent.futures.TimeoutError:
+                raise McpError(
+                    f"MCP server {server.config.label}: no answer to initialize "
+                    f"within {self.timeout:g}s"
+                ) from None
+            except Exception as exc:
+                logger.debug("MCP server %s failed to start", server.config.name, exc_info=exc)
+                raise server.startup_error(exc) from None
+            logger.info(
+                "MCP server %s: connected, %d tools", server.config.label, len(server.tools)
+            )
+
+    def _expose(self, reserved: Iterable[str]) -> None:
+        offers = [(s.config.name, [t.name for t in s.tools]) for s in self._servers]
+        for server, names in zip(self._servers, _assign_names(offers, reserved), strict=True):
+            for tool, name in zip(server.tools, names, strict=True):
+                self._routes[name] = (server, tool.name)
+                description = tool.description or tool.title or ""
+                self._tools.append(
+                    {"name": name, "description": description, "parameters": tool.input_schema}
+                )
+                if name != tool.name:
+                    renamed = (tool.name, server.config.name, name)
+                    logger.info("MCP tool %r of server %r exposed as %r", *renamed)
+        logger.debug("MCP tools: %s", ", ".join(self._routes))
 
     def get_mcp_tools(self) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """`{"name", "description", "parameters"}` per tool; parameters is its JSON Schema."""
+        return json.loads(json.dumps(self._tools))  # a deep copy the caller may change
 
     def execute_mcp_tool(self, name: str, parameters: dict[str, Any]) -> str:
-        raise NotImplementedError
+        """Call a tool and return its result as text; any failure raises McpToolError."""
+        if name not in self._routes:
+            raise McpToolError(
+                f"Unknown MCP tool {name!r}, should be one of: "
+                f"{', '.join(self._routes) or '(none)'}"
+            )
+        if self._closed:
+            raise McpToolError("MCP tools are closed")
+        if not isinstance(parameters, dict | None):
+            raise McpToolError(f"MCP tool {name!r}: parameters must be a JSON object")
+        server, tool = self._routes[name]
+        where = f"MCP tool {name!r} (server {server.config.name!r})"
+        if server.client is None:
+            raise McpToolError(f"{where}: server unavailable: {server.dead or 'not connected'}")
+        logger.info("MCP call %s %s", name, json.dumps(parameters, ensure_ascii=False)[:500])
+        future = self._loop.submit(
+            server.client.call_tool(tool, parameters or {}, read_timeout_seconds=self.timeout)
+        )
+        try:
+            result = future.result(self.timeout + _GRACE)
+        except BaseException as exc:  # KeyboardInterrupt too: the call must not linger
+            future.cancel()
+            if not isinstance(exc, Exception):
+                raise
+            logger.debug("%s failed", where, exc_info=exc)
+            raise McpToolError(f"{where}: {self._call_failure(server, exc)}") from None
+        text = _result_text(result)
+        logger.debug("MCP result of %s: %s", name, text[:2000])
+        if result.is_error:
+            raise McpToolError(f"{where} reported an error: {text or '(no message)'}")
+        return text
+
+    def _call_failure(self, server: _Server, exc: BaseException) -> str:
+        leaf = _leaf(exc)
+        if (
+            isinstance(leaf, concurrent.futures.TimeoutError | TimeoutError)
+            or _code(leaf) == _REQUEST_TIMEOUT
+        ):
+            return f"timed out after {self.timeout:g}s"
+        cause = server.dead or _describe(leaf)
+        gone = server.client is None or _code(leaf) == _CONNECTION_CLOSED
+        stderr = server.stderr.last_line(wait=0.2) if gone and server.stderr else ""
+        return cause + (f" (stderr: {stderr})" if stderr else "")
 
     def close(self) -> None:
-        raise NotImplementedError
+        """Stop every server (stdio processes are terminated) and the loop; idempotent.
+
+        The atexit hook stays until the end, so a second Ctrl-C that interrupts this wait
+        still gets the servers stopped when the interpreter exits.
+        """
+        self._closed = True  # no new calls
+        if self._loop.closed:
+            return
+        for server in self._servers:
+            self._loop.loop.call_soon_threadsafe(server.request_stop)
+        tasks = [s.task for s in self._servers if s.task is not None]
+        _, pending = concurrent.futures.wait(tasks, timeout=_CLOSE_TIMEOUT)
+        if pending:
+            logger.warning("%d MCP server(s) did not shut down in time", len(pending))
+        self._loop.stop()
+        for server in self._servers:
+            server._close_writer()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> McpTools:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _configs(
+    servers: str | McpServerConfig | Sequence[str | McpServerConfig],
+) -> list[McpServerConfig]:
+    if isinstance(servers, str | McpServerConfig):
+        servers = [servers]
+    return [s if isinstance(s, McpServerConfig) else parse_server_arg(s) for s in servers]
+
+
+def _unique(configs: list[McpServerConfig]) -> list[McpServerConfig]:
+    """Rename repeated server names `name-2`, `name-3`... so clashes stay predictable."""
+    seen: Counter[str] = Counter()
+    result = []
+    for config in configs:
+        seen[config.name] += 1
+        if seen[config.name] > 1:
+            config = dataclasses.replace(config, name=f"{config.name}-{seen[config.name]}")
+        result.append(config)
+    return result

@@ -2,16 +2,28 @@
 
 A format owns three things and nothing else: the response-format section of the system
 prompt, parsing a reply into actions, and the message that carries observations back.
+
+The text formats are parsed by a tolerant scanner rather than an XML parser: real replies
+carry code (`<`, `&`, even `</ACTION>`) unescaped inside JSON, and an XML parser would either
+reject them or silently decode entities the model meant literally.
 """
 
 from __future__ import annotations
 
+import ast
+import html
+import json
+import re
+import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from toy_agent.llm import LlmResponse, Message, ToolSpec
+from toy_agent.llm import LlmResponse, Message, ToolResult, ToolSpec
+
+FORMAT_NAMES = ("xml", "react", "native")
+Params = dict[str, Any]  # tool arguments, always a dict whatever the format
 
 
 @dataclass(frozen=True)
@@ -25,6 +37,17 @@ class Action:
 class ParsedResponse:
     thought: str
     actions: tuple[Action, ...]
+    dropped_actions: int = 0  # further actions in the reply that a one-action format ignored
+
+    @property
+    def notice(self) -> str:
+        """A line for the agent to add to the observation, so the model learns the rule."""
+        if not self.dropped_actions:
+            return ""
+        return (
+            f"Note: only the first action was executed; {self.dropped_actions} more were "
+            "ignored. Send one action per reply and wait for its observation."
+        )
 
 
 @dataclass(frozen=True)
@@ -59,3 +82,531 @@ class ActionFormat(ABC):
     @abstractmethod
     def error_message(self, error: ParseError) -> Message:
         """The user message telling the LLM its reply could not be parsed, and why."""
+
+
+def get_format(name: str) -> ActionFormat:
+    """A fresh format instance (ReactFormat keeps the tool list it was prompted with)."""
+    formats: dict[str, type[ActionFormat]] = {
+        "xml": XmlFormat,
+        "react": ReactFormat,
+        "native": NativeFormat,
+    }
+    if name not in formats:
+        raise ValueError(f"unknown action format {name!r}; choose one of: {', '.join(formats)}")
+    return formats[name]()
+
+
+# --- Tolerant JSON, shared by the text formats -------------------------------------------
+
+_JSON_HINT = (
+    "Write one JSON object: double-quoted keys and strings, quotes inside strings escaped "
+    'as \\", newlines as \\n.'
+)
+_JSON_ESCAPES = frozenset('"\\/bfnrtu')
+_TRAILING_COMMA = re.compile(r",\s*[}\]]")
+# Whitespace and an optional ```json fence opener before a JSON value.
+_LEAD = re.compile(r"\s*(?:```[\w+-]*[ \t]*\n)?\s*")
+
+
+def _skip_lead(text: str, pos: int) -> int:
+    lead = _LEAD.match(text, pos)
+    return lead.end() if lead else pos
+
+
+def _json_end(text: str, start: int) -> int | None:
+    """Index just past the bracket closing the one at `start`, skipping quoted strings.
+
+    So a `</ACTION>` inside a file's content never ends the parameters early. None when the
+    text ends first: the reply was cut off (or its quotes are broken).
+    """
+    depth, quote, i = 0, "", start
+    while i < len(text):
+        char = text[i]
+        if quote:
+            if char == "\\":
+                i += 1
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None
+
+
+def _repair_json(text: str) -> str:
+    """Fix two common model slips: trailing commas, and lone backslashes (`"\\d+"` regexes)."""
+    out: list[str] = []
+    in_string, i = False, 0
+    while i < len(text):
+        char = text[i]
+        if in_string and char == "\\":
+            escaped = text[i + 1 : i + 2]
+            if escaped and escaped in _JSON_ESCAPES:
+                out.append(char + escaped)
+                i += 2
+                continue
+            char = "\\\\"
+        elif char == '"':
+            in_string = not in_string
+        elif not in_string and char == "," and _TRAILING_COMMA.match(text, i):
+            char = ""
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _load_json(raw: str) -> Any:
+    """json.loads, then repairs; raises the raw text's own JSONDecodeError if nothing works.
+
+    Raw text comes first: entities are only unescaped when that is what makes it valid.
+    """
+    variants = [raw, _repair_json(raw)]
+    if "&" in raw:
+        unescaped = html.unescape(raw)
+        variants += [unescaped, _repair_json(unescaped)]
+    first_error: json.JSONDecodeError | None = None
+    for variant in variants:
+        try:
+            return json.loads(variant, strict=False)  # strict=False: raw newlines in strings
+        except json.JSONDecodeError as exc:
+            first_error = first_error or exc
+        except (ValueError, RecursionError):  # e.g. an integer too long to convert
+            pass
+    if "'" in raw:  # a Python dict: single quotes, True, None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # invalid escapes in a Python literal
+                return ast.literal_eval(raw)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            pass
+    raise first_error or json.JSONDecodeError("unreadable value", raw, 0)
+
+
+def _excerpt(text: str, pos: int) -> str:
+    return repr(text[max(0, pos - 30) : pos + 30])
+
+
+def _decode_object(raw: str, where: str) -> dict[str, Any]:
+    """The parameters object written as `raw`, or a ParseError saying what is wrong with it."""
+    raw = raw.strip().removesuffix("```").strip()
+    if not raw:
+        return {}
+    try:
+        value = _load_json(raw)
+    except json.JSONDecodeError as exc:
+        raise ParseError(
+            f"{where} are not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}, "
+            f"near {_excerpt(raw, exc.pos)}. {_JSON_HINT}"
+        ) from None
+    return _require_object(value, where)
+
+
+def _require_object(value: Any, where: str) -> dict[str, Any]:
+    """Parameters always end up a dict[str, Any], whatever the format."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        kind = {"list": "a list", "str": "a string", "bool": "a boolean"}.get(
+            type(value).__name__, f"a {type(value).__name__}"
+        )
+        raise ParseError(
+            f'{where} must be a JSON object such as {{"path": "src/app.py"}}, not {kind}.'
+        )
+    return {str(key): item for key, item in value.items()}
+
+
+def _clean_name(name: str) -> str:
+    """`read_file`, "read_file", [read_file], read_file() all name read_file."""
+    return name.strip("`'\"*[]() \t\r\n")
+
+
+def _cut_off(where: str, stop_reason: str) -> ParseError:
+    why = " at the output token limit" if stop_reason == "max_tokens" else ""
+    return ParseError(
+        f"Your reply was cut off{why} in the middle of the action ({where} is unfinished). "
+        "Send the complete action again, and keep it shorter (e.g. write smaller files)."
+    )
+
+
+def _tool_list(tools: Sequence[ToolSpec], render: Callable[[ToolSpec, str], str]) -> str:
+    """The spec's `Available Tools:` section, one entry per tool with its schema as JSON."""
+    return "Available Tools:\n" + "\n".join(render(t, _schema_json(t)) for t in tools)
+
+
+def _xml_tool(tool: ToolSpec, schema: str) -> str:
+    description = tool.get("description", "")
+    return (
+        f"<tool><name>{tool['name']}</name><description>{description}</description>"
+        f"<parameters>{schema}</parameters></tool>"
+    )
+
+
+def _react_tool(tool: ToolSpec, schema: str) -> str:
+    return f"- {tool['name']}: {tool.get('description', '')}\n  Parameters (JSON Schema): {schema}"
+
+
+def _schema_json(tool: ToolSpec) -> str:
+    schema = tool.get("parameters") or {"type": "object", "properties": {}}
+    return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+
+
+# --- XML: <THOUGHT>...</THOUGHT><ACTION><tool_name/><parameters/></ACTION> ----------------
+
+_XML_WHERE = "The <parameters> of your ACTION"
+_XML_EXAMPLE = """<THOUGHT>I need to see how the app starts before changing it.</THOUGHT>
+<ACTION>
+<tool_name>read_file</tool_name>
+<parameters>{"path": "src/app.py"}</parameters>
+</ACTION>"""
+_XML_RULES = """Response format:
+Answer every turn with your reasoning in <THOUGHT>...</THOUGHT>, then exactly one action:
+<ACTION>
+<tool_name>TOOL_NAME</tool_name>
+<parameters>{"parameter": "value"}</parameters>
+</ACTION>
+Rules:
+- One ACTION per reply. Then stop and wait: the tool's result comes back to you in an
+  <OBSERVATION> message. Never write an <OBSERVATION> yourself.
+- <parameters> holds one JSON object with the tool's parameters ({} if it takes none).
+  Write the JSON as is: no XML escaping, no CDATA.
+- When the task is done, call task_complete with the result.
+
+Example of a valid reply:
+"""
+
+_THOUGHT = re.compile(
+    r"<thought\s*>(.*?)(?:</thought\s*>|(?=<action\s*>|<tool_name\s*>)|\Z)", re.I | re.S
+)
+_ACTION_OPEN = re.compile(r"<action\s*>|(?=<tool_name\s*>)", re.I)  # tolerate a lost <ACTION>
+_ACTION_TAG = re.compile(r"<action\s*>", re.I)
+_ACTION_CLOSE = re.compile(r"</action\s*>", re.I)
+_OBSERVATION = re.compile(r"<observation\b", re.I)
+_NAME = re.compile(r"<(?:tool_name|tool-name|name)\s*>([^<]*)", re.I)
+_PARAMS_OPEN = re.compile(r"<(parameters|params|arguments|args)\s*(/?)>", re.I)
+_CHILD_OPEN = re.compile(r"\s*<(\w+)\s*>")
+
+
+def _child_elements(body: str) -> dict[str, Any]:
+    """`<parameters><path>a.py</path></parameters>`: some models write XML, not JSON."""
+    children: dict[str, Any] = {}
+    pos = 0
+    while tag := _CHILD_OPEN.match(body, pos):
+        close = body.find(f"</{tag.group(1)}>", tag.end())
+        if close < 0:
+            return {}
+        children[tag.group(1)] = body[tag.end() : close]
+        pos = close + len(tag.group(1)) + 3
+    return children if not body[pos:].strip() else {}
+
+
+class XmlFormat(ActionFormat):
+    """The default: the seed's XML contract, parsed as leniently as real replies need."""
+
+    name = "xml"
+
+    def prompt_section(self, tools: Sequence[ToolSpec]) -> str:
+        return f"{_tool_list(tools, _xml_tool)}\n\n{_XML_RULES}{_XML_EXAMPLE}"
+
+    def parse(self, response: LlmResponse) -> ParsedResponse:
+        text = response.text
+        if not text.strip():
+            raise ParseError("Your reply was empty. Answer with a <THOUGHT> and one <ACTION>.")
+        thought_m, first = _THOUGHT.search(text), _ACTION_OPEN.search(text)
+        thought, start = "", 0
+        if thought_m and (first is None or thought_m.start() < first.start()):
+            thought, start = thought_m.group(1).strip(), thought_m.end()
+        action_m = _ACTION_OPEN.search(text, start)
+        observation = _OBSERVATION.search(text, start)
+        if observation and (action_m is None or observation.start() < action_m.start()):
+            raise ParseError(
+                "Your reply contains an <OBSERVATION> you wrote yourself, with no <ACTION> "
+                "before it. Never write observations: send one <ACTION>, then stop and wait."
+            )
+        if action_m is None:
+            raise ParseError(
+                "No <ACTION> block found in your reply. Every reply needs exactly one <ACTION> "
+                "with a <tool_name> and <parameters>; call task_complete when you are done."
+            )
+        action, end = self._action(text, action_m.end(), response.stop_reason)
+        observation = _OBSERVATION.search(text, end)
+        stop = observation.start() if observation else len(text)
+        dropped = len(_ACTION_TAG.findall(text, end, stop))
+        return ParsedResponse(thought, (action,), dropped_actions=dropped)
+
+    def _action(self, text: str, start: int, stop_reason: str) -> tuple[Action, int]:
+        """The ACTION whose body starts at `start`, and the index where it ends."""
+        close = _ACTION_CLOSE.search(text, start)
+        limit = close.start() if close else len(text)  # a later ACTION's tags are not ours
+        params_m = _PARAMS_OPEN.search(text, start, limit)
+        name_m = _NAME.search(text, start, params_m.start() if params_m else limit)
+        parameters, end = ({}, start)
+        if params_m:
+            parameters, end = self._parameters(text, params_m, stop_reason)
+        if name_m is None:  # the tool name may follow the parameters
+            close = _ACTION_CLOSE.search(text, end)
+            name_m = _NAME.search(text, end, close.start() if close else len(text))
+        name = _clean_name(name_m.group(1)) if name_m else ""
+        if not name:
+            if _ACTION_CLOSE.search(text, start) is None:
+                raise _cut_off("its <tool_name>", stop_reason)
+            raise ParseError(
+                "Your <ACTION> has no <tool_name>. Name the tool inside it: "
+                "<tool_name>read_file</tool_name>."
+            )
+        end = max(end, name_m.end()) if name_m else end
+        close = _ACTION_CLOSE.search(text, end)
+        return Action(name, parameters), close.end() if close else end
+
+    def _parameters(self, text: str, tag: re.Match[str], stop_reason: str) -> tuple[Params, int]:
+        """Decode a <parameters> body, finding its end string-aware rather than by tag."""
+        if tag.group(2):  # <parameters/>
+            return {}, tag.end()
+        pos = _skip_lead(text, tag.end())
+        if text.startswith("<![CDATA[", pos):
+            end = text.find("]]>", pos)
+            if end < 0:
+                raise _cut_off("its <parameters>", stop_reason)
+            return _decode_object(text[pos + 9 : end], _XML_WHERE), end + 3
+        candidates = []  # (body start, body end, resume at)
+        json_end = _json_end(text, pos) if text[pos : pos + 1] in ("{", "[") else None
+        if json_end:
+            candidates.append((pos, json_end, json_end))
+        closing = re.compile(rf"</{tag.group(1)}\s*>", re.I).search(text, tag.end())
+        if closing:
+            candidates.append((tag.end(), closing.start(), closing.end()))
+        if not candidates:
+            raise _cut_off("its <parameters>", stop_reason)
+        error: ParseError | None = None
+        for begin, stop, resume in candidates:
+            body = text[begin:stop]
+            children = _child_elements(body)
+            if children:
+                return children, resume
+            try:
+                return _decode_object(body, _XML_WHERE), resume
+            except ParseError as exc:
+                error = error or exc
+        raise error  # type: ignore[misc]
+
+    def observation_message(self, observations: Sequence[Observation]) -> Message:
+        if len(observations) == 1:
+            return Message("user", f"<OBSERVATION>\n{observations[0].content}\n</OBSERVATION>")
+        blocks = (
+            f'<OBSERVATION tool="{o.action.tool_name}">\n{o.content}\n</OBSERVATION>'
+            for o in observations
+        )
+        return Message("user", "\n".join(blocks))
+
+    def error_message(self, error: ParseError) -> Message:
+        return Message(
+            "user",
+            f"<OBSERVATION>\nYour reply could not be parsed: {error}\n</OBSERVATION>\n"
+            f"Reply with a <THOUGHT> and exactly one <ACTION>, like this:\n{_XML_EXAMPLE}",
+        )
+
+
+# --- ReAct text: Thought: / Action: / Action Input: / Final Answer: -----------------------
+
+_REACT_WHERE = "The `Action Input` parameters"
+_REACT_EXAMPLE = """Thought: I need to see how the app starts before changing it.
+Action: read_file
+Action Input: {"path": "src/app.py"}"""
+_REACT_RULES = """Response format:
+Reply in this plain-text format, one action per reply:
+Thought: what you think and plan next
+Action: the tool name, exactly as listed above
+Action Input: the tool's parameters as one JSON object ({} if it takes none)
+Then stop. The system runs the tool and answers with "Observation: ..."; never write an
+Observation yourself. When the task is done, reply instead with:
+Thought: why the task is done
+Final Answer: the result for the user
+
+Example of a valid reply:
+"""
+# A label at the start of a line, tolerating markdown: **Action:**, ### Thought:, - Action:
+_REACT_LABEL = re.compile(
+    r"^[ \t>*_#`-]*(thought|action[ \t_]*input|action|final[ \t_]*answer|observation)"
+    r"[ \t*_`]*:[ \t*`]*",
+    re.I | re.M,
+)
+
+
+def _kind(label: re.Match[str]) -> str:
+    """'thought', 'actioninput', 'action', 'finalanswer' or 'observation'."""
+    return re.sub(r"[ \t_]", "", label.group(1)).lower()
+
+
+def _single_param(tool: ToolSpec) -> str | None:
+    """The parameter a plain-text Action Input means, when the tool has an obvious one."""
+    schema = tool.get("parameters") or {}
+    required, properties = schema.get("required") or [], list(schema.get("properties") or {})
+    if len(required) == 1:
+        return str(required[0])
+    return properties[0] if len(properties) == 1 else None
+
+
+class ReactFormat(ActionFormat):
+    """The classic ReAct text format, for models that drift out of XML."""
+
+    name = "react"
+
+    def __init__(self) -> None:
+        self._single_params: dict[str, str] = {"task_complete": "result"}
+
+    def prompt_section(self, tools: Sequence[ToolSpec]) -> str:
+        for tool in tools:
+            param = _single_param(tool)
+            if param:
+                self._single_params[tool["name"]] = param
+        return f"{_tool_list(tools, _react_tool)}\n\n{_REACT_RULES}{_REACT_EXAMPLE}"
+
+    def parse(self, response: LlmResponse) -> ParsedResponse:
+        text = response.text
+        if not text.strip():
+            raise ParseError("Your reply was empty. Answer with Thought, Action, Action Input.")
+        labels = list(_REACT_LABEL.finditer(text))
+        first = next((m for m in labels if _kind(m) != "thought"), None)
+        if first is None or _kind(first) == "actioninput":
+            raise ParseError(
+                "No `Action:` line found in your reply. Write `Action: tool_name` and "
+                "`Action Input: {JSON}` on their own lines, or `Final Answer: ...` when done."
+            )
+        if _kind(first) == "observation":
+            raise ParseError(
+                "Your reply contains an `Observation:` you wrote yourself before any Action. "
+                "Never write observations: send one Action, then stop and wait."
+            )
+        thought = self._thought(text, labels, first.start())
+        if _kind(first) == "finalanswer":
+            answer = text[first.end() :].strip()
+            if not answer:
+                raise ParseError("Your `Final Answer:` is empty; write the result after it.")
+            return ParsedResponse(thought, (Action("task_complete", {"result": answer}),))
+        action, end = self._action(text, first, response.stop_reason)
+        return ParsedResponse(thought, (action,), dropped_actions=self._dropped(labels, end))
+
+    @staticmethod
+    def _thought(text: str, labels: list[re.Match[str]], before: int) -> str:
+        """The `Thought:` text, or the prose before the action when there is no label."""
+        for i, label in enumerate(labels):
+            if label.start() >= before:
+                break
+            if _kind(label) == "thought":
+                end = labels[i + 1].start() if i + 1 < len(labels) else len(text)
+                return text[label.end() : end].strip()
+        return text[:before].strip()
+
+    def _action(self, text: str, label: re.Match[str], stop_reason: str) -> tuple[Action, int]:
+        following = _REACT_LABEL.search(text, label.end())
+        name_end = following.start() if following else len(text)
+        lines = text[label.end() : name_end].strip().splitlines()
+        tool = _clean_name(lines[0]) if lines else ""
+        if not tool:
+            raise ParseError("Your `Action:` line has no tool name, e.g. `Action: read_file`.")
+        if following is None or _kind(following) != "actioninput":
+            return Action(tool, {}), name_end
+        parameters, end = self._input(text, following.end(), tool, stop_reason)
+        return Action(tool, parameters), end
+
+    def _input(self, text: str, pos: int, tool: str, stop_reason: str) -> tuple[Params, int]:
+        """Decode the Action Input at `pos`: a JSON object, or plain text for one parameter."""
+        pos = _skip_lead(text, pos)
+        following = _REACT_LABEL.search(text, pos)
+        if text[pos : pos + 1] in ("{", "["):
+            end = _json_end(text, pos)
+            if end is None:  # unbalanced: up to the next label, or the reply was cut off
+                if following is None:
+                    raise _cut_off("its Action Input JSON", stop_reason)
+                end = following.start()
+            return _decode_object(text[pos:end], _REACT_WHERE), end
+        end = following.start() if following else len(text)
+        raw = text[pos:end].strip().removesuffix("```").strip()
+        if not raw:
+            return {}, end
+        param = self._single_params.get(tool)
+        if param is None:
+            raise ParseError(
+                f"`Action Input` for {tool} must be a JSON object with its parameters, such "
+                f'as {{"path": "src/app.py"}}; got plain text {_excerpt(raw, 0)}.'
+            )
+        if len(raw) > 1 and raw[0] == raw[-1] and raw[0] in "\"'`":
+            raw = raw[1:-1]
+        return {param: raw}, end
+
+    @staticmethod
+    def _dropped(labels: list[re.Match[str]], end: int) -> int:
+        """Further actions (or a final answer) written before any hallucinated Observation."""
+        count = 0
+        for label in (m for m in labels if m.start() >= end):
+            if _kind(label) == "observation":
+                break
+            count += _kind(label) in ("action", "finalanswer")
+        return count
+
+    def observation_message(self, observations: Sequence[Observation]) -> Message:
+        if len(observations) == 1:
+            return Message("user", f"Observation: {observations[0].content}")
+        blocks = (f"Observation ({o.action.tool_name}): {o.content}" for o in observations)
+        return Message("user", "\n\n".join(blocks))
+
+    def error_message(self, error: ParseError) -> Message:
+        return Message(
+            "user",
+            f"Observation: Your reply could not be parsed: {error}\n"
+            f"Use this format (or `Final Answer: ...` when done):\n{_REACT_EXAMPLE}",
+        )
+
+
+# --- Native tool calling ------------------------------------------------------------------
+
+
+class NativeFormat(ActionFormat):
+    """The provider's own function calling: no text protocol to get wrong."""
+
+    name = "native"
+    native_tools = True
+
+    def prompt_section(self, tools: Sequence[ToolSpec]) -> str:
+        names = ", ".join(t["name"] for t in tools)
+        return (
+            f"Available Tools: {names}\n"
+            "Use them through function calling (tool calls), not by writing calls as text. "
+            "Explain your reasoning briefly before calling. When the task is done, call "
+            "task_complete with the result."
+        )
+
+    def parse(self, response: LlmResponse) -> ParsedResponse:
+        if not response.tool_calls:
+            raise ParseError(
+                "Your reply did not call any tool. Call a tool to make progress, or call "
+                "task_complete with the result when the task is done."
+            )
+        actions = tuple(
+            Action(call.name, self._arguments(call.name, call.arguments), call.id)
+            for call in response.tool_calls
+        )
+        return ParsedResponse(response.text.strip(), actions)
+
+    @staticmethod
+    def _arguments(tool: str, arguments: Any) -> dict[str, Any]:
+        """Some providers hand arguments over as a JSON string rather than a dict."""
+        where = f"The arguments of your {tool} call"
+        if isinstance(arguments, str):
+            return _decode_object(arguments, where)
+        return _require_object(arguments, where)
+
+    def observation_message(self, observations: Sequence[Observation]) -> Message:
+        results = tuple(
+            ToolResult(o.action.call_id, o.action.tool_name, o.content, o.is_error)
+            for o in observations
+        )
+        return Message("user", "", tool_results=results)
+
+    def error_message(self, error: ParseError) -> Message:
+        return Message("user", str(error))

@@ -1,46 +1,1043 @@
-"""Repository tools: every path is confined to the repository root."""
+"""Repository tools: every path is confined to the repository root.
+
+Each tool method returns the observation text for the LLM or raises ToolError with a message the
+LLM can act on. Listing and searching share one walk with one set of ignore rules, so every
+search backend (rg, grep, Python) sees exactly the same files and gives the same answer.
+"""
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import difflib
+import fnmatch
+import inspect
+import itertools
+import logging
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import threading
+import time
+import typing
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import pathspec
+
+logger = logging.getLogger(__name__)
+
+NOISE_DIRS = frozenset(
+    {
+        "node_modules", "__pycache__", "venv", ".venv", "build", "dist", "target", ".git", ".hg",
+        ".svn", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox", ".eggs",
+        "htmlcov", "bower_components", ".next", ".gradle", ".idea", ".vscode",
+    }
+)  # fmt: skip
+LIST_LIMIT = 400
+READ_MAX_LINES = 400
+READ_MAX_CHARS = 40_000
+READ_MAX_LINE_CHARS = 4_000
+SEARCH_MAX_MATCHES = 100
+SEARCH_LINE_CHARS = 200
+SEARCH_TIMEOUT = 60
+SEARCH_BACKENDS = ("rg", "grep", "python")
+COMMAND_MAX_TIMEOUT = 600
+OUTPUT_HEAD_BYTES = 8_000
+OUTPUT_TAIL_BYTES = 8_000
+BINARY_SNIFF_BYTES = 8192
+
+_Specs = tuple[tuple[str, pathspec.GitIgnoreSpec], ...]
+Match = tuple[str, int, str]  # (repo-relative path, line number, line text)
 
 
 class ToolError(Exception):
     """A tool could not do what was asked; the message becomes the LLM's observation."""
 
 
+class _BackendFailed(Exception):
+    """A search backend could not run this search; the next one may."""
+
+
 class CodeRepositoryTools:
-    def __init__(self, repo_path: str | Path = ".", *, allow_commands: bool = False):
+    """The local tools the agent may call, all confined to `repo_path`."""
+
+    def __init__(
+        self,
+        repo_path: str | Path = ".",
+        *,
+        allow_commands: bool = False,
+        search_backend: str = "auto",
+    ):
+        if search_backend not in ("auto", *SEARCH_BACKENDS):
+            raise ValueError(f"search_backend must be auto, rg, grep or python: {search_backend}")
         self.repo_path = Path(repo_path).resolve()
         self.allow_commands = allow_commands
+        self.search_backend = search_backend
 
-    def execute(self, name: str, parameters: dict[str, Any]) -> str:
+    # ----------------------------------------------------------------------------- dispatch
+    def execute(self, name: str, parameters: dict[str, Any] | None) -> str:
         """Run local tool `name`; bad parameters and failures raise ToolError."""
-        raise NotImplementedError
+        if name == "run_command" and not self.allow_commands:
+            raise ToolError(_COMMANDS_DISABLED)
+        if name not in _tool_names(self.allow_commands):
+            names = ", ".join(_tool_names(self.allow_commands))
+            raise ToolError(f"Unknown tool '{name}'. Local tools: {names}.")
+        method = getattr(self, name)
+        kwargs = _bind_parameters(name, method, parameters)
+        logger.info("tool %s %s", name, _preview(kwargs))
+        try:
+            result = method(**kwargs)
+        except ToolError as exc:
+            logger.info("tool %s failed: %s", name, str(exc).partition("\n")[0])
+            raise
+        except OSError as exc:
+            logger.debug("tool %s raised", name, exc_info=True)
+            raise ToolError(f"{name} failed: {exc.strerror or exc}") from exc
+        logger.info("tool %s succeeded (%d chars)", name, len(result))
+        return result
 
+    # ----------------------------------------------------------------------------- tools
     def list_files(self, path: str = ".") -> str:
-        raise NotImplementedError
+        """List files and folders under `path`, summarised when too many to read."""
+        top = self._resolve(path)
+        if not top.exists():
+            raise self._not_found(path, top)
+        if not top.is_dir():
+            raise ToolError(f"{self._rel(top)} is a file; use read_file or get_file_info on it.")
+        explicit = self._ancestor_rules(top)[1]
+        entries = sorted(self._walk(top), key=lambda e: e[0].split("/"))
+        n_dirs = sum(is_dir for _, is_dir in entries)
+        logger.info("listed %s: %d files, %d dirs", self._rel(top), len(entries) - n_dirs, n_dirs)
+        where = "Repository root" if top == self.repo_path else self._rel(top)
+        header = f"{where}: {len(entries) - n_dirs} files, {n_dirs} directories"
+        if explicit:
+            header += " (this folder is normally ignored; listed because it was asked for)"
+        if not entries:
+            return f"{header}. Nothing to list (empty, or everything in it is ignored)."
+        if len(entries) <= LIST_LIMIT:
+            return "\n".join([header + ":", *(rel + "/" * d for rel, d in entries)])
+        return "\n".join([header + ".", *_summarise(entries, self._rel(top))])
 
-    def read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        raise NotImplementedError
+    def read_file(
+        self, path: str, start_line: int | None = None, end_line: int | None = None
+    ) -> str:
+        """Show numbered lines, capped per call, with a note saying where to continue."""
+        start = 1 if start_line is None else start_line
+        if start < 1:
+            raise ToolError("start_line must be 1 or more (lines are numbered from 1).")
+        if end_line is not None and end_line < start:
+            raise ToolError(f"end_line ({end_line}) is before start_line ({start}).")
+        target = self._existing_file(path)
+        rel = self._rel(target)
+        shown, total, next_line, lossy = _read_window(target, start, end_line)
+        logger.info("read %s: %d of %d lines from line %d", rel, len(shown), total, start)
+        if total == 0:
+            return f"{rel} is empty (0 lines)."
+        if start > total:
+            raise ToolError(f"start_line {start} is past the end of {rel} ({total} lines).")
+        last = shown[-1][0]
+        out = [f"{rel} (lines {start}-{last} of {total}):", *_number(shown)]
+        if next_line is not None:
+            out.append(
+                f"[Shown lines {start}-{last} of {total} (a call returns at most "
+                f"{READ_MAX_LINES} lines / {READ_MAX_CHARS:,} chars). To read on, call "
+                f"read_file with start_line={next_line}.]"
+            )
+        elif end_line is not None and end_line > total:
+            out.append(f"[end_line {end_line} is past the end: {rel} has {total} lines.]")
+        if lossy:
+            out.append("[Note: some bytes are not valid UTF-8; they are shown as \ufffd.]")
+        return "\n".join(out)
 
     def write_file(self, path: str, content: str) -> str:
-        raise NotImplementedError
+        """Create or replace a whole file, atomically."""
+        target = self._writable(path)
+        rel = self._rel(target)
+        old_size = target.stat().st_size if target.exists() else None
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ToolError(f"content cannot be written as UTF-8: {exc.reason}") from exc
+        _atomic_write(target, data)
+        lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+        logger.info("wrote %s: %d bytes, %d lines", rel, len(data), lines)
+        done = f"Wrote {rel}: {len(data):,} bytes, {lines} lines"
+        if old_size is None:
+            return f"{done} (created)."
+        return f"{done} (overwrote the previous {old_size:,} bytes)."
 
     def edit_file(self, path: str, old_str: str, new_str: str) -> str:
-        raise NotImplementedError
+        """Replace the one occurrence of old_str; anything else leaves the file untouched."""
+        if not old_str:
+            raise ToolError("old_str is empty; to write a whole file use write_file.")
+        if old_str == new_str:
+            raise ToolError("old_str and new_str are identical; nothing would change.")
+        target = self._writable(path)
+        rel = self._rel(target)
+        if not target.is_file():
+            raise self._not_found(path, target)
+        data = target.read_bytes()
+        if b"\0" in data[:BINARY_SNIFF_BYTES]:
+            raise ToolError(f"{rel} is a binary file; edit_file only edits text.")
+        text = data.decode("utf-8", "surrogateescape")  # undecodable bytes survive the round trip
+        crlf = "\r\n" in text and "\r" not in old_str and text.count("\r\n") == text.count("\n")
+        if crlf:  # the LLM sees and sends "\n"; keep the file's own line endings
+            text, new_str = text.replace("\r\n", "\n"), new_str.replace("\r\n", "\n")
+        positions = _find_all(text, old_str)
+        if not positions:
+            raise ToolError(_no_match_message(rel, text, old_str))
+        if len(positions) > 1:
+            lines = ", ".join(str(text.count("\n", 0, p) + 1) for p in positions[:20])
+            raise ToolError(
+                f"old_str occurs {len(positions)} times in {rel} (starting at lines {lines}); "
+                "it must match exactly once. Add surrounding lines to old_str to make it unique."
+            )
+        pos = positions[0]
+        new_text = text[:pos] + new_str + text[pos + len(old_str) :]
+        disk_text = new_text.replace("\n", "\r\n") if crlf else new_text
+        _atomic_write(target, disk_text.encode("utf-8", "surrogateescape"))
+        first = new_text.count("\n", 0, pos) + 1
+        last = first + new_str.count("\n")
+        logger.info("edited %s at line %d (%d bytes)", rel, first, len(disk_text))
+        return f"Edited {rel} (line {first}). It now reads:\n" + _snippet(new_text, first, last)
 
-    def search_in_files(self, pattern: str, path: str = ".", file_pattern: str | None = None) -> str:
-        raise NotImplementedError
+    def search_in_files(
+        self, pattern: str, path: str = ".", file_pattern: str | None = None
+    ) -> str:
+        """Case-insensitive regex search over the same files list_files shows."""
+        if not pattern:
+            raise ToolError("pattern is empty.")
+        if "\n" in pattern or "\r" in pattern:
+            raise ToolError("pattern must fit on one line: the search matches line by line.")
+        literal, note = False, ""
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            literal = True
+            note = f" (not a valid regex: {exc}; searched for the literal text instead)"
+        top = self._resolve(path)
+        if not top.exists():
+            raise self._not_found(path, top)
+        files = self._search_candidates(top, file_pattern)
+        started = time.perf_counter()
+        matches, backend = self._run_search(pattern, literal, files)
+        logger.info(
+            "searched %r in %s: %d files, %d matching lines, %s backend, %.3fs",
+            pattern,
+            self._rel(top),
+            len(files),
+            len(matches),
+            backend,
+            time.perf_counter() - started,
+        )
+        return _format_matches(repr(pattern) + note, self._rel(top), len(files), matches)
 
     def get_file_info(self, path: str) -> str:
-        raise NotImplementedError
+        """Metadata to decide how to read a file: size, lines, kind, language, mtime, mode."""
+        target = self._resolve(path)
+        if not target.exists():
+            raise self._not_found(path, target)
+        st = target.stat()
+        mtime = datetime.fromtimestamp(st.st_mtime, tz=timezone.utc).isoformat(timespec="seconds")
+        info = [f"path: {self._rel(target)}"]
+        if target.is_dir():
+            with os.scandir(target) as scan:
+                children = list(scan)
+            n_dirs = sum(e.is_dir(follow_symlinks=False) for e in children)
+            info += [
+                "type: directory",
+                f"entries: {len(children)} ({len(children) - n_dirs} files, {n_dirs} "
+                "directories, hidden and ignored ones included)",
+            ]
+        else:
+            info += _file_kind(target)
+            info.append(f"size: {st.st_size:,} bytes")
+        info += [
+            f"modified: {mtime}",
+            f"permissions: {stat.filemode(st.st_mode)} ({stat.S_IMODE(st.st_mode):04o})",
+        ]
+        return "\n".join(info)
 
     def run_command(self, command: str, timeout: int = 60) -> str:
-        raise NotImplementedError
+        """Run a shell command in the repo root; its whole process group dies on timeout."""
+        if not self.allow_commands:
+            raise ToolError(_COMMANDS_DISABLED)
+        if not command.strip():
+            raise ToolError("command is empty.")
+        if not 1 <= timeout <= COMMAND_MAX_TIMEOUT:
+            raise ToolError(f"timeout must be between 1 and {COMMAND_MAX_TIMEOUT} seconds.")
+        started = time.perf_counter()
+        code, output, timed_out = _run_shell(command, self.repo_path, timeout)
+        elapsed = time.perf_counter() - started
+        logger.info("command %r: exit %s after %.1fs", command, code, elapsed)
+        if timed_out:
+            raise ToolError(
+                f"Command timed out after {timeout}s and was killed with its child processes. "
+                "It cannot read input (stdin is closed); pass a larger timeout (max "
+                f"{COMMAND_MAX_TIMEOUT}) if it just needs longer.\nOutput so far:\n{output}"
+            )
+        status = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+        return f"$ {command}\n[{status}, {elapsed:.1f}s]\n{output or '(no output)'}"
+
+    # ----------------------------------------------------------------------------- paths
+    def _resolve(self, path: str) -> Path:
+        """The real path for `path`, refused unless it stays inside the repository."""
+        if "\0" in path:
+            raise ToolError("path contains a NUL character.")
+        raw = Path(path.strip() or ".")
+        candidate = raw if raw.is_absolute() else self.repo_path / raw
+        try:
+            resolved = candidate.resolve()
+        except (OSError, RuntimeError) as exc:  # symlink loops
+            raise ToolError(f"Cannot resolve {path}: {exc}") from exc
+        if resolved.is_relative_to(self.repo_path):
+            return resolved
+        if not Path(os.path.normpath(candidate)).is_relative_to(self.repo_path):
+            raise ToolError(
+                f"{path} is outside the repository ({self.repo_path}); "
+                "use a path relative to the repository root."
+            )
+        raise ToolError(f"{path} leads outside the repository through a symlink; refused.")
+
+    def _rel(self, resolved: Path) -> str:
+        return resolved.relative_to(self.repo_path).as_posix() or "."
+
+    def _existing_file(self, path: str) -> Path:
+        target = self._resolve(path)
+        try:
+            mode = target.stat().st_mode
+        except FileNotFoundError:
+            raise self._not_found(path, target) from None
+        rel = self._rel(target)
+        if stat.S_ISDIR(mode):
+            raise ToolError(f"{rel} is a directory; use list_files(path={rel!r}) to see inside.")
+        if not stat.S_ISREG(mode):
+            raise ToolError(f"{rel} is not a regular file (a device, socket or pipe).")
+        return target
+
+    def _writable(self, path: str) -> Path:
+        target = self._resolve(path)
+        if ".git" in target.relative_to(self.repo_path).parts:
+            raise ToolError("Refusing to write inside .git/; git's own files are off limits.")
+        if target.is_dir():
+            raise ToolError(f"{self._rel(target)} is a directory; give a file path.")
+        return target
+
+    def _not_found(self, path: str, target: Path) -> ToolError:
+        """A not-found error naming the closest existing paths, since LLMs often guess paths."""
+        wanted = self._rel(target)
+        walked = itertools.islice(self._walk(self.repo_path), 20_000)
+        known = [rel for rel, is_dir in walked if not is_dir]
+        same_name = [rel for rel in known if rel.rsplit("/", 1)[-1] == target.name]
+        close = same_name[:5] or difflib.get_close_matches(wanted, known, n=3, cutoff=0.6)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        return ToolError(f"No such file or directory: {path}.{hint} Use list_files to look around.")
+
+    # ----------------------------------------------------------------------------- walking
+    def _walk(self, top: Path) -> Iterator[tuple[str, bool]]:
+        """Yield (repo-relative path, is_dir) under `top`, skipping what git and humans ignore.
+
+        Directory symlinks are never followed; file symlinks are kept only when they resolve
+        inside the repository, so nothing outside is ever listed or searched.
+        """
+        specs, explicit = self._ancestor_rules(top)
+        stack = [(str(top), "" if top == self.repo_path else self._rel(top), specs)]
+        while stack:
+            directory, rel_dir, specs = stack.pop()
+            try:
+                with os.scandir(directory) as scan:
+                    entries = list(scan)
+            except OSError as exc:
+                logger.debug("cannot scan %s: %s", directory, exc)
+                continue
+            if not explicit and any(e.name == ".gitignore" for e in entries):
+                specs = _with_gitignore(specs, rel_dir, Path(directory, ".gitignore"))
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
+                    continue
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if entry.is_symlink():
+                    if not self._is_inner_file_link(entry.path):
+                        continue
+                    is_dir = False
+                if (is_dir and _is_noise_dir(name, entry.path)) or name.endswith((".pyc", ".pyo")):
+                    continue
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                if specs and _gitignored(rel, is_dir, specs):
+                    continue
+                yield rel, is_dir
+                if is_dir:
+                    stack.append((entry.path, rel, specs))
+
+    def _ancestor_rules(self, top: Path) -> tuple[_Specs, bool]:
+        """Ignore rules in force at `top`, and whether `top` itself is ignored (asked for
+        explicitly, in which case nothing below it is filtered by gitignore)."""
+        specs: _Specs = _with_gitignore((), "", self.repo_path / ".git" / "info" / "exclude")
+        directory, rel_dir = self.repo_path, ""
+        for part in top.relative_to(self.repo_path).parts:
+            specs = _with_gitignore(specs, rel_dir, directory / ".gitignore")
+            directory, rel_dir = directory / part, f"{rel_dir}/{part}" if rel_dir else part
+            if (
+                part.startswith(".")
+                or _is_noise_dir(part, str(directory))
+                or _gitignored(rel_dir, True, specs)
+            ):
+                return (), True
+        return specs, False
+
+    def _is_inner_file_link(self, link: str) -> bool:
+        try:
+            target = Path(link).resolve()
+        except (OSError, RuntimeError):
+            return False
+        return target.is_relative_to(self.repo_path) and target.is_file()
+
+    # ----------------------------------------------------------------------------- search
+    def _search_candidates(self, top: Path, file_pattern: str | None) -> list[str]:
+        if top.is_file():
+            return [self._rel(top)]
+        wanted = _glob_matcher(file_pattern) if file_pattern else None
+        return [
+            rel for rel, is_dir in self._walk(top) if not is_dir and (wanted is None or wanted(rel))
+        ]
+
+    def _run_search(self, pattern: str, literal: bool, files: list[str]) -> tuple[list[Match], str]:
+        """Search with the forced backend, or the first one that works (rg, grep, Python)."""
+        if self.search_backend != "auto":
+            chain = [self.search_backend]
+        else:
+            chain = ["rg"] if shutil.which("rg") else []
+            chain += ["grep"] if platform.system() != "Windows" else []
+            chain.append("python")
+        for backend in chain:
+            try:
+                found = self._search_with(backend, pattern, literal, files)
+            except subprocess.TimeoutExpired as exc:
+                raise ToolError(
+                    f"The search took longer than {SEARCH_TIMEOUT}s; narrow it with path or "
+                    "file_pattern."
+                ) from exc
+            except (_BackendFailed, OSError, subprocess.SubprocessError) as exc:
+                if self.search_backend != "auto":
+                    raise ToolError(f"{backend} could not run this search: {exc}") from exc
+                logger.warning("search backend %s failed (%s); trying the next one", backend, exc)
+                continue
+            return self._drop_binary(found), backend
+        raise AssertionError("the python backend never fails")
+
+    def _search_with(
+        self, backend: str, pattern: str, literal: bool, files: list[str]
+    ) -> list[Match]:
+        if not files:
+            return []
+        if backend == "python":
+            rx = re.escape(pattern) if literal else pattern
+            return _search_python(self.repo_path, rx, files)
+        # -a everywhere: binary files are judged afterwards, the same way for every backend.
+        if backend == "grep":
+            cmd = ["grep", "-HnaZsi", "-F" if literal else "-P"]
+            workers = os.cpu_count() or 1
+        else:
+            cmd = ["rg", "--no-config", "--no-messages", "-Hnai", "--null", "--no-heading"]
+            cmd += ["--color", "never", "--encoding", "none", *(["-F"] if literal else [])]
+            workers = 1  # rg is multi-threaded itself
+        cmd += ["-e", pattern, "--"]
+        env = {**os.environ, "LC_ALL": "C.UTF-8"}
+        batches = _batches(files, workers * 4 if workers > 1 else 1)
+        with ThreadPoolExecutor(max_workers=min(workers, len(batches))) as pool:
+            outputs = list(pool.map(lambda b: _run_batch(cmd + b, self.repo_path, env), batches))
+        return [m for out in outputs for m in _parse_grep_output(out)]
+
+    def _drop_binary(self, matches: list[Match]) -> list[Match]:
+        binary: dict[str, bool] = {}
+        for rel, _, _ in matches:
+            if rel not in binary:
+                binary[rel] = _is_binary(self.repo_path / rel)
+        return sorted((m for m in matches if not binary[m[0]]), key=lambda m: (m[0], m[1]))
+
+
+# --------------------------------------------------------------------------------- ignoring
+def _with_gitignore(specs: _Specs, rel_dir: str, file: Path) -> _Specs:
+    try:
+        lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return specs
+    return (*specs, (rel_dir, pathspec.GitIgnoreSpec.from_lines(lines)))
+
+
+def _gitignored(rel: str, is_dir: bool, specs: _Specs) -> bool:
+    """Git's rule: the deepest .gitignore with a matching pattern decides; its last match wins."""
+    for base, spec in reversed(specs):
+        sub = rel[len(base) + 1 :] if base else rel
+        verdict = spec.check_file(sub + "/" if is_dir else sub).include
+        if verdict is not None:
+            return verdict
+    return False
+
+
+def _is_noise_dir(name: str, path: str) -> bool:
+    return (
+        name in NOISE_DIRS
+        or name.endswith(".egg-info")
+        or os.path.exists(os.path.join(path, "pyvenv.cfg"))  # a virtualenv, whatever its name
+    )
+
+
+def _glob_matcher(file_pattern: str) -> Callable[[str], bool]:
+    """Globs like `*.py`, `*.{js,ts}`, `*.md, *.txt` or `src/**/*.py`, case-insensitive.
+
+    A glob without "/" matches the file name; one with "/" matches the repository path.
+    """
+    globs = [g for part in _split_commas(file_pattern) for g in _expand_braces(part.strip()) if g]
+    if not globs:
+        raise ToolError("file_pattern is empty.")
+    globs += [g.replace("**/", "") for g in globs if "**/" in g]
+    by_name = [fnmatch.translate(g) for g in globs if "/" not in g]
+    by_path = [fnmatch.translate(g.lstrip("./")) for g in globs if "/" in g]
+    name_rx = re.compile("|".join(by_name) or "(?!)", re.IGNORECASE)
+    path_rx = re.compile("|".join(by_path) or "(?!)", re.IGNORECASE)
+    return lambda rel: bool(name_rx.match(rel.rsplit("/", 1)[-1]) or path_rx.match(rel))
+
+
+def _split_commas(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [*parts, current]
+
+
+def _expand_braces(glob: str) -> list[str]:
+    match = re.search(r"\{([^{}]*)\}", glob)
+    if not match:
+        return [glob]
+    head, tail = glob[: match.start()], glob[match.end() :]
+    return [g for alt in match.group(1).split(",") for g in _expand_braces(head + alt + tail)]
+
+
+# --------------------------------------------------------------------------------- search
+def _search_python(repo: Path, regex: str, files: list[str]) -> list[Match]:
+    """The portable backend: a whole-file pre-check, then line by line like grep."""
+    line_rx = re.compile(regex, re.IGNORECASE)
+    # A line match is also a multiline match at the same place, except with \A and \Z.
+    whole_rx = None if re.search(r"\\[AZ]", regex) else re.compile(regex, re.I | re.M)
+    found: list[Match] = []
+    for rel in files:
+        try:
+            data = (repo / rel).read_bytes()
+        except OSError:
+            continue
+        if b"\0" in data[:BINARY_SNIFF_BYTES]:
+            continue
+        text = data.decode("utf-8", "replace")
+        if whole_rx is not None and not whole_rx.search(text):
+            continue
+        lines = text.split("\n")
+        if text.endswith("\n"):
+            lines.pop()
+        found += [(rel, n, line) for n, line in enumerate(lines, 1) if line_rx.search(line)]
+    return found
+
+
+def _batches(files: list[str], parts: int, max_bytes: int = 100_000) -> list[list[str]]:
+    """Split the file list for parallel runs, and under the OS limit on argument length."""
+    size = max(200, -(-len(files) // parts))
+    batches: list[list[str]] = [[]]
+    used = 0
+    for rel in files:
+        cost = len(rel.encode("utf-8", "surrogateescape")) + 1
+        if batches[-1] and (len(batches[-1]) >= size or used + cost > max_bytes):
+            batches.append([])
+            used = 0
+        batches[-1].append(rel)
+        used += cost
+    return batches
+
+
+def _run_batch(cmd: list[str], cwd: Path, env: dict[str, str]) -> bytes:
+    proc = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=SEARCH_TIMEOUT,
+        check=False,
+    )
+    if proc.returncode not in (0, 1) and (proc.stderr.strip() or not proc.stdout):
+        raise _BackendFailed(proc.stderr.decode("utf-8", "replace").strip()[:300])
+    return proc.stdout
+
+
+def _parse_grep_output(output: bytes) -> Iterator[Match]:
+    """Lines are `path NUL lineno:text` (grep -Z / rg --null), robust to ':' in paths."""
+    for record in output.split(b"\n"):
+        path, sep, rest = record.partition(b"\0")
+        if not sep:
+            continue
+        number, _, text = rest.partition(b":")
+        if number.isdigit():
+            yield os.fsdecode(path), int(number), text.decode("utf-8", "replace")
+
+
+def _format_matches(what: str, where: str, n_files: int, matches: list[Match]) -> str:
+    scope = f"{n_files} files under {where}"
+    if not matches:
+        return f"No matches for {what} in {scope} (case-insensitive)."
+    n_matched_files = len({rel for rel, _, _ in matches})
+    out = [f"{len(matches)} matches in {n_matched_files} files for {what} ({scope}):"]
+    current = None
+    for rel, number, text in matches[:SEARCH_MAX_MATCHES]:
+        if rel != current:
+            out.append(rel)
+            current = rel
+        if len(text) > SEARCH_LINE_CHARS:
+            text = text[:SEARCH_LINE_CHARS] + " …"
+        out.append(f"  {number}: {text.rstrip()}")
+    if len(matches) > SEARCH_MAX_MATCHES:
+        rest = matches[SEARCH_MAX_MATCHES:]
+        more_files = len({rel for rel, _, _ in rest} - {current})
+        out.append(
+            f"[{len(rest)} more matches not shown ({more_files} more files). Narrow the search "
+            "with path, file_pattern or a more specific pattern.]"
+        )
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------- files
+def _read_window(
+    target: Path, start: int, end: int | None
+) -> tuple[list[tuple[int, str]], int, int | None, bool]:
+    """Lines start..end within the caps, the file's line count, the first line not shown
+    because of the caps, and whether any shown byte was not UTF-8. Streams: big files are fine."""
+    shown: list[tuple[int, str]] = []
+    chars, total, next_line, lossy = 0, 0, None, False
+    with target.open("rb") as f:
+        if b"\0" in f.read(BINARY_SNIFF_BYTES):
+            size = target.stat().st_size
+            raise ToolError(
+                f"{target.name} is a binary file ({size:,} bytes); read_file shows text only. "
+                "get_file_info gives its metadata."
+            )
+        f.seek(0)
+        for total, raw in enumerate(f, 1):
+            if total < start:
+                continue
+            if end is not None and total > end:
+                break
+            if len(shown) >= READ_MAX_LINES or (shown and chars + len(raw) > READ_MAX_CHARS):
+                next_line = total
+                break
+            text, bad = _decode_line(raw)
+            shown.append((total, text))
+            chars, lossy = chars + len(text), lossy or bad
+        else:
+            return shown, total, None, lossy
+        return shown, total + _count_lines(f), next_line, lossy
+
+
+def _decode_line(raw: bytes) -> tuple[str, bool]:
+    raw = raw.rstrip(b"\n").rstrip(b"\r")
+    try:
+        text, bad = raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, bad = raw.decode("utf-8", "replace"), True
+    if len(text) > READ_MAX_LINE_CHARS:
+        text = f"{text[:READ_MAX_LINE_CHARS]} … [line cut: it has {len(text):,} characters]"
+    return text, bad
+
+
+def _count_lines(f: typing.BinaryIO) -> int:
+    count, last = 0, b"\n"
+    while chunk := f.read(1 << 20):
+        count, last = count + chunk.count(b"\n"), chunk[-1:]
+    return count + (last != b"\n")
+
+
+def _number(lines: list[tuple[int, str]]) -> list[str]:
+    width = max(4, len(str(lines[-1][0])))
+    return [f"{n:>{width}} | {text}" for n, text in lines]
+
+
+def _snippet(text: str, first: int, last: int, context: int = 3, cap: int = 40) -> str:
+    lines = text.split("\n")
+    lo, hi = max(1, first - context), min(len(lines), last + context)
+    numbered = _number([(n, lines[n - 1]) for n in range(lo, hi + 1)])
+    if len(numbered) > cap:
+        gap = len(numbered) - cap
+        numbered = [*numbered[: cap // 2], f"     ... ({gap} lines)", *numbered[-cap // 2 :]]
+    return "\n".join(numbered)
+
+
+def _find_all(text: str, needle: str) -> list[int]:
+    positions, pos = [], text.find(needle)
+    while pos != -1:
+        positions.append(pos)
+        pos = text.find(needle, pos + 1)
+    return positions
+
+
+def _no_match_message(rel: str, text: str, old_str: str) -> str:
+    """Point at a match that differs only in whitespace, the usual reason an edit misses."""
+    lines = text.split("\n")
+    wanted = [" ".join(line.split()) for line in old_str.strip("\n").split("\n")]
+    squashed = [" ".join(line.split()) for line in lines]
+    for i in range(len(lines) - len(wanted) + 1):
+        if any(wanted) and squashed[i : i + len(wanted)] == wanted:
+            near = _number([(n + 1, lines[n]) for n in range(i, i + len(wanted))][:20])
+            return (
+                f"old_str was not found exactly in {rel}, but lines {i + 1}-{i + len(wanted)} "
+                "match it if whitespace is ignored (indentation, tabs or trailing spaces "
+                "differ):\n" + "\n".join(near) + "\nCopy those lines exactly into old_str."
+            )
+    return (
+        f"old_str was not found in {rel}. Use read_file to see the current text and copy "
+        "old_str from it exactly, including indentation."
+    )
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    """Temp file in the same directory + os.replace: the file is either old or new, never half
+    written, and a failure leaves no temp file behind. An existing file keeps its mode."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise ToolError(f"Cannot create folder for {target.name}: a file is in the way.") from exc
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _is_binary(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return b"\0" in f.read(BINARY_SNIFF_BYTES)
+    except OSError:
+        return True
+
+
+_LANGUAGES = {
+    ".py": "Python", ".pyi": "Python", ".js": "JavaScript", ".mjs": "JavaScript",
+    ".cjs": "JavaScript", ".jsx": "JavaScript (JSX)", ".ts": "TypeScript",
+    ".tsx": "TypeScript (TSX)", ".java": "Java", ".kt": "Kotlin", ".go": "Go", ".rs": "Rust",
+    ".c": "C", ".h": "C/C++ header", ".cc": "C++", ".cpp": "C++", ".hpp": "C++", ".cs": "C#",
+    ".rb": "Ruby", ".php": "PHP", ".swift": "Swift", ".scala": "Scala", ".sh": "Shell",
+    ".bash": "Shell", ".zsh": "Shell", ".ps1": "PowerShell", ".sql": "SQL", ".html": "HTML",
+    ".css": "CSS", ".scss": "SCSS", ".json": "JSON", ".yaml": "YAML", ".yml": "YAML",
+    ".toml": "TOML", ".ini": "INI", ".cfg": "INI", ".xml": "XML", ".md": "Markdown",
+    ".rst": "reStructuredText", ".txt": "plain text", ".csv": "CSV", ".lua": "Lua", ".r": "R",
+    ".dart": "Dart", ".ex": "Elixir", ".exs": "Elixir", ".hs": "Haskell", ".vue": "Vue",
+    ".tf": "Terraform", ".proto": "Protocol Buffers",
+    "Dockerfile": "Dockerfile", "Makefile": "Makefile", "CMakeLists.txt": "CMake",
+}  # fmt: skip
+
+
+def _file_kind(path: Path) -> list[str]:
+    """type/language/lines for a file, read in chunks so huge files cost no memory."""
+    language = _LANGUAGES.get(path.name) or _LANGUAGES.get(path.suffix.lower(), "unknown")
+    if _is_binary(path):
+        return ["type: file (binary)"]
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with path.open("rb") as f:
+        try:
+            while chunk := f.read(1 << 20):
+                decoder.decode(chunk)
+            decoder.decode(b"", final=True)
+            utf8 = True
+        except UnicodeDecodeError:
+            utf8 = False
+        f.seek(0)
+        lines = _count_lines(f)
+    encoding = "UTF-8" if utf8 else "not valid UTF-8 (read_file shows bad bytes as \ufffd)"
+    return [f"type: file (text, {encoding})", f"language: {language}", f"lines: {lines:,}"]
+
+
+def _summarise(entries: list[tuple[str, bool]], top: str) -> list[str]:
+    """Too many entries: show the deepest levels that fit, folders below with file counts."""
+    base = 0 if top == "." else top.count("/") + 1
+    depth_of = {rel: rel.count("/") + 1 - base for rel, _ in entries}
+    depth = 1
+    while sum(d <= depth + 1 for d in depth_of.values()) <= LIST_LIMIT:
+        depth += 1
+    files_below: dict[str, int] = {}
+    for rel, is_dir in entries:
+        if not is_dir and depth_of[rel] > depth:
+            folder = "/".join(rel.split("/")[: base + depth])
+            files_below[folder] = files_below.get(folder, 0) + 1
+    shown = [(rel, d) for rel, d in entries if depth_of[rel] <= depth]
+    lines = [
+        f"{rel}/  ({files_below.get(rel, 0)} files inside)"
+        if d and depth_of[rel] == depth
+        else rel + "/" * d
+        for rel, d in shown[:LIST_LIMIT]
+    ]
+    if len(shown) > LIST_LIMIT:
+        lines.append(f"... and {len(shown) - LIST_LIMIT} more entries at this level")
+    example = next((rel for rel, d in shown if d), top)
+    lines.append(
+        f"[Too many entries to list ({len(entries):,}); showing {depth} level(s) with file "
+        f"counts per folder. List a folder to see inside, e.g. list_files(path={example!r}).]"
+    )
+    return lines
+
+
+# --------------------------------------------------------------------------------- commands
+def _run_shell(command: str, cwd: Path, timeout: int) -> tuple[int, str, bool]:
+    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, and
+    the command gets its own session so a timeout kills every process it started."""
+    env = {
+        **os.environ,
+        "PAGER": "cat",
+        "GIT_PAGER": "cat",
+        "TERM": "dumb",
+        "NO_COLOR": "1",
+        "CLICOLOR": "0",
+        "GIT_TERMINAL_PROMPT": "0",
+        "DEBIAN_FRONTEND": "noninteractive",
+    }
+    proc = subprocess.Popen(
+        command,
+        shell=True,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    capture = _OutputCapture(proc.stdout)
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        proc.wait()
+    capture.join(timeout=2)
+    if capture.is_alive():  # background children still hold the pipe open
+        _kill_group(proc)
+        capture.join(timeout=2)
+    return proc.returncode, capture.text(), timed_out
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if not hasattr(os, "killpg"):
+        proc.kill()
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+class _OutputCapture(threading.Thread):
+    """Reads a pipe to the end keeping only its head and tail, so endless output is cheap."""
+
+    def __init__(self, stream: typing.BinaryIO):
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.head, self.tail = bytearray(), bytearray()
+        self.total_bytes = self.total_lines = 0
+        self.start()
+
+    def run(self) -> None:
+        fd = self.stream.fileno()
+        while chunk := os.read(fd, 65536):
+            self.total_bytes += len(chunk)
+            self.total_lines += chunk.count(b"\n")
+            room = OUTPUT_HEAD_BYTES - len(self.head)
+            self.head += chunk[:room]
+            self.tail += chunk[room:] if room > 0 else chunk
+            del self.tail[:-OUTPUT_TAIL_BYTES]
+        self.stream.close()
+
+    def text(self) -> str:
+        head, tail = bytes(self.head), bytes(self.tail)
+        dropped = self.total_bytes - len(head) - len(tail)
+        if dropped <= 0:
+            return (head + tail).decode("utf-8", "replace")
+        dropped_lines = self.total_lines - head.count(b"\n") - tail.count(b"\n")
+        return (
+            head.decode("utf-8", "replace")
+            + f"\n[... {dropped:,} bytes ({dropped_lines:,} lines) of output cut ...]\n"
+            + tail.decode("utf-8", "replace")
+        )
+
+
+# --------------------------------------------------------------------------------- schemas
+_COMMANDS_DISABLED = (
+    "run_command is disabled: shell commands are off unless the user starts the agent with "
+    "--allow-commands. Use the file tools instead."
+)
+_LOCAL_TOOLS = (
+    "list_files",
+    "read_file",
+    "write_file",
+    "edit_file",
+    "search_in_files",
+    "get_file_info",
+    "run_command",
+)
+_DESCRIPTIONS = {
+    "list_files": "List files and folders under a folder, recursively (folders end with '/'). "
+    "Skips .git, hidden files, dependency/build folders and whatever .gitignore ignores. "
+    "Large trees are summarised with file counts per folder; then list a subfolder.",
+    "read_file": "Read a text file with line numbers ('  12 | code'). Returns at most "
+    f"{READ_MAX_LINES} lines per call; use start_line/end_line for other parts.",
+    "write_file": "Create a file or replace its whole content (parent folders are created). "
+    "To change part of a file, prefer edit_file.",
+    "edit_file": "Replace exactly one occurrence of old_str with new_str in a file. old_str must "
+    "match the file exactly (whitespace included) and be unique; add context lines if needed.",
+    "search_in_files": "Search file contents with a case-insensitive regular expression, "
+    "line by line, skipping ignored and binary files. Returns matching lines with line numbers.",
+    "get_file_info": "Size, line count, text/binary, language, modification time and "
+    "permissions of a file, or the number of entries in a folder.",
+    "run_command": "Run a shell command in the repository root and return its exit code and "
+    "output (stdout and stderr). No input can be given; it is killed after `timeout` seconds.",
+}
+_PARAMETERS = {
+    "path": "Path relative to the repository root.",
+    "start_line": "First line to show, counting from 1 (default 1).",
+    "end_line": "Last line to show, inclusive (default: as many as fit).",
+    "content": "The complete new content of the file.",
+    "old_str": "The exact text to replace; must occur exactly once in the file.",
+    "new_str": "The text to put in its place.",
+    "pattern": "Regular expression (Python/PCRE syntax); invalid ones are searched literally.",
+    "file_pattern": "Only search files whose name matches this glob, e.g. '*.py' or '*.{js,ts}'.",
+    "command": "The shell command line.",
+    "timeout": f"Seconds before the command is killed (1-{COMMAND_MAX_TIMEOUT}).",
+}
+_JSON_TYPES = {str: "string", int: "integer"}
+
+
+def _tool_names(allow_commands: bool) -> tuple[str, ...]:
+    return _LOCAL_TOOLS if allow_commands else _LOCAL_TOOLS[:-1]
+
+
+def _parameter_types(method: Callable[..., str]) -> dict[str, tuple[type, inspect.Parameter]]:
+    """name -> (base type, parameter), read from the signature so schema and checks agree."""
+    hints = typing.get_type_hints(method)
+    params = inspect.signature(method).parameters
+    out = {}
+    for name, param in params.items():
+        if name == "self":
+            continue
+        kinds = [a for a in typing.get_args(hints[name]) or (hints[name],) if a is not type(None)]
+        out[name] = (kinds[0], param)
+    return out
 
 
 def get_available_tools(allow_commands: bool = False) -> list[dict[str, Any]]:
     """The local tools as {"name", "description", "parameters": JSON Schema}, task_complete last."""
-    raise NotImplementedError
+    tools = []
+    for name in _tool_names(allow_commands):
+        properties, required = {}, []
+        for pname, (kind, param) in _parameter_types(getattr(CodeRepositoryTools, name)).items():
+            properties[pname] = {"type": _JSON_TYPES[kind], "description": _PARAMETERS[pname]}
+            if param.default is inspect.Parameter.empty:
+                required.append(pname)
+            elif param.default is not None:
+                properties[pname]["default"] = param.default
+        schema = {"type": "object", "properties": properties, "required": required}
+        tools.append({"name": name, "description": _DESCRIPTIONS[name], "parameters": schema})
+    tools.append(
+        {
+            "name": "task_complete",
+            "description": "Finish: call this once the task is done (or cannot be done), "
+            "with a summary of what was done and the answer.",
+            "parameters": {
+                "type": "object",
+                "properties": {"result": {"type": "string", "description": "The final answer."}},
+                "required": ["result"],
+            },
+        }
+    )
+    return tools
+
+
+def _bind_parameters(name: str, method: Callable[..., str], given: Any) -> dict[str, Any]:
+    """Check the LLM's parameters against the tool signature; JSON null means the default."""
+    given = {} if given is None else given
+    if not isinstance(given, dict):
+        raise ToolError(f"Parameters for {name} must be a JSON object, got {_json_type(given)}.")
+    expected = _parameter_types(method)
+    accepted = ", ".join(
+        p + ("" if param.default is inspect.Parameter.empty else " (optional)")
+        for p, (_, param) in expected.items()
+    )
+    unknown = sorted(set(given) - set(expected))
+    if unknown:
+        raise ToolError(
+            f"Unknown parameter(s) for {name}: {', '.join(unknown)}. Accepted: {accepted}."
+        )
+    kwargs = {}
+    for pname, (kind, param) in expected.items():
+        value = given.get(pname)
+        if value is None:
+            if param.default is inspect.Parameter.empty:
+                raise ToolError(
+                    f"Missing required parameter '{pname}' for {name}. Parameters: {accepted}."
+                )
+            continue
+        kwargs[pname] = _coerce(name, pname, value, kind)
+    return kwargs
+
+
+def _coerce(tool: str, pname: str, value: Any, kind: type) -> Any:
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+            return int(value)
+        raise ToolError(f"Parameter '{pname}' of {tool} must be an integer, got {_short(value)}.")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ToolError(
+        f"Parameter '{pname}' of {tool} must be a string, got {_json_type(value)} {_short(value)}."
+    )
+
+
+def _json_type(value: Any) -> str:
+    kinds = {dict: "an object", list: "an array", bool: "a boolean", str: "a string"}
+    return kinds.get(type(value), "a number" if isinstance(value, (int, float)) else "a value")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _preview(kwargs: dict[str, Any]) -> str:
+    """Parameters for the log, with long values (file contents) cut to their size."""
+    return ", ".join(
+        f"{k}={_short(v)}" + (f" ({len(v):,} chars)" if isinstance(v, str) and len(v) > 80 else "")
+        for k, v in kwargs.items()
+    )

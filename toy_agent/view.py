@@ -203,6 +203,7 @@ def _shorten(text: str, width: int) -> str:
 
 def _terminal_width() -> int:
     try:
-        return os.get_terminal_size().columns
+        columns = os.get_terminal_size().columns
     except OSError:
-        return 100
+        columns = 0
+    return columns or 100  # a fresh pseudo-terminal reports 0 columns

@@ -1,9 +1,11 @@
 """A small MCP server for toy_agent's tests and README example.
 
-    python demo_server.py                      # stdio
-    python demo_server.py --port 8765          # Streamable HTTP on http://127.0.0.1:8765/mcp
-    python demo_server.py --only echo,add      # register a subset (to make name clashes)
-    python demo_server.py --pid-file pid.txt   # write the PID (orphan checks)
+python demo_server.py                      # stdio
+python demo_server.py --port 8765          # Streamable HTTP on http://127.0.0.1:8765/mcp
+python demo_server.py --port 8765 --sse    # legacy HTTP+SSE on http://127.0.0.1:8765/sse
+python demo_server.py --only echo,add      # register a subset (to make name clashes)
+python demo_server.py --pid-file pid.txt   # write the PID (orphan checks)
+python demo_server.py --linger 60          # ignore stdin EOF for 60s (must be killed)
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import time
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 
 
@@ -28,8 +32,8 @@ def add(a: int, b: int) -> int:
 
 
 def fail() -> str:
-    """Always raise, to exercise error results."""
-    raise RuntimeError("the demo tool failed on purpose")
+    """Always fail, to exercise error results."""
+    raise ToolError("the demo tool failed on purpose")
 
 
 async def slow(seconds: float) -> str:
@@ -48,6 +52,11 @@ def env(name: str) -> str:
     return os.environ.get(name, "")
 
 
+def header(name: str, ctx: Context) -> str:
+    """Return an HTTP request header ('' over stdio or when absent)."""
+    return (ctx.headers or {}).get(name.lower(), "")
+
+
 def picture() -> Image:
     """Return a tiny (fake) PNG, to exercise non-text content."""
     return Image(data=b"\x89PNG fake image", format="png")
@@ -58,7 +67,7 @@ def read_file(path: str) -> str:
     return f"remote read of {path}"
 
 
-TOOLS = [echo, add, fail, slow, crash, env, picture, read_file]
+TOOLS = [echo, add, fail, slow, crash, env, header, picture, read_file]
 
 
 def build_server(only: set[str] | None) -> MCPServer:
@@ -72,16 +81,21 @@ def build_server(only: set[str] | None) -> MCPServer:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, help="serve Streamable HTTP on 127.0.0.1:PORT")
+    parser.add_argument("--sse", action="store_true", help="with --port: legacy SSE at /sse")
     parser.add_argument("--only", help="comma-separated tool names to register")
+    parser.add_argument("--linger", type=float, default=0, help="stay alive this long after EOF")
     parser.add_argument("--pid-file", help="write this process's PID here at startup")
     args = parser.parse_args()
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))
     server = build_server(set(args.only.split(",")) if args.only else None)
-    if args.port:
+    if args.port and args.sse:
+        server.run(transport="sse", host="127.0.0.1", port=args.port)
+    elif args.port:
         server.run(transport="streamable-http", host="127.0.0.1", port=args.port)
     else:
         server.run()
+        time.sleep(args.linger)  # like a server that ignores its closed stdin
 
 
 if __name__ == "__main__":

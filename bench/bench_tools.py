@@ -1,0 +1,117 @@
+"""Time search_in_files and list_files against rg, grep -r and git on one large tree.
+
+    python bench/bench_tools.py            # generates ~30k files (node_modules, .git, build...)
+    python bench/bench_tools.py PATH       # or measure an existing tree
+
+Each figure is the median of a few runs after a warm-up, so the page cache is hot for all.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from toy_agent.tools import NOISE_DIRS, CodeRepositoryTools  # noqa: E402
+
+RUNS = 3
+WORDS = "def return self value handler request result config import class data item".split()
+
+
+def generate(root: Path, packages: int = 200, per_package: int = 80) -> None:
+    """Source files, a .gitignore per package, and the usual bulky noise around them."""
+    rng = random.Random(7)
+
+    def lines(n: int) -> str:
+        return "".join(" ".join(rng.choices(WORDS, k=8)) + "\n" for _ in range(n))
+
+    body = [lines(60) for _ in range(50)]
+    (root / ".gitignore").write_text("*.log\n/build/\n")
+    for p in range(packages):
+        pkg = root / "src" / f"pkg{p:03d}"
+        pkg.mkdir(parents=True)
+        (pkg / ".gitignore").write_text("*.gen.py\n")
+        for f in range(per_package):
+            extra = "def needle_function():\n" if (p * per_package + f) % 997 == 0 else ""
+            (pkg / f"mod{f:03d}.py").write_text(body[(p + f) % 50] + extra)
+        (pkg / "schema.gen.py").write_text(body[0])
+        (pkg / "debug.log").write_text(body[1])
+    for noise, count in (("node_modules", 10_000), ("build", 2_000), (".git/objects", 2_000)):
+        for i in range(count):
+            folder = root / noise / f"d{i // 100:03d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"f{i}.js").write_text(body[i % 50])
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    fn()  # warm-up
+    samples = []
+    for _ in range(RUNS):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def shell(cmd: list[str], cwd: Path) -> Callable[[], object]:
+    return lambda: subprocess.run(cmd, cwd=cwd, capture_output=True, check=False)
+
+
+def table(title: str, rows: list[tuple[str, float]], baseline: float) -> None:
+    print(f"\n{title}")
+    print(f"  {'':44} {'seconds':>8} {'vs baseline':>12}")
+    for name, seconds in rows:
+        print(f"  {name:44} {seconds:8.3f} {seconds / baseline:11.2f}x")
+
+
+def main(argv: list[str]) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        if argv:
+            root = Path(argv[0]).resolve()
+        else:
+            root = Path(tmp) / "tree"
+            root.mkdir()
+            started = time.perf_counter()
+            generate(root)
+            print(f"generated a tree in {time.perf_counter() - started:.1f}s")
+        total = sum(1 for p in root.rglob("*") if p.is_file())
+        tools = CodeRepositoryTools(root)
+        kept = len(list(tools._walk(root)))
+        print(f"{root}: {total:,} files on disk, {kept:,} entries after ignore rules")
+        excludes = [f"--exclude-dir={d}" for d in sorted(NOISE_DIRS)] + ["--exclude-dir=*.egg-info"]
+        has_rg = shutil.which("rg") is not None
+        for pattern in ("needle_\\w+", "def handler"):
+            rows = []
+            grep_r = timed(shell(["grep", "-rIi", *excludes, "-E", pattern, "."], root))
+            rows.append((f"grep -rIi --exclude-dir=... (baseline)", grep_r))
+            if has_rg:
+                rows.append(("rg -i (own walk, gitignore)", timed(shell(["rg", "-i", pattern], root))))
+            for backend in ("auto", "rg", "grep", "python"):
+                if backend == "rg" and not has_rg:
+                    continue
+                searcher = CodeRepositoryTools(root, search_backend=backend)
+                rows.append(
+                    (f"search_in_files, {backend} backend", timed(lambda s=searcher, p=pattern:
+                                                                  s.search_in_files(p)))
+                )  # fmt: skip
+            table(f"search {pattern!r}", rows, grep_r)
+        git = timed(shell(["git", "ls-files", "-co", "--exclude-standard"], root))
+        rows = [("git ls-files -co --exclude-standard (baseline)", git)]
+        if has_rg:
+            rows.append(("rg --files", timed(shell(["rg", "--files"], root))))
+        rows.append(("list_files", timed(tools.list_files)))
+        table("list", rows, git)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,75 @@
+"""Test doubles that go through the narrow seams (here: `LlmClient`), never patches."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from toy_agent.llm import LlmClient, LlmError, LlmResponse, Message, ToolCall
+
+
+def xml_action(tool: str, thought: str = "", **params: Any) -> str:
+    """A well-formed reply in the default XML action format."""
+    return (
+        f"<THOUGHT>{thought or f'I will use {tool}.'}</THOUGHT>\n"
+        f"<ACTION>\n<tool_name>{tool}</tool_name>\n"
+        f"<parameters>{json.dumps(params)}</parameters>\n</ACTION>"
+    )
+
+
+def native_call(*calls: tuple[str, dict[str, Any]], text: str = "") -> LlmResponse:
+    tool_calls = tuple(ToolCall(name, args, f"call_{i}") for i, (name, args) in enumerate(calls))
+    return LlmResponse(text, tool_calls=tool_calls, stop_reason="tool_use")
+
+
+class ScriptedLlm(LlmClient):
+    """Answers with the replies it was given, in order, and records every request."""
+
+    provider = "scripted"
+    model = "scripted-1"
+
+    def __init__(self, *replies: str | LlmResponse | Exception):
+        self.replies = list(replies)
+        self.requests: list[dict[str, Any]] = []
+
+    def call_llm(self, system_prompt: str, messages: Sequence[Message], *, tools=None,
+                 on_text=None) -> LlmResponse:
+        self.requests.append(
+            {"system": system_prompt, "messages": list(messages), "tools": tools}
+        )
+        if not self.replies:
+            raise AssertionError("the agent asked for more replies than the script has")
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(reply, str):
+            reply = LlmResponse(reply)
+        if on_text and reply.text:
+            on_text(reply.text)
+        return reply
+
+    def sent_text(self) -> str:
+        """Everything the LLM was ever sent, as one string (for 'never leaked' checks)."""
+        parts = []
+        for request in self.requests:
+            parts.append(request["system"])
+            parts += [json.dumps(m.to_dict()) for m in request["messages"]]
+        return "\n".join(parts)
+
+
+class BlockingLlm(LlmClient):
+    """Never answers until released: an LLM call in flight, for cancellation tests."""
+
+    provider = "blocking"
+
+    def __init__(self) -> None:
+        self.called = threading.Event()
+        self.release = threading.Event()
+
+    def call_llm(self, system_prompt, messages, *, tools=None, on_text=None) -> LlmResponse:
+        self.called.set()
+        if not self.release.wait(30):
+            raise LlmError("blocking", "never released")
+        return LlmResponse(xml_action("task_complete", result="late"))

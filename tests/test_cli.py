@@ -1,0 +1,243 @@
+"""The command line, through `main(argv)` and as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakes import xml_action
+
+from toy_agent.cli import main
+from toy_agent.llm import LlmResponse
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY",
+        "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    """No real keys, and a working directory without a .env file."""
+    for key in KEYS:
+        monkeypatch.delenv(key, raising=False)
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    return workdir
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "hello.py").write_text("print('helo')\n")
+    return root
+
+
+def write_replay(path: Path, *replies: str) -> Path:
+    steps = [{"response": LlmResponse(text).to_dict()} for text in replies]
+    path.write_text(json.dumps({"steps": steps, "settings": {"model": "replayed"}}))
+    return path
+
+
+def run_cli(*args: str, stdin: str = "", env: dict | None = None, **kwargs):
+    return subprocess.run([sys.executable, str(ROOT / "main.py"), *args], input=stdin,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "NO_COLOR": "1", **(env or {})}, **kwargs)
+
+
+def test_help_lists_the_seed_flags_without_importing_provider_sdks():
+    code = (
+        "import sys\nfrom toy_agent.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('anthropic', 'openai', 'google.genai', 'mcp') if m in sys.modules]\n"
+        "print('HEAVY', heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60).stdout
+    assert "HEAVY []" in out
+    for flag in ("--task", "--repo", "--max-iterations", "--llm-provider", "--log-level",
+                 "--log-file", "--mcp-server", "--model", "--trajectory", "--output"):
+        assert flag in out
+
+
+def test_replay_run_completes_with_exit_code_zero_and_a_summary(repo, tmp_path, capsys):
+    replay = write_replay(tmp_path / "r.json",
+                          xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello"),
+                          xml_action("task_complete", result="Fixed the greeting."))
+    code = main(["--task", "fix the greeting", "--repo", str(repo),
+                 "--llm-provider", "replay", "--replay", str(replay)])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (repo / "hello.py").read_text() == "print('hello')\n"
+    assert "completed" in out and "iterations used: 2" in out
+    assert "conversation length: 4" in out and "Fixed the greeting." in out
+    assert "hello.py  +1 -1" in out
+
+
+def test_json_output_is_one_object_on_stdout_for_scripts(repo, tmp_path, capsys):
+    replay = write_replay(tmp_path / "r.json", xml_action("list_files"),
+                          xml_action("list_files", path="nowhere"))
+    code = main(["--task", "loop", "--repo", str(repo), "--max-iterations", "2",
+                 "--llm-provider", "replay", "--replay", str(replay), "--output", "json"])
+
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert code == 1
+    assert result["success"] is False and result["outcome"] == "max_iterations"
+    assert result["iterations"] == 2 and result["error"]
+    assert set(result) >= {"success", "iterations", "conversation_length", "result", "error"}
+
+
+def test_trajectory_file_records_the_run_and_replays_it(repo, tmp_path, capsys):
+    replay = write_replay(tmp_path / "r.json",
+                          xml_action("write_file", path="notes.md", content="# notes"),
+                          xml_action("task_complete", result="done"))
+    trajectory = tmp_path / "out" / "trajectory.json"
+    args = ["--task", "write notes", "--repo", str(repo), "--llm-provider", "replay"]
+    assert main([*args, "--replay", str(replay), "--trajectory", str(trajectory)]) == 0
+
+    data = json.loads(trajectory.read_text())
+    assert data["task"] == "write notes"
+    assert data["settings"]["max_iterations"] == 10
+    assert data["result"]["success"] is True
+    step = data["steps"][0]
+    assert step["actions"][0]["parameters"] == {"path": "notes.md", "content": "# notes"}
+    assert "notes.md" in step["observations"][0]["content"]
+    assert step["llm_seconds"] >= 0 and "response" in step
+    (repo / "notes.md").unlink()
+    assert main([*args, "--replay", str(trajectory)]) == 0
+    assert (repo / "notes.md").read_text() == "# notes"
+
+
+def test_missing_anthropic_key_names_the_variable(repo, capsys):
+    code = main(["--task", "x", "--repo", str(repo)])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "ANTHROPIC_API_KEY" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_dotenv_comes_from_the_working_directory_never_the_repo(repo, clean_env, capsys):
+    (repo / ".env").write_text("ANTHROPIC_API_KEY=from-the-repo\n")
+    assert main(["--task", "x", "--repo", str(repo)]) == 2  # the repo's .env was ignored
+    capsys.readouterr()
+
+    (clean_env / ".env").write_text("GEMINI_API_KEY=from-cwd\n")
+    assert main(["--list-tools", "--repo", str(repo)]) == 0
+    assert os.environ.get("GEMINI_API_KEY") == "from-cwd"
+    assert os.environ.get("ANTHROPIC_API_KEY") is None
+    os.environ.pop("GEMINI_API_KEY")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--repo", "does/not/exist"], "--repo does/not/exist does not exist"),
+        (["--llm-provider", "replay"], "--llm-provider replay needs --replay FILE"),
+        (["--llm-provider", "replay", "--replay", "missing.json"], "replay file not found"),
+    ],
+)
+def test_configuration_mistakes_are_one_line_and_exit_code_two(args, message, capsys):
+    code = main(["--task", "x", *args])
+
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_bad_flag_values_exit_with_code_two(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--task", "x", "--max-iterations", "0"])
+    assert exit_info.value.code == 2
+    assert "--max-iterations" in capsys.readouterr().err
+
+
+def test_task_dash_reads_the_task_from_stdin(repo, tmp_path):
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
+    trajectory = tmp_path / "t.json"
+    proc = run_cli("--task", "-", "--repo", str(repo), "--llm-provider", "replay",
+                   "--replay", str(replay), "--trajectory", str(trajectory),
+                   stdin="Explain hello.py\nin one line\n")
+
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(trajectory.read_text())["task"] == "Explain hello.py\nin one line"
+
+
+def test_list_tools_prints_every_tool_and_exits_zero(repo, capsys):
+    assert main(["--list-tools", "--repo", str(repo), "--allow-commands"]) == 0
+
+    out = capsys.readouterr().out
+    for line in ("read_file(path, start_line?, end_line?)", "run_command(command, timeout?)",
+                 "task_complete(result)"):
+        assert line in out
+
+
+def test_confirm_is_driven_through_stdin(repo, tmp_path):
+    replay = write_replay(tmp_path / "r.json",
+                          xml_action("write_file", path="a.txt", content="A"),
+                          xml_action("write_file", path="b.txt", content="B"),
+                          xml_action("task_complete", result="ok"))
+    proc = run_cli("--task", "write", "--repo", str(repo), "--llm-provider", "replay",
+                   "--replay", str(replay), "--confirm", stdin="n\ny\n")
+
+    assert proc.returncode == 0, proc.stderr
+    assert not (repo / "a.txt").exists()
+    assert (repo / "b.txt").read_text() == "B"
+    assert "+A" in proc.stderr and "Allow write_file a.txt?" in proc.stderr
+
+
+def test_non_tty_output_has_no_spinner_or_escape_codes(repo, tmp_path):
+    replay = write_replay(tmp_path / "r.json", xml_action("list_files"),
+                          xml_action("task_complete", result="ok"))
+    proc = run_cli("--task", "look", "--repo", str(repo), "--llm-provider", "replay",
+                   "--replay", str(replay))
+
+    assert proc.returncode == 0
+    assert "\r" not in proc.stdout and "\033[" not in proc.stdout
+    assert "Iteration 1/10" in proc.stderr  # INFO logging goes to stderr, not stdout
+
+
+def test_terminal_view_in_a_pseudo_terminal_shows_each_step(repo, tmp_path):
+    replay = write_replay(tmp_path / "r.json", xml_action("read_file", path="hello.py",
+                                                          thought="Read the script first."),
+                          xml_action("read_file", path="missing.py"),
+                          xml_action("task_complete", result="ok"))
+    output = run_in_pty([sys.executable, str(ROOT / "main.py"), "--task", "look", "--repo",
+                         str(repo), "--llm-provider", "replay", "--replay", str(replay)])
+
+    assert "Read the script first." in output
+    assert "✓ read_file hello.py" in output
+    assert "✗ read_file missing.py" in output
+    assert "completed" in output and "\033[" in output  # coloured on a terminal
+
+
+def run_in_pty(argv: list[str]) -> str:
+    controller, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    proc = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal,
+                            env={**env, "TERM": "xterm"}, close_fds=True)
+    os.close(terminal)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([controller], [], [], 30)
+        if not ready:
+            break
+        try:
+            data = os.read(controller, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(30)
+    os.close(controller)
+    return b"".join(chunks).decode("utf-8", "replace")

@@ -1,0 +1,166 @@
+"""search_in_files: behaviour, and the same answer from every backend (rg, grep, Python)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from toy_agent.tools import SEARCH_MAX_MATCHES, CodeRepositoryTools, ToolError
+
+BACKENDS = [
+    pytest.param(
+        "rg", marks=pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep not installed")
+    ),
+    "grep",
+    "python",
+]
+
+
+def write(root: Path, rel: str, content: str | bytes) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A repository with every kind of file the walk must include or skip."""
+    root = tmp_path / "repo"
+    files: dict[str, str | bytes] = {
+        "app.py": "import os\ndef Handler():\n    return handler_value  # TODO\n",
+        "lib/util.js": "// todo: fix\nconst handler = () => 1;\n",
+        "lib/types.ts": "export type Handler = string;\n",
+        "lib/notes.md": "Nothing to see.\nTODO later\n",
+        "docs/a:b.txt": "colon:in:path handler\n",
+        "docs/spaces in name.txt": "handler here\n",
+        "crlf.txt": "handler\r\nsecond handler\r\n",
+        "latin1.txt": "caf\xe9 handler\n".encode("latin-1"),
+        "long.txt": "handler " + "x" * 500 + "\n",
+        "noeol.txt": "last line handler",
+        "bin/data.bin": b"handler\x00\x01\x02 handler\n",
+        "late_nul.txt": "handler\n" + "y" * 9000 + "\x00\n",
+        ".gitignore": "*.log\n/ignored_dir/\n",
+        "lib/.gitignore": "generated.js\n!keep.log\n",
+        "lib/generated.js": "handler generated\n",
+        "lib/keep.log": "handler kept by negation\n",
+        "debug.log": "handler in a log\n",
+        "ignored_dir/x.py": "handler\n",
+        ".hidden/h.py": "handler\n",
+        ".env": "handler\n",
+        "node_modules/pkg/index.js": "handler\n",
+        "__pycache__/m.pyc": "handler\n",
+        "build/out.py": "handler\n",
+        "venv2/pyvenv.cfg": "home = /usr\n",
+        "venv2/lib/site.py": "handler\n",
+        ".git/config": "handler\n",
+    }
+    for rel, content in files.items():
+        write(root, rel, content)
+    (root / "outside_link").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "outside.txt").write_text("handler outside\n")
+    (root / "leak.txt").symlink_to(tmp_path / "outside.txt")
+    (root / "alias.py").symlink_to(root / "app.py")
+    return root
+
+
+def search(root: Path, backend: str, *args: str, **kwargs: str) -> str:
+    return CodeRepositoryTools(root, search_backend=backend).search_in_files(*args, **kwargs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_search_finds_case_insensitively_and_skips_ignored_files(tree: Path, backend: str) -> None:
+    out = search(tree, backend, "handler")
+    found = {line for line in out.splitlines() if not line.startswith(" ")}
+    assert found == {
+        "15 matches in 12 files for 'handler' (14 files under .):",
+        "alias.py", "app.py", "crlf.txt", "docs/a:b.txt", "docs/spaces in name.txt",
+        "late_nul.txt", "latin1.txt", "lib/keep.log", "lib/types.ts", "lib/util.js", "long.txt",
+        "noeol.txt",
+    }  # fmt: skip
+    assert "  3:     return handler_value  # TODO" in out
+    assert "  1: caf\ufffd handler" in out
+    assert "  2: second handler" in out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("pattern", "kwargs"),
+    [
+        ("handler", {}),
+        ("todo", {}),
+        (r"def \w+\(", {}),
+        ("^export|^const", {}),
+        ("handler$", {}),
+        ("handler", {"file_pattern": "*.{js,ts}"}),
+        ("handler", {"file_pattern": "*.PY, *.md"}),
+        ("handler", {"file_pattern": "lib/*.js"}),
+        ("handler", {"path": "lib"}),
+        ("handler", {"path": "docs/a:b.txt"}),
+        ("handler(", {}),
+        ("a:b|x{3}", {}),
+        ("no such text", {}),
+    ],
+)
+def test_every_backend_gives_the_same_answer(
+    tree: Path, backend: str, pattern: str, kwargs: dict[str, str]
+) -> None:
+    assert search(tree, backend, pattern, **kwargs) == search(tree, "python", pattern, **kwargs)
+
+
+def test_invalid_regex_is_searched_literally_and_said_so(tree: Path) -> None:
+    write(tree, "calls.py", "result = handler(\n")
+    out = search(tree, "python", "handler(")
+    assert "not a valid regex" in out and "calls.py" in out and "  1: result = handler(" in out
+
+
+def test_python_only_regex_falls_back_to_another_backend(tree: Path) -> None:
+    """rg has no look-ahead; the automatic chain still answers, like the Python backend."""
+    tools = CodeRepositoryTools(tree)
+    assert tools.search_in_files("handler(?= here)") == search(tree, "python", "handler(?= here)")
+
+
+@pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep not installed")
+def test_a_forced_backend_that_cannot_run_the_pattern_says_so(tree: Path) -> None:
+    with pytest.raises(ToolError, match="rg could not run this search"):
+        search(tree, "rg", "handler(?= here)")
+
+
+def test_results_are_capped_with_a_count_of_the_rest(tmp_path: Path) -> None:
+    for i in range(30):
+        write(tmp_path, f"f{i:02d}.txt", "hit\n" * 5)
+    out = CodeRepositoryTools(tmp_path).search_in_files("hit")
+    assert out.splitlines()[0] == "150 matches in 30 files for 'hit' (30 files under .):"
+    assert out.count(": hit") == SEARCH_MAX_MATCHES
+    assert "[50 more matches not shown (10 more files). Narrow the search" in out
+
+
+def test_long_lines_are_cut(tree: Path) -> None:
+    out = search(tree, "python", "x{400}")
+    assert "  1: handler " + "x" * 192 + " …" in out
+
+
+def test_search_refuses_empty_multiline_and_escaping_patterns(tree: Path) -> None:
+    tools = CodeRepositoryTools(tree)
+    with pytest.raises(ToolError, match="empty"):
+        tools.search_in_files("")
+    with pytest.raises(ToolError, match="one line"):
+        tools.search_in_files("a\nb")
+    with pytest.raises(ToolError, match="outside the repository"):
+        tools.search_in_files("handler", path="..")
+    with pytest.raises(ToolError, match="No such file"):
+        tools.search_in_files("handler", path="nowhere")
+
+
+def test_search_in_an_explicitly_named_ignored_folder(tree: Path) -> None:
+    out = search(tree, "python", "handler", path="node_modules")
+    assert "node_modules/pkg/index.js" in out
+
+
+def test_unknown_backend_is_a_programming_error(tree: Path) -> None:
+    with pytest.raises(ValueError, match="search_backend"):
+        CodeRepositoryTools(tree, search_backend="ack")
