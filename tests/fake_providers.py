@@ -35,6 +35,7 @@ __all__ = [
     "error_reply",
     "gemini_reply",
     "openai_reply",
+    "sse_reply",
 ]
 
 
@@ -47,6 +48,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False
     delay: float = 0.0
+    cut_after: int | None = None  # send only this many body bytes, then hang up
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -136,7 +138,10 @@ def _handler_for(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            self.wfile.write(data[: reply.cut_after])
+            if reply.cut_after is not None:
+                self.wfile.flush()
+                self.close_connection = True
 
         def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
             pass
@@ -159,7 +164,8 @@ def disconnect() -> Reply:
     return Reply(drop=True)
 
 
-def _sse(events: Sequence[tuple[str | None, Any]]) -> Reply:
+def sse_reply(events: Sequence[tuple[str | None, Any]]) -> Reply:
+    """A text/event-stream body from (event name or None, JSON data or raw string) pairs."""
     lines = []
     for event, data in events:
         payload = data if isinstance(data, str) else json.dumps(data)
@@ -254,7 +260,7 @@ def anthropic_reply(
         )
     )
     events.append(("message_stop", {"type": "message_stop"}))
-    return _sse(events)
+    return sse_reply(events)
 
 
 def openai_reply(
@@ -323,7 +329,7 @@ def openai_reply(
         (None, {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage_body})
     )
     events.append((None, "[DONE]"))
-    return _sse(events)
+    return sse_reply(events)
 
 
 def gemini_reply(
@@ -345,7 +351,7 @@ def gemini_reply(
     head = {"usageMetadata": usage_body, "modelVersion": "gemini-test"}
     if block_reason:
         body = {**head, "promptFeedback": {"blockReason": block_reason}}
-        return _sse([(None, body)]) if stream else Reply(200, body)
+        return sse_reply([(None, body)]) if stream else Reply(200, body)
     calls = [{"functionCall": {"name": c.name, "args": c.arguments}} for c in tool_calls]
     for call, spec in zip(calls, tool_calls, strict=True):
         if spec.id:  # the Gemini API usually sends no ids; give one only when the test does
@@ -370,4 +376,4 @@ def gemini_reply(
         for p in pieces[:-1]
     ]
     events.append((None, {**head, "candidates": [candidate(pieces[-1], finish_reason)]}))
-    return _sse(events)
+    return sse_reply(events)

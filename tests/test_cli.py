@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
@@ -214,10 +215,12 @@ def test_terminal_view_in_a_pseudo_terminal_shows_each_step(repo, tmp_path):
     output = run_in_pty([sys.executable, str(ROOT / "main.py"), "--task", "look", "--repo",
                          str(repo), "--llm-provider", "replay", "--replay", str(replay)])
 
-    assert "Read the script first." in output
-    assert "✓ read_file hello.py" in output
-    assert "✗ read_file missing.py" in output
-    assert "completed" in output and "\033[" in output  # coloured on a terminal
+    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", output)
+    assert "\033[32m" in output  # coloured on a terminal
+    assert "thought (" in plain and "Read the script first." in plain
+    assert "✓ read_file hello.py" in plain
+    assert "✗ read_file missing.py" in plain
+    assert "✓ completed" in plain and "iterations used: 3" in plain
 
 
 def run_in_pty(argv: list[str]) -> str:

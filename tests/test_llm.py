@@ -76,9 +76,10 @@ def test_missing_key_is_a_config_error_naming_the_variable(provider, variable):
 
 def test_gemini_accepts_google_api_key_too():
     assert resolve_settings("gemini", None, None, {"GOOGLE_API_KEY": "g"})[0] == "g"
-    assert resolve_settings("gemini", None, None, {"GOOGLE_API_KEY": "g", "GEMINI_API_KEY": "m"})[
-        0
-    ] == "m"
+    assert (
+        resolve_settings("gemini", None, None, {"GOOGLE_API_KEY": "g", "GEMINI_API_KEY": "m"})[0]
+        == "m"
+    )
 
 
 def test_unknown_provider_is_a_config_error():
@@ -112,7 +113,9 @@ def test_factory_builds_each_provider_with_its_default_model():
         client = create_llm_client(provider, environ=env, max_retries=7, timeout=9.0)
         assert type(client) is cls and client.provider == provider
         assert (client.model, client.max_retries, client.timeout) == (
-            DEFAULT_MODELS[provider], 7, 9.0
+            DEFAULT_MODELS[provider],
+            7,
+            9.0,
         )
     assert create_llm_client("openai", model="qwen2.5-coder", environ=env).model == "qwen2.5-coder"
 
@@ -175,8 +178,12 @@ def test_anthropic_messages_alternate_and_start_with_the_user():
 
 def test_anthropic_merged_user_turn_opens_with_its_tool_results():
     merged = to_anthropic_messages(
-        [Message("user", "go"), Message("assistant", "", tool_calls=CALLS[:1]),
-         Message("user", "note"), Message("user", "", tool_results=RESULTS[:1])]
+        [
+            Message("user", "go"),
+            Message("assistant", "", tool_calls=CALLS[:1]),
+            Message("user", "note"),
+            Message("user", "", tool_results=RESULTS[:1]),
+        ]
     )[-1]["content"]
     assert [b["type"] for b in merged] == ["tool_result", "text"]
 
@@ -198,8 +205,12 @@ def test_anthropic_usage_counts_cache_reads_and_writes_as_input():
     data = {
         "content": [{"type": "text", "text": "hi"}],
         "stop_reason": "end_turn",
-        "usage": {"input_tokens": 5, "output_tokens": 7, "cache_read_input_tokens": 100,
-                  "cache_creation_input_tokens": 20},
+        "usage": {
+            "input_tokens": 5,
+            "output_tokens": 7,
+            "cache_read_input_tokens": 100,
+            "cache_creation_input_tokens": 20,
+        },
     }
     usage = from_anthropic_response(data).usage
     assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (125, 7, 100)
@@ -207,8 +218,14 @@ def test_anthropic_usage_counts_cache_reads_and_writes_as_input():
 
 @pytest.mark.parametrize(
     ("reason", "expected"),
-    [("end_turn", "end"), ("stop_sequence", "end"), ("tool_use", "tool_use"),
-     ("max_tokens", "max_tokens"), ("refusal", "safety"), ("pause_turn", "other")],
+    [
+        ("end_turn", "end"),
+        ("stop_sequence", "end"),
+        ("tool_use", "tool_use"),
+        ("max_tokens", "max_tokens"),
+        ("refusal", "safety"),
+        ("pause_turn", "other"),
+    ],
 )
 def test_anthropic_stop_reasons(reason, expected):
     data = {"content": [], "stop_reason": reason, "usage": {"input_tokens": 1, "output_tokens": 1}}
@@ -220,8 +237,15 @@ def test_anthropic_stop_reasons(reason, expected):
 
 def test_gemini_tools_are_function_declarations_with_raw_json_schema():
     assert to_gemini_tools([READ_FILE]) == [
-        {"function_declarations": [{"name": "read_file", "description": "Read a file",
-                                    "parameters_json_schema": READ_FILE["parameters"]}]}
+        {
+            "function_declarations": [
+                {
+                    "name": "read_file",
+                    "description": "Read a file",
+                    "parameters_json_schema": READ_FILE["parameters"],
+                }
+            ]
+        }
     ]
 
 
@@ -232,7 +256,8 @@ def test_gemini_contents_use_model_role_and_function_parts():
         "function_call": {"id": "c1", "name": "read_file", "args": {"path": "a.py"}}
     }
     assert [p["function_response"]["response"] for p in results["parts"]] == [
-        {"output": "print(1)"}, {"error": "no"}
+        {"output": "print(1)"},
+        {"error": "no"},
     ]
 
 
@@ -246,9 +271,16 @@ def test_gemini_synthesises_stable_call_ids_and_reports_tool_use():
 
 @pytest.mark.parametrize(
     ("reason", "expected"),
-    [("STOP", "end"), ("MAX_TOKENS", "max_tokens"), ("SAFETY", "safety"),
-     ("RECITATION", "safety"), ("BLOCKLIST", "safety"), ("PROHIBITED_CONTENT", "safety"),
-     ("SPII", "safety"), ("MALFORMED_FUNCTION_CALL", "other")],
+    [
+        ("STOP", "end"),
+        ("MAX_TOKENS", "max_tokens"),
+        ("SAFETY", "safety"),
+        ("RECITATION", "safety"),
+        ("BLOCKLIST", "safety"),
+        ("PROHIBITED_CONTENT", "safety"),
+        ("SPII", "safety"),
+        ("MALFORMED_FUNCTION_CALL", "other"),
+    ],
 )
 def test_gemini_finish_reasons(reason, expected):
     data = {"candidates": [{"content": {"parts": [{"text": "x"}]}, "finish_reason": reason}]}
@@ -266,8 +298,12 @@ def test_gemini_thoughts_are_not_answer_text_but_are_billed():
     parts = [{"text": "hmm", "thought": True}, {"text": "answer"}]
     data = {
         "candidates": [{"content": {"parts": parts}, "finish_reason": "STOP"}],
-        "usage_metadata": {"prompt_token_count": 9, "candidates_token_count": 2,
-                           "thoughts_token_count": 5, "cached_content_token_count": 4},
+        "usage_metadata": {
+            "prompt_token_count": 9,
+            "candidates_token_count": 2,
+            "thoughts_token_count": 5,
+            "cached_content_token_count": 4,
+        },
     }
     response = from_gemini_response(data)
     assert response.text == "answer"
@@ -279,8 +315,10 @@ def test_gemini_stream_chunks_merge_into_one_response():
     merged = merge_gemini_chunks(
         [
             {"candidates": [{"content": {"parts": [{"text": "Hel"}]}}]},
-            {"candidates": [{"content": {"parts": [{"text": "lo"}]}, "finish_reason": "STOP"}],
-             "usage_metadata": {"prompt_token_count": 3}},
+            {
+                "candidates": [{"content": {"parts": [{"text": "lo"}]}, "finish_reason": "STOP"}],
+                "usage_metadata": {"prompt_token_count": 3},
+            },
         ],
         deltas.append,
     )
@@ -300,7 +338,8 @@ def test_openai_messages_put_each_tool_result_in_a_tool_message():
     system, user, assistant, *tools = to_openai_messages("be brief", NATIVE_TURNS)
     assert system == {"role": "system", "content": "be brief"}
     assert assistant["tool_calls"][0] == {
-        "id": "c1", "type": "function",
+        "id": "c1",
+        "type": "function",
         "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
     }
     assert tools == [
@@ -318,8 +357,13 @@ def test_openai_arguments_that_are_not_a_json_object_are_kept_raw():
 
 @pytest.mark.parametrize(
     ("reason", "expected"),
-    [("stop", "end"), ("length", "max_tokens"), ("tool_calls", "tool_use"),
-     ("content_filter", "safety"), (None, "other")],
+    [
+        ("stop", "end"),
+        ("length", "max_tokens"),
+        ("tool_calls", "tool_use"),
+        ("content_filter", "safety"),
+        (None, "other"),
+    ],
 )
 def test_openai_finish_reasons(reason, expected):
     data = {"choices": [{"message": {"content": "x"}, "finish_reason": reason}]}
@@ -330,17 +374,25 @@ def test_openai_stream_chunks_join_tool_arguments_by_index():
     def chunk(**delta):
         return {"model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
 
-    merged = merge_openai_chunks([
-        chunk(content="ok"),
-        chunk(tool_calls=[{"index": 0, "id": "a", "function": {"name": "f", "arguments": '{"x"'}}]),
-        chunk(tool_calls=[{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]),
-        chunk(tool_calls=[{"index": 0, "function": {"arguments": ": 1}"}}]),
-        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
-        {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}},
-    ])
+    merged = merge_openai_chunks(
+        [
+            chunk(content="ok"),
+            chunk(
+                tool_calls=[{"index": 0, "id": "a", "function": {"name": "f", "arguments": '{"x"'}}]
+            ),
+            chunk(
+                tool_calls=[{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]
+            ),
+            chunk(tool_calls=[{"index": 0, "function": {"arguments": ": 1}"}}]),
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+            {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}},
+        ]
+    )
     response = from_openai_response(merged)
     assert response.tool_calls == (ToolCall("f", {"x": 1}, "a"), ToolCall("g", {}, "b"))
     assert (response.text, response.stop_reason, response.usage.input_tokens) == (
-        "ok", "tool_use", 4
+        "ok",
+        "tool_use",
+        4,
     )
     json.dumps(merged)  # stays plain JSON, so DEBUG logging can print it

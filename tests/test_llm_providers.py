@@ -14,6 +14,7 @@ from fake_providers import (
     error_reply,
     gemini_reply,
     openai_reply,
+    sse_reply,
 )
 
 from toy_agent.llm import (
@@ -35,8 +36,14 @@ PROVIDERS = {
     # provider: (client class, reply builder, path suffix of base URL, stop kwarg, cut-off, safety)
     "claude": (ClaudeLlmClient, anthropic_reply, "", "stop_reason", "max_tokens", "refusal"),
     "gemini": (GeminiLlmClient, gemini_reply, "", "finish_reason", "MAX_TOKENS", "SAFETY"),
-    "openai": (OpenAICompatibleLlmClient, openai_reply, "/v1", "finish_reason", "length",
-               "content_filter"),
+    "openai": (
+        OpenAICompatibleLlmClient,
+        openai_reply,
+        "/v1",
+        "finish_reason",
+        "length",
+        "content_filter",
+    ),
 }
 PATHS = {
     "claude": r"/v1/messages",
@@ -46,15 +53,24 @@ PATHS = {
 READ_FILE = {
     "name": "read_file",
     "description": "Read a file",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                   "required": ["path"]},
+    "parameters": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    },
 }
 CALLS = (ToolCall("read_file", {"path": "a.py"}, "c1"), ToolCall("list_files", {}, "c2"))
 NATIVE_TURNS = [
     Message("user", "fix the bug"),
     Message("assistant", "Looking.", tool_calls=CALLS),
-    Message("user", "", tool_results=(ToolResult("c1", "read_file", "print(1)"),
-                                      ToolResult("c2", "list_files", "denied", True))),
+    Message(
+        "user",
+        "",
+        tool_results=(
+            ToolResult("c1", "read_file", "print(1)"),
+            ToolResult("c2", "list_files", "denied", True),
+        ),
+    ),
 ]
 
 
@@ -143,15 +159,20 @@ def test_exhausted_retries_name_the_last_status(provider, server):
 
 def test_unreachable_server_is_an_llm_error(provider, server):
     server.enqueue(*[disconnect()] * 2)
-    with pytest.raises(LlmError, match="cannot reach .* check the network") as caught:
+    with pytest.raises(
+        LlmError, match="connection to .* failed: .* — check the network and the base URL"
+    ) as caught:
         ask(make_client(provider, server, max_retries=1))
     assert caught.value.status is None
 
 
 @pytest.mark.parametrize(
     ("status", "fix"),
-    [(401, "check {env}"), (403, "check that {env} may use test-model"),
-     (404, "check the model name \\(test-model\\)")],
+    [
+        (401, "check {env}"),
+        (403, "check that {env} may use test-model"),
+        (404, "check the model name \\(test-model\\)"),
+    ],
 )
 def test_permanent_errors_fail_at_once_with_the_fix(provider, server, status, fix):
     env = PROVIDERS[provider][0].key_env
@@ -159,8 +180,9 @@ def test_permanent_errors_fail_at_once_with_the_fix(provider, server, status, fi
     with pytest.raises(LlmError) as caught:
         ask(make_client(provider, server))
     message = str(caught.value)
-    assert re.match(f"{provider} API error {status}: no luck for \\*\\*\\* — {fix.format(env=env)}",
-                    message)
+    assert re.match(
+        f"{provider} API error {status}: no luck for \\*\\*\\* — {fix.format(env=env)}", message
+    )
     assert KEY not in message
     assert caught.value.status == status
     assert len(server.requests) == 1
@@ -207,17 +229,50 @@ def test_streaming_passes_each_delta_and_returns_the_whole_response(provider, se
     response = ask(make_client(provider, server), on_text=deltas.append)
     assert deltas == ["Hel", "lo", " world"]
     assert (response.text, response.stop_reason, response.usage) == (
-        "Hello world", "end", Usage(8 + 2 * (provider == "claude"), 4, 2)
+        "Hello world",
+        "end",
+        Usage(8 + 2 * (provider == "claude"), 4, 2),
     )
     assert re.fullmatch(PATHS[provider], server.requests[0].path)
 
 
 def test_streaming_is_retried_before_any_text_arrives(provider, server):
-    server.enqueue(error_reply(429, "later", retry_after="0"),
-                   reply(provider, ["a", "b"], stream=True))
+    server.enqueue(
+        error_reply(429, "later", retry_after="0"), reply(provider, ["a", "b"], stream=True)
+    )
     deltas: list[str] = []
     assert ask(make_client(provider, server), on_text=deltas.append).text == "ab"
     assert deltas == ["a", "b"]
+
+
+def test_stream_cut_after_text_fails_without_retrying(provider, server):
+    whole = reply(provider, ["first words", " and more"], stream=True)
+    cut = whole.encoded().index(b"and more")  # hang up after the first delta went out
+    server.enqueue(Reply(200, whole.body, whole.headers, cut_after=cut), reply(provider, "again"))
+    deltas: list[str] = []
+    with pytest.raises(LlmError, match="failed"):
+        ask(make_client(provider, server), on_text=deltas.append)
+    assert deltas == ["first words"]
+    assert len(server.requests) == 1  # a retry would show the user the same words twice
+
+
+@pytest.mark.parametrize(
+    ("provider", "event"),
+    [
+        (
+            "claude",
+            (
+                "error",
+                {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            ),
+        ),
+        ("openai", (None, {"error": {"message": "Overloaded", "type": "server_error"}})),
+    ],
+)
+def test_error_event_before_any_text_is_retried(server, provider, event):
+    server.enqueue(sse_reply([event]), reply(provider, ["fine"], stream=True))
+    assert ask(make_client(provider, server), on_text=lambda _: None).text == "fine"
+    assert len(server.requests) == 2
 
 
 def test_streamed_tool_calls_come_back_in_order(provider, server):
@@ -258,12 +313,14 @@ def test_claude_tool_round_trip(server):
     response = make_client("claude", server).call_llm("sys", NATIVE_TURNS, tools=[READ_FILE])
     assert response.tool_calls == CALLS and response.stop_reason == "tool_use"
     body = server.requests[0].body
-    assert body["tools"] == [{"name": "read_file", "description": "Read a file",
-                              "input_schema": READ_FILE["parameters"]}]
+    assert body["tools"] == [
+        {"name": "read_file", "description": "Read a file", "input_schema": READ_FILE["parameters"]}
+    ]
     assert [b["type"] for b in body["messages"][1]["content"]] == ["text", "tool_use", "tool_use"]
     results = body["messages"][2]["content"]
     assert [(b["type"], b["tool_use_id"], b["is_error"]) for b in results] == [
-        ("tool_result", "c1", False), ("tool_result", "c2", True)
+        ("tool_result", "c1", False),
+        ("tool_result", "c2", True),
     ]
 
 
@@ -272,8 +329,9 @@ def test_claude_marks_system_and_history_for_prompt_caching(server):
     turns = [Message("user", "task"), Message("assistant", "step"), Message("user", "result")]
     response = make_client("claude", server).call_llm("long system prompt", turns)
     body = server.requests[0].body
-    assert body["system"] == [{"type": "text", "text": "long system prompt",
-                               "cache_control": {"type": "ephemeral"}}]
+    assert body["system"] == [
+        {"type": "text", "text": "long system prompt", "cache_control": {"type": "ephemeral"}}
+    ]
     assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
     breakpoints = str(body).count("'cache_control'")
     assert breakpoints == 2  # the API allows at most 4
@@ -281,11 +339,17 @@ def test_claude_marks_system_and_history_for_prompt_caching(server):
 
 
 def test_gemini_tool_round_trip(server):
-    server.enqueue(gemini_reply("Reading.", tool_calls=[ToolCall("read_file", {"path": "a.py"}),
-                                                        ToolCall("list_files", {})]))
+    server.enqueue(
+        gemini_reply(
+            "Reading.",
+            tool_calls=[ToolCall("read_file", {"path": "a.py"}), ToolCall("list_files", {})],
+        )
+    )
     response = make_client("gemini", server).call_llm("sys", NATIVE_TURNS, tools=[READ_FILE])
-    assert response.tool_calls == (ToolCall("read_file", {"path": "a.py"}, "call_0"),
-                                   ToolCall("list_files", {}, "call_1"))
+    assert response.tool_calls == (
+        ToolCall("read_file", {"path": "a.py"}, "call_0"),
+        ToolCall("list_files", {}, "call_1"),
+    )
     assert response.stop_reason == "tool_use"
     body = server.requests[0].body
     (declaration,) = body["tools"][0]["functionDeclarations"]
@@ -294,11 +358,15 @@ def test_gemini_tool_round_trip(server):
     assert body["systemInstruction"]["parts"] == [{"text": "sys"}]
     user, model, results = body["contents"]
     assert model["role"] == "model"
-    assert model["parts"][1]["functionCall"] == {"id": "c1", "name": "read_file",
-                                                 "args": {"path": "a.py"}}
+    assert model["parts"][1]["functionCall"] == {
+        "id": "c1",
+        "name": "read_file",
+        "args": {"path": "a.py"},
+    }
     assert results["role"] == "user"
     assert [p["functionResponse"]["response"] for p in results["parts"]] == [
-        {"output": "print(1)"}, {"error": "denied"}
+        {"output": "print(1)"},
+        {"error": "denied"},
     ]
 
 
@@ -309,15 +377,19 @@ def test_openai_tool_round_trip(server):
     body = server.requests[0].body
     assert body["tools"] == [{"type": "function", "function": READ_FILE}]
     assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "tool", "tool"]
-    assert body["messages"][2]["tool_calls"][1]["function"] == {"name": "list_files",
-                                                                "arguments": "{}"}
-    assert body["messages"][4] == {"role": "tool", "tool_call_id": "c2",
-                                   "content": "Error: denied"}
+    assert body["messages"][2]["tool_calls"][1]["function"] == {
+        "name": "list_files",
+        "arguments": "{}",
+    }
+    assert body["messages"][4] == {"role": "tool", "tool_call_id": "c2", "content": "Error: denied"}
 
 
 def test_openai_invalid_arguments_reach_the_agent_raw(server):
-    server.enqueue(openai_reply(None, tool_calls=CALLS[:1], raw_arguments=['{"path": "a.py'],
-                                finish_reason="tool_calls"))
+    server.enqueue(
+        openai_reply(
+            None, tool_calls=CALLS[:1], raw_arguments=['{"path": "a.py'], finish_reason="tool_calls"
+        )
+    )
     (call,) = make_client("openai", server).call_llm("sys", NATIVE_TURNS).tool_calls
     assert call.arguments == {INVALID_ARGUMENTS_KEY: '{"path": "a.py'}
 

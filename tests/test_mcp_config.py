@@ -193,3 +193,12 @@ def test_result_text_joins_text_and_summarises_the_rest() -> None:
 def test_structured_content_is_json_when_there_is_no_text() -> None:
     result = CallToolResult(content=[], structured_content={"temp": 21.5, "unit": "°C"})
     assert json.loads(_result_text(result)) == {"temp": 21.5, "unit": "°C"}
+
+
+def test_the_readme_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("USER", "ada")
+    path = Path(__file__).parent / "mcp_servers" / "example_mcp.json"
+    demo, http = load_mcp_config(path)
+    assert demo.command == ("python", "tests/mcp_servers/demo_server.py")
+    assert demo.env == {"DEMO_GREETING": "ada"}
+    assert (http.name, http.url, http.sse) == ("demo-http", "http://127.0.0.1:8765/mcp", False)

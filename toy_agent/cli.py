@@ -219,7 +219,7 @@ def _setup_logging(args: argparse.Namespace, live: bool):
     for handler in handlers:
         handler.addFilter(RedactingFilter(redactor))
         root.addHandler(handler)
-    for noisy in ("httpx", "httpcore", "anthropic", "openai", "google_genai", "mcp"):
+    for noisy in ("httpx", "httpx2", "httpcore", "anthropic", "openai", "google_genai", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return redactor, handlers
 

@@ -234,11 +234,12 @@ LOCAL_SERVER_KEY = "not-needed"
 # Transient statuses: request timeout, rate limit, server errors, Anthropic's 529 "overloaded".
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 MAX_RETRY_WAIT = 60.0  # seconds; caps both Retry-After and the backoff
-# Key of the single argument a tool call gets when the model's arguments were not a JSON object;
-# the agent should answer such a call with an error result quoting the raw text.
+# The one argument of a tool call whose arguments were not a JSON object (OpenAI sends a string
+# the model wrote): the agent answers it with an error result, and the model can try again.
 INVALID_ARGUMENTS_KEY = "_invalid_json_arguments"
 _EMPTY = "(empty)"  # providers reject empty text blocks
 _EPHEMERAL = {"type": "ephemeral"}
+_NO_PARAMETERS = {"type": "object", "properties": {}}
 
 
 def resolve_settings(
@@ -246,14 +247,13 @@ def resolve_settings(
 ) -> tuple[str, str]:
     """The key and base URL for `provider`: explicit values win over the environment."""
     custom_url = base_url or environ.get(BASE_URL_ENVS[provider], "").strip() or None
-    key = (api_key or "").strip()
-    key = key or next((environ[n].strip() for n in KEY_ENVS[provider] if environ.get(n)), "")
+    names = KEY_ENVS[provider]
+    key = (api_key or next((environ[n] for n in names if environ.get(n)), "")).strip()
+    if not key and provider == "openai" and custom_url:
+        key = LOCAL_SERVER_KEY
     if not key:
-        if provider == "openai" and custom_url:
-            key = LOCAL_SERVER_KEY
-        else:
-            names = " (or ".join(KEY_ENVS[provider]) + ")" * (len(KEY_ENVS[provider]) - 1)
-            raise LlmConfigError(f"{names} is not set: export it or put it in .env")
+        shown = names[0] + "".join(f" (or {n})" for n in names[1:])
+        raise LlmConfigError(f"{shown} is not set: export it or put it in .env")
     return key, custom_url or DEFAULT_BASE_URLS[provider]
 
 
@@ -267,18 +267,14 @@ def create_llm_client(
     environ: Mapping[str, str] = os.environ,
 ) -> LlmClient:
     """Build the client for a real provider, reading keys and base URLs from `environ` only."""
-    classes: dict[str, type[_ProviderClient]] = {
-        "claude": ClaudeLlmClient,
-        "gemini": GeminiLlmClient,
-        "openai": OpenAICompatibleLlmClient,
-    }
+    classes = {c.provider: c for c in (ClaudeLlmClient, GeminiLlmClient, OpenAICompatibleLlmClient)}
     if provider not in classes:
         raise LlmConfigError(f"unknown LLM provider {provider!r}: use one of {', '.join(classes)}")
     key, url = resolve_settings(provider, None, base_url, environ)
     return classes[provider](key, model, base_url=url, max_retries=max_retries, timeout=timeout)
 
 
-# --- retries --------------------------------------------------------------------------------
+# --- retries and errors ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -286,30 +282,23 @@ class _Failure:
     """A provider failure reduced to what the retry loop and the error message need."""
 
     message: str
-    status: int | None = None  # None: no HTTP answer (connection reset, timeout)
+    status: int | None = None  # None: no HTTP error status (connection reset, timeout, stream)
     retry_after: float | None = None
     retryable: bool = True
+    hint: str = ""  # the fix, when the status does not imply it
 
 
 def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
     """Seconds the server asked us to wait (`retry-after-ms`, `Retry-After` seconds or date)."""
-    if not headers:
-        return None
-    try:
+    headers = headers or {}
+    with contextlib.suppress(KeyError, TypeError, ValueError):
         return max(0.0, float(headers["retry-after-ms"]) / 1000)
-    except (KeyError, TypeError, ValueError):
-        pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
+    value = headers.get("retry-after") or ""
+    with contextlib.suppress(ValueError):
         return max(0.0, float(value))
-    except ValueError:
-        try:
-            date = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        return max(0.0, date.timestamp() - time.time())
+    with contextlib.suppress(TypeError, ValueError):
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    return None
 
 
 def retry_delay(attempt: int, retry_after: float | None = None, base: float = 1.0) -> float:
@@ -320,40 +309,46 @@ def retry_delay(attempt: int, retry_after: float | None = None, base: float = 1.
 
 
 def _one_line(value: object, limit: int = 300) -> str:
-    text = " ".join(str(value).split())
+    text = " ".join(str(value).split()) or type(value).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _body_message(body: object, fallback: object) -> str:
-    """The human message inside a provider's error body (all three nest it in `error`)."""
+def _status_failure(status: int, body: object, fallback: object, headers: Any) -> _Failure:
+    """An HTTP error; all three providers nest the human message in `error.message`."""
     error = body.get("error", body) if isinstance(body, dict) else body
-    message = error.get("message") if isinstance(error, dict) else error
-    return _one_line(message or fallback)
+    message = _one_line((error.get("message") if isinstance(error, dict) else error) or fallback)
+    if status < 400:  # an error event inside a 200 stream: the server failed mid-answer
+        return _Failure(f"stream error: {message}")
+    retry_after = parse_retry_after(headers)
+    return _Failure(message, status, retry_after, status in RETRYABLE_STATUSES)
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """httpx(2) connection/timeout errors, which google-genai raises unwrapped."""
-    found = []
+def _connection_failure(exc: BaseException, base_url: str) -> _Failure:
+    message = f"connection to {base_url} failed: {_one_line(exc)}"
+    return _Failure(message, hint="check the network and the base URL")
+
+
+def _transport_failure(exc: Exception, base_url: str) -> _Failure | None:
+    """Connection errors, timeouts and non-JSON bodies, whichever SDK let them through."""
+    if isinstance(exc, json.JSONDecodeError):
+        return _Failure(f"malformed response from {base_url}: not JSON ({exc})", retryable=False)
+    transport = []  # google-genai and mid-stream reads raise httpx(2) errors unwrapped
     for name in ("httpx2", "httpx"):
         with contextlib.suppress(ImportError):
-            found.append(importlib.import_module(name).TransportError)
-    return tuple(found)
+            transport.append(importlib.import_module(name).TransportError)
+    return _connection_failure(exc, base_url) if isinstance(exc, tuple(transport)) else None
 
 
-def _sdk_failure(sdk: Any, exc: Exception, base_url: str) -> _Failure | None:
-    """Map the anthropic/openai SDK errors (same Stainless generator, same names)."""
+def _stainless_failure(sdk: Any, exc: Exception, base_url: str) -> _Failure | None:
+    """anthropic and openai come from the same generator: same error classes."""
     if isinstance(exc, sdk.APIStatusError):
-        return _Failure(
-            _body_message(exc.body, exc.message),
-            exc.status_code,
-            parse_retry_after(exc.response.headers),
-            exc.status_code in RETRYABLE_STATUSES,
-        )
-    if isinstance(exc, sdk.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return _Failure(f"cannot reach {base_url}: {_one_line(cause) or type(cause).__name__}")
-    if isinstance(exc, (sdk.APIResponseValidationError, json.JSONDecodeError)):
+        return _status_failure(exc.status_code, exc.body, exc.message, exc.response.headers)
+    if isinstance(exc, sdk.APIConnectionError):  # includes timeouts
+        return _connection_failure(exc.__cause__ or exc, base_url)
+    if isinstance(exc, sdk.APIResponseValidationError):
         return _Failure(f"malformed response from {base_url}: {_one_line(exc)}", retryable=False)
+    if isinstance(exc, sdk.APIError):  # openai: an error event inside a stream
+        return _Failure(f"stream error: {_one_line(exc.message)}")
     return None
 
 
@@ -362,19 +357,24 @@ def _with_tool_stop(stop: StopReason, calls: Sequence[ToolCall]) -> StopReason:
     return "tool_use" if calls and stop == "end" else stop
 
 
+def _tool_fields(tool: ToolSpec) -> tuple[str, str, dict[str, Any]]:
+    return tool["name"], tool.get("description", ""), tool.get("parameters") or _NO_PARAMETERS
+
+
 # --- the shared client ----------------------------------------------------------------------
 
 
 class _ProviderClient(LlmClient):
     """Retries, error messages and logging shared by the SDK-backed clients.
 
-    The SDKs' own retries are switched off (max_retries=0): anthropic and openai do not cap a
-    long Retry-After nor log at WARNING, and google-genai ignores Retry-After, so one loop here
-    gives all three the same behaviour.
+    The SDKs' own retries are off (max_retries=0): anthropic and openai neither cap a long
+    Retry-After nor log at WARNING, and google-genai ignores Retry-After; one loop here gives
+    all three the same behaviour.
     """
 
-    key_env: str = ""
-    retry_base_delay: float = 1.0  # seconds; tests set 0
+    key_env = ""
+    retry_base_delay = 1.0  # seconds of backoff before the first retry; tests set 0
+    _parse: Callable[[dict[str, Any]], LlmResponse]  # one of the from_*_response functions
 
     def __init__(
         self,
@@ -390,95 +390,66 @@ class _ProviderClient(LlmClient):
             self.provider, api_key, base_url, os.environ
         )
         self.model = model or DEFAULT_MODELS[self.provider]
-        self.max_retries = max(0, max_retries)
-        self.timeout = timeout
-        self.max_tokens = max_tokens
+        self.max_retries, self.timeout, self.max_tokens = max(0, max_retries), timeout, max_tokens
         self._sdk = self._make_sdk()
 
     @abstractmethod
     def _make_sdk(self) -> Any: ...
 
     @abstractmethod
-    def _send(
-        self,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        on_text: TextCallback | None,
-    ) -> dict[str, Any]:
-        """One API call; returns the response as a plain dict (streams are merged first)."""
-
-    @abstractmethod
-    def _parse(self, data: dict[str, Any]) -> LlmResponse: ...
+    def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
+        """One API call, its response as a plain dict (a stream is merged into one first)."""
 
     @abstractmethod
     def _failure(self, exc: Exception) -> _Failure | None:
-        """The SDK exception as a `_Failure`, or None when it is not the provider's doing."""
+        """The SDK's own exception types as a `_Failure`; None for anything else."""
 
     def call_llm(self, system_prompt, messages, *, tools=None, on_text=None) -> LlmResponse:
-        logger.debug(
-            "%s request: model=%s max_tokens=%d messages=%d tools=%d stream=%s",
-            self.provider,
-            self.model,
-            self.max_tokens,
-            len(messages),
-            len(tools or ()),
-            on_text is not None,
-        )
+        shape = (self.provider, self.model, self.max_tokens, len(messages), len(tools or ()))
+        logger.debug("%s request: model=%s max_tokens=%d messages=%d tools=%d", *shape)
         started = time.monotonic()
         data = self._send_with_retries(system_prompt, messages, tools or (), on_text)
         logger.debug("%s response: %s", self.provider, json.dumps(data, default=str))
         try:
-            response = self._parse(data)
+            response = type(self)._parse(data)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            problem = f"{type(exc).__name__}: {_one_line(exc, 120)}"
             raise LlmError(
-                self.provider,
-                f"malformed response from {self.base_url} "
-                f"({type(exc).__name__}: {_one_line(exc, 120)}); is it a {self.provider} API?",
+                self.provider, f"malformed response from {self.base_url} ({problem})"
             ) from exc
         u = response.usage
         logger.info(
             "%s %s: %d input tokens (%d cached), %d output, stop=%s, %.1fs",
-            self.provider,
-            self.model,
-            u.input_tokens,
-            u.cached_tokens,
-            u.output_tokens,
-            response.stop_reason,
-            time.monotonic() - started,
+            *(self.provider, self.model, u.input_tokens, u.cached_tokens, u.output_tokens),
+            *(response.stop_reason, time.monotonic() - started),
         )
         return response
 
     def _send_with_retries(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
-        streamed = False  # once text reached the caller, a retry would repeat it
+        streamed = False  # once text reached the caller, a retry would show it twice
 
         def emit(delta: str) -> None:
             nonlocal streamed
             streamed = True
             on_text(delta)
 
-        attempt = 0
-        while True:
+        for attempt in range(self.max_retries + 1):
             try:
                 return self._send(system_prompt, messages, tools, emit if on_text else None)
             except Exception as exc:
-                failure = self._failure(exc)
+                failure = self._failure(exc) or _transport_failure(exc, self.base_url)
                 if failure is None:
                     raise
-                if not failure.retryable or attempt >= self.max_retries or streamed:
+                if not failure.retryable or attempt == self.max_retries or streamed:
                     raise self._error(failure, attempt) from exc
                 delay = retry_delay(attempt, failure.retry_after, self.retry_base_delay)
                 logger.warning(
                     "%s API error %s: %s; retry %d/%d in %.1fs",
-                    self.provider,
-                    failure.status or "(no response)",
-                    self._redact(failure.message),
-                    attempt + 1,
-                    self.max_retries,
-                    delay,
+                    *(self.provider, failure.status or "(no response)"),
+                    *(self._redact(failure.message), attempt + 1, self.max_retries, delay),
                 )
                 time.sleep(delay)
-                attempt += 1
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _error(self, failure: _Failure, retries: int) -> LlmError:
         hints = {
@@ -487,12 +458,10 @@ class _ProviderClient(LlmClient):
             404: f"check the model name ({self.model}) and the base URL ({self.base_url})",
         }
         message = failure.message
-        if failure.status in hints:
-            message += f" — {hints[failure.status]}"
-        elif failure.status is None and failure.retryable:
-            message += f" — check the network or {BASE_URL_ENVS[self.provider]}"
+        if hint := failure.hint or hints.get(failure.status or 0):
+            message += f" — {hint}"
         if retries:
-            message += f" (gave up after {retries} retries)"
+            message += f" (gave up after {retries} {'retry' if retries == 1 else 'retries'})"
         return LlmError(self.provider, self._redact(message), failure.status)
 
     def _redact(self, text: str) -> str:
@@ -512,40 +481,28 @@ _ANTHROPIC_STOPS: dict[str | None, StopReason] = {
 
 
 def to_anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": t["name"],
-            "description": t.get("description", ""),
-            "input_schema": t.get("parameters") or {"type": "object", "properties": {}},
-        }
-        for t in tools
-    ]
+    fields = map(_tool_fields, tools)
+    return [{"name": n, "description": d, "input_schema": s} for n, d, s in fields]
 
 
 def _anthropic_blocks(message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [
-        {
-            "type": "tool_result",
-            "tool_use_id": r.call_id,
-            "content": r.content or _EMPTY,
-            "is_error": r.is_error,
-        }
+        {"type": "tool_result", "tool_use_id": r.call_id, "content": r.content or _EMPTY}
+        | {"is_error": r.is_error}
         for r in message.tool_results
     ]
     if message.content.strip():
         blocks.append({"type": "text", "text": message.content})
-    blocks += [
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
-        for c in message.tool_calls
-    ]
+    for c in message.tool_calls:
+        blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
     return blocks or [{"type": "text", "text": _EMPTY}]
 
 
 def to_anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Alternating user/assistant turns starting with user, the last user block cached.
 
-    The cache breakpoint on the newest user block (with the one on the system prompt) lets each
-    call of a long run read the whole previous conversation from the prompt cache.
+    With the breakpoint on the system prompt, the one on the newest user block lets every call
+    of a long run read the whole earlier conversation from the prompt cache (2 of 4 allowed).
     """
     out: list[dict[str, Any]] = []
     for message in messages:
@@ -564,13 +521,12 @@ def to_anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 def from_anthropic_response(data: dict[str, Any]) -> LlmResponse:
-    blocks = data["content"]
+    blocks, usage = data["content"], data["usage"]
     calls = tuple(
         ToolCall(b["name"], dict(b.get("input") or {}), b["id"])
         for b in blocks
         if b["type"] == "tool_use"
     )
-    usage = data["usage"]
     cached = usage.get("cache_read_input_tokens") or 0
     written = usage.get("cache_creation_input_tokens") or 0
     return LlmResponse(
@@ -588,6 +544,7 @@ class ClaudeLlmClient(_ProviderClient):
 
     provider = "claude"
     key_env = "ANTHROPIC_API_KEY"
+    _parse = staticmethod(from_anthropic_response)
 
     def _make_sdk(self) -> Any:
         import anthropic
@@ -597,14 +554,11 @@ class ClaudeLlmClient(_ProviderClient):
         )
 
     def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
-        request: dict[str, Any] = {
-            "model": self.model,
-            "max_tokens": self.max_tokens,
-            "messages": to_anthropic_messages(messages),
-        }
+        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
+        request["messages"] = to_anthropic_messages(messages)
         if system_prompt:
             request["system"] = [
-                {"type": "text", "text": system_prompt, "cache_control": _EPHEMERAL}
+                {"type": "text", "text": system_prompt} | {"cache_control": _EPHEMERAL}
             ]
         if tools:
             request["tools"] = to_anthropic_tools(tools)
@@ -615,46 +569,24 @@ class ClaudeLlmClient(_ProviderClient):
                 on_text(delta)
             return stream.get_final_message().to_dict()
 
-    def _parse(self, data: dict[str, Any]) -> LlmResponse:
-        return from_anthropic_response(data)
-
     def _failure(self, exc: Exception) -> _Failure | None:
         import anthropic
 
-        return _sdk_failure(anthropic, exc, self.base_url)
+        return _stainless_failure(anthropic, exc, self.base_url)
 
 
 # --- Gemini (google-genai generate_content) -------------------------------------------------
 
-_GEMINI_SAFETY = {
-    "SAFETY",
-    "RECITATION",
-    "BLOCKLIST",
-    "PROHIBITED_CONTENT",
-    "SPII",
-    "IMAGE_SAFETY",
-    "IMAGE_PROHIBITED_CONTENT",
-    "IMAGE_RECITATION",
-}
-
-
-def _gemini_stop(reason: str | None) -> StopReason:
-    if reason == "STOP":
-        return "end"
-    if reason == "MAX_TOKENS":
-        return "max_tokens"
-    return "safety" if reason in _GEMINI_SAFETY else "other"
+_GEMINI_SAFETY = ("SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY")
+_GEMINI_STOPS: dict[str | None, StopReason] = {"STOP": "end", "MAX_TOKENS": "max_tokens"}
+_GEMINI_STOPS.update(dict.fromkeys(_GEMINI_SAFETY, "safety"))
 
 
 def to_gemini_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     """One Tool of FunctionDeclarations; the JSON Schema goes in untouched."""
+    fields = map(_tool_fields, tools)
     declarations = [
-        {
-            "name": t["name"],
-            "description": t.get("description", ""),
-            "parameters_json_schema": t.get("parameters") or {"type": "object", "properties": {}},
-        }
-        for t in tools
+        {"name": n, "description": d, "parameters_json_schema": s} for n, d, s in fields
     ]
     return [{"function_declarations": declarations}]
 
@@ -664,28 +596,27 @@ def to_gemini_contents(messages: Sequence[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "model" if message.role == "assistant" else "user"
-        parts: list[dict[str, Any]] = [
-            {
-                "function_response": {
-                    "id": r.call_id,
-                    "name": r.name,
-                    "response": {"error" if r.is_error else "output": r.content},
-                }
-            }
-            for r in message.tool_results
-        ]
+        parts: list[dict[str, Any]] = []
+        for r in message.tool_results:
+            response = {"error" if r.is_error else "output": r.content}
+            parts.append(
+                {"function_response": {"id": r.call_id, "name": r.name} | {"response": response}}
+            )
         if message.content.strip():
             parts.append({"text": message.content})
-        parts += [
-            {"function_call": {"id": c.id, "name": c.name, "args": c.arguments}}
-            for c in message.tool_calls
-        ]
+        for c in message.tool_calls:
+            parts.append({"function_call": {"id": c.id, "name": c.name, "args": c.arguments}})
         parts = parts or [{"text": _EMPTY}]
         if out and out[-1]["role"] == role:
             out[-1]["parts"] += parts
         else:
             out.append({"role": role, "parts": parts})
     return out
+
+
+def _gemini_parts(data: dict[str, Any]) -> list[dict[str, Any]]:
+    candidates = data.get("candidates") or [{}]
+    return (candidates[0].get("content") or {}).get("parts") or []
 
 
 def merge_gemini_chunks(
@@ -708,18 +639,12 @@ def merge_gemini_chunks(
     return merged
 
 
-def _gemini_parts(data: dict[str, Any]) -> list[dict[str, Any]]:
-    candidates = data.get("candidates") or [{}]
-    return (candidates[0].get("content") or {}).get("parts") or []
-
-
 def from_gemini_response(data: dict[str, Any]) -> LlmResponse:
     """A response dict as google-genai dumps it (snake_case)."""
     meta = data.get("usage_metadata") or {}
+    output = (meta.get("candidates_token_count") or 0) + (meta.get("thoughts_token_count") or 0)
     usage = Usage(
-        meta.get("prompt_token_count") or 0,
-        (meta.get("candidates_token_count") or 0) + (meta.get("thoughts_token_count") or 0),
-        meta.get("cached_content_token_count") or 0,
+        meta.get("prompt_token_count") or 0, output, meta.get("cached_content_token_count") or 0
     )
     model = data.get("model_version") or ""
     if not data.get("candidates"):
@@ -733,8 +658,13 @@ def from_gemini_response(data: dict[str, Any]) -> LlmResponse:
         for i, f in enumerate(functions)
     )
     text = "".join(p["text"] for p in parts if p.get("text") and not p.get("thought"))
-    stop = _gemini_stop(data["candidates"][0].get("finish_reason"))
+    stop = _GEMINI_STOPS.get(data["candidates"][0].get("finish_reason"), "other")
     return LlmResponse(text, calls, usage, _with_tool_stop(stop, calls), model)
+
+
+def _dump_gemini(response: Any) -> dict[str, Any]:
+    skip = {"sdk_http_response", "automatic_function_calling_history"}
+    return response.model_dump(mode="json", exclude_none=True, exclude=skip)
 
 
 class GeminiLlmClient(_ProviderClient):
@@ -742,6 +672,7 @@ class GeminiLlmClient(_ProviderClient):
 
     provider = "gemini"
     key_env = "GEMINI_API_KEY"
+    _parse = staticmethod(from_gemini_response)
 
     def _make_sdk(self) -> Any:
         from google import genai
@@ -750,10 +681,8 @@ class GeminiLlmClient(_ProviderClient):
         return genai.Client(api_key=self._api_key, vertexai=False, http_options=http_options)
 
     def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
-        config: dict[str, Any] = {
-            "max_output_tokens": self.max_tokens,
-            "automatic_function_calling": {"disable": True},
-        }
+        config: dict[str, Any] = {"max_output_tokens": self.max_tokens}
+        config["automatic_function_calling"] = {"disable": True}  # we run the tools
         if system_prompt:
             config["system_instruction"] = system_prompt
         if tools:
@@ -762,33 +691,15 @@ class GeminiLlmClient(_ProviderClient):
         if on_text is None:
             return _dump_gemini(self._sdk.models.generate_content(**request))
         stream = self._sdk.models.generate_content_stream(**request)
-        return merge_gemini_chunks((_dump_gemini(chunk) for chunk in stream), on_text)
-
-    def _parse(self, data: dict[str, Any]) -> LlmResponse:
-        return from_gemini_response(data)
+        return merge_gemini_chunks(map(_dump_gemini, stream), on_text)
 
     def _failure(self, exc: Exception) -> _Failure | None:
         from google.genai import errors
 
-        if isinstance(exc, errors.APIError):
-            headers = getattr(exc.response, "headers", None)
-            status = exc.code or None
-            return _Failure(
-                _body_message(exc.details, exc.message or exc),
-                status,
-                parse_retry_after(headers),
-                status in RETRYABLE_STATUSES,
-            )
-        if isinstance(exc, _transport_errors()):
-            return _Failure(f"cannot reach {self.base_url}: {_one_line(exc) or type(exc).__name__}")
-        if isinstance(exc, json.JSONDecodeError):
-            return _Failure(f"malformed response from {self.base_url}: {exc}", retryable=False)
-        return None
-
-
-def _dump_gemini(response: Any) -> dict[str, Any]:
-    skip = {"sdk_http_response", "automatic_function_calling_history"}
-    return response.model_dump(mode="json", exclude_none=True, exclude=skip)
+        if not isinstance(exc, errors.APIError):
+            return None
+        headers = getattr(exc.response, "headers", None)
+        return _status_failure(exc.code, exc.details, exc.message or exc, headers)
 
 
 # --- OpenAI-compatible (Chat Completions) ---------------------------------------------------
@@ -803,16 +714,10 @@ _OPENAI_STOPS: dict[str | None, StopReason] = {
 
 
 def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    fields = map(_tool_fields, tools)
     return [
-        {
-            "type": "function",
-            "function": {
-                "name": t["name"],
-                "description": t.get("description", ""),
-                "parameters": t.get("parameters") or {"type": "object", "properties": {}},
-            },
-        }
-        for t in tools
+        {"type": "function", "function": {"name": n, "description": d, "parameters": s}}
+        for n, d, s in fields
     ]
 
 
@@ -823,35 +728,27 @@ def to_openai_messages(system_prompt: str, messages: Sequence[Message]) -> list[
         out.append({"role": "system", "content": system_prompt})
     for message in messages:
         if message.role == "assistant":
-            turn: dict[str, Any] = {"role": "assistant", "content": message.content}
+            out.append({"role": "assistant", "content": message.content})
             if message.tool_calls:
-                turn["content"] = message.content or None
-                turn["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-                    }
-                    for c in message.tool_calls
-                ]
-            out.append(turn)
+                out[-1]["content"] = message.content or None
+                out[-1]["tool_calls"] = [_openai_call(c) for c in message.tool_calls]
             continue
-        out += [
-            {
-                "role": "tool",
-                "tool_call_id": r.call_id,
-                "content": ("Error: " if r.is_error else "") + r.content,
-            }
-            for r in message.tool_results
-        ]
+        for r in message.tool_results:
+            content = ("Error: " if r.is_error else "") + r.content
+            out.append({"role": "tool", "tool_call_id": r.call_id, "content": content})
         if message.content or not message.tool_results:
             out.append({"role": "user", "content": message.content})
     return out
 
 
+def _openai_call(call: ToolCall) -> dict[str, Any]:
+    function = {"name": call.name, "arguments": json.dumps(call.arguments)}
+    return {"id": call.id, "type": "function", "function": function}
+
+
 def parse_tool_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
-    """OpenAI sends arguments as a JSON string; anything but an object is kept raw, not raised,
-    so the agent can tell the model what was wrong (see INVALID_ARGUMENTS_KEY)."""
+    """Arguments arrive as a JSON string the model wrote. Anything but an object is kept raw
+    under INVALID_ARGUMENTS_KEY, not raised: the model's mistake becomes an observation."""
     if isinstance(raw, dict):
         return raw
     if not raw or not raw.strip():
@@ -868,8 +765,8 @@ def merge_openai_chunks(
 ) -> dict[str, Any]:
     """Fold `chat.completion.chunk`s into one `chat.completion` dict (tool calls by index)."""
     text: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    merged: dict[str, Any] = {"finish_reason": None, "usage": None, "model": ""}
+    calls: dict[int, dict[str, str]] = {}
+    merged: dict[str, Any] = {"model": "", "usage": None, "finish_reason": None}
     for chunk in chunks:
         merged["model"] = chunk.get("model") or merged["model"]
         merged["usage"] = chunk.get("usage") or merged["usage"]
@@ -880,8 +777,9 @@ def merge_openai_chunks(
                 if on_text:
                     on_text(delta["content"])
             for piece in delta.get("tool_calls") or []:
-                empty = {"id": "", "name": "", "arguments": ""}
-                call = calls.setdefault(piece.get("index", len(calls)), empty)
+                call = calls.setdefault(
+                    piece.get("index", len(calls)), dict.fromkeys(("id", "name", "arguments"), "")
+                )
                 function = piece.get("function") or {}
                 call["id"] = call["id"] or piece.get("id") or ""
                 call["name"] = call["name"] or function.get("name") or ""
@@ -896,16 +794,13 @@ def merge_openai_chunks(
         for _, c in sorted(calls.items())
     ]
     message = {"role": "assistant", "content": "".join(text), "tool_calls": tool_calls}
-    return {
-        "model": merged["model"],
-        "choices": [{"index": 0, "message": message, "finish_reason": merged["finish_reason"]}],
-        "usage": merged["usage"],
-    }
+    choice = {"index": 0, "message": message, "finish_reason": merged.pop("finish_reason")}
+    return {**merged, "choices": [choice]}
 
 
 def from_openai_response(data: dict[str, Any]) -> LlmResponse:
     choice = data["choices"][0]
-    message = choice["message"]
+    message, usage = choice["message"], data.get("usage") or {}
     calls = tuple(
         ToolCall(
             c["function"]["name"],
@@ -914,16 +809,11 @@ def from_openai_response(data: dict[str, Any]) -> LlmResponse:
         )
         for i, c in enumerate(message.get("tool_calls") or [])
     )
-    usage = data.get("usage") or {}
-    details = usage.get("prompt_tokens_details") or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     return LlmResponse(
         text=message.get("content") or "",
         tool_calls=calls,
-        usage=Usage(
-            usage.get("prompt_tokens") or 0,
-            usage.get("completion_tokens") or 0,
-            details.get("cached_tokens") or 0,
-        ),
+        usage=Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0, cached),
         stop_reason=_with_tool_stop(_OPENAI_STOPS.get(choice.get("finish_reason"), "other"), calls),
         model=data.get("model") or "",
     )
@@ -934,6 +824,7 @@ class OpenAICompatibleLlmClient(_ProviderClient):
 
     provider = "openai"
     key_env = "OPENAI_API_KEY"
+    _parse = staticmethod(from_openai_response)
 
     def _make_sdk(self) -> Any:
         import openai
@@ -943,14 +834,11 @@ class OpenAICompatibleLlmClient(_ProviderClient):
         )
 
     def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
-        # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens);
+        # OpenAI itself wants max_completion_tokens (its reasoning models reject max_tokens);
         # local servers know max_tokens.
-        official = "api.openai.com" in self.base_url
-        request: dict[str, Any] = {
-            "model": self.model,
-            "messages": to_openai_messages(system_prompt, messages),
-            ("max_completion_tokens" if official else "max_tokens"): self.max_tokens,
-        }
+        limit = "max_completion_tokens" if "api.openai.com" in self.base_url else "max_tokens"
+        request: dict[str, Any] = {"model": self.model, limit: self.max_tokens}
+        request["messages"] = to_openai_messages(system_prompt, messages)
         if tools:
             request["tools"] = to_openai_tools(tools)
         create = self._sdk.chat.completions.create
@@ -959,10 +847,7 @@ class OpenAICompatibleLlmClient(_ProviderClient):
         stream = create(**request, stream=True, stream_options={"include_usage": True})
         return merge_openai_chunks((chunk.to_dict() for chunk in stream), on_text)
 
-    def _parse(self, data: dict[str, Any]) -> LlmResponse:
-        return from_openai_response(data)
-
     def _failure(self, exc: Exception) -> _Failure | None:
         import openai
 
-        return _sdk_failure(openai, exc, self.base_url)
+        return _stainless_failure(openai, exc, self.base_url)
