@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from toy_agent.llm import ToolCall, Usage
+from toy_agent.llm import BASE_URL_ENVS, KEY_ENVS, ToolCall, Usage
 
 __all__ = [
     "FakeProvider",
@@ -86,6 +86,11 @@ class FakeProvider:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def env(self, provider: str, key: str = "test-key") -> dict[str, str]:
+        """The variables that point toy_agent's `provider` client here (for CLI tests)."""
+        suffix = "/v1" if provider == "openai" else ""  # as for Ollama: .../v1/chat/completions
+        return {KEY_ENVS[provider][0]: key, BASE_URL_ENVS[provider]: self.url + suffix}
 
     def enqueue(self, *replies: Reply) -> FakeProvider:
         with self._lock:

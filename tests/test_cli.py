@@ -7,15 +7,18 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from fake_providers import FakeProvider, Reply, anthropic_reply, error_reply
 from fakes import xml_action
 
 from toy_agent.cli import main
-from toy_agent.llm import LlmResponse
+from toy_agent.llm import LlmResponse, Usage
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY",
@@ -244,3 +247,64 @@ def run_in_pty(argv: list[str]) -> str:
     proc.wait(30)
     os.close(controller)
     return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_a_run_with_claude_through_the_real_sdk_on_a_loopback_server(repo, monkeypatch, capsys):
+    with FakeProvider() as server:
+        server.enqueue(
+            anthropic_reply(xml_action("read_file", path="hello.py"), usage=Usage(120, 30)),
+            error_reply(529, "overloaded", retry_after="0"),
+            anthropic_reply(xml_action("task_complete", result="It prints helo."),
+                            usage=Usage(200, 20, 100)),
+        )
+        for name, value in server.env("claude", key="sk-ant-test-secret-key-123456").items():
+            monkeypatch.setenv(name, value)
+        code = main(["--task", "what does hello.py print?", "--repo", str(repo),
+                     "--output", "json", "--max-retries", "2"])
+
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert result["result"] == "It prints helo."
+    assert result["usage"]["output_tokens"] == 50 and result["usage"]["cached_tokens"] == 100
+    assert len(server.requests) == 3  # the 529 was retried
+    second_turn = server.requests[1].body["messages"]
+    assert "print('helo')" in json.dumps(second_turn)
+
+
+def test_a_rejected_key_exits_with_code_three_and_one_line(repo, monkeypatch, capsys):
+    with FakeProvider() as server:
+        server.enqueue(error_reply(401, "invalid x-api-key"))
+        for name, value in server.env("claude", key="sk-ant-wrong-key-000000000").items():
+            monkeypatch.setenv(name, value)
+        code = main(["--task", "x", "--repo", str(repo), "--output", "json"])
+
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert code == 3
+    assert "401" in result["error"] and "ANTHROPIC_API_KEY" in result["error"]
+    assert "sk-ant-wrong-key" not in captured.out + captured.err
+    assert len(server.requests) == 1  # never retried
+
+
+def test_ctrl_c_during_an_llm_call_writes_the_trajectory_and_exits_130(repo, tmp_path):
+    trajectory = tmp_path / "t.json"
+    with FakeProvider() as server:
+        server.enqueue(anthropic_reply(xml_action("list_files")),
+                       Reply(delay=30, body=anthropic_reply("late").body))
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "main.py"), "--task", "look", "--repo", str(repo),
+             "--trajectory", str(trajectory)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **server.env("claude")},
+        )
+        deadline = time.monotonic() + 30
+        while len(server.requests) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+
+    assert proc.returncode == 130, err
+    assert "cancelled" in out
+    data = json.loads(trajectory.read_text())
+    assert data["result"]["outcome"] == "cancelled"
+    assert [s["actions"][0]["tool_name"] for s in data["steps"]] == ["list_files"]

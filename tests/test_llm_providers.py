@@ -18,7 +18,6 @@ from fake_providers import (
 )
 
 from toy_agent.llm import (
-    BASE_URL_ENVS,
     INVALID_ARGUMENTS_KEY,
     ClaudeLlmClient,
     GeminiLlmClient,
@@ -123,6 +122,25 @@ def test_rate_limit_is_retried_after_the_servers_retry_after(provider, server, c
         assert ask(client).text == "ok"
     assert len(server.requests) == 2
     assert "API error 429: slow down; retry 1/4 in 0.0s" in caplog.text
+
+
+def test_gemini_rate_limit_waits_for_the_retry_delay_in_its_body(server, caplog):
+    retry_info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0s"}
+    error = {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}
+    server.enqueue(Reply(429, {"error": {**error, "details": [retry_info]}}), gemini_reply("ok"))
+    client = make_client("gemini", server)
+    client.retry_base_delay = 1000.0
+    with caplog.at_level(logging.WARNING, "toy_agent.llm"):
+        assert ask(client).text == "ok"
+    assert "retry 1/4 in 0.0s" in caplog.text
+
+
+def test_openai_exhausted_quota_is_not_retried(server):
+    error = {"message": "You exceeded your current quota", "type": "insufficient_quota"}
+    server.enqueue(Reply(429, {"error": {**error, "code": "insufficient_quota"}}))
+    with pytest.raises(LlmError, match="429: You exceeded .* — check the account's plan"):
+        ask(make_client("openai", server))
+    assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
@@ -297,12 +315,17 @@ def test_logs_request_and_response_at_debug_and_one_info_line_without_the_key(
 
 
 def test_base_url_variable_is_honoured_by_the_factory(provider, server):
-    cls, _, suffix, *_ = PROVIDERS[provider]
-    env = {cls.key_env: KEY, BASE_URL_ENVS[provider]: server.url + suffix}
     server.enqueue(reply(provider, "via env"))
-    client = create_llm_client(provider, model="test-model", environ=env)
+    client = create_llm_client(provider, model="test-model", environ=server.env(provider))
     assert ask(client).text == "via env"
     assert len(server.requests) == 1
+
+
+def test_factory_reads_the_process_environment_by_default(server, monkeypatch):
+    for name, value in server.env("claude").items():
+        monkeypatch.setenv(name, value)
+    server.enqueue(anthropic_reply("from os.environ"))
+    assert ask(create_llm_client("claude")).text == "from os.environ"
 
 
 # --- native tool calling, per wire format ---------------------------------------------------

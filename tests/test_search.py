@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,10 @@ def test_search_finds_case_insensitively_and_skips_ignored_files(tree: Path, bac
         ("handler", {"path": "docs/a:b.txt"}),
         ("handler(", {}),
         ("a:b|x{3}", {}),
+        (r"\d+|x{2,}", {}),
+        (r"(?:todo|value)\b", {}),
+        (r"[]h]andler\s+\w", {}),
+        (r"colon\:in\-?|\bHERE$", {}),
         ("no such text", {}),
     ],
 )
@@ -164,3 +169,39 @@ def test_search_in_an_explicitly_named_ignored_folder(tree: Path) -> None:
 def test_unknown_backend_is_a_programming_error(tree: Path) -> None:
     with pytest.raises(ValueError, match="search_backend"):
         CodeRepositoryTools(tree, search_backend="ack")
+
+
+def fake_tool(bin_dir: Path, name: str, script: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / name
+    tool.write_text("#!/bin/sh\n" + script + "\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.mark.parametrize(
+    "grep_script",
+    [
+        'echo "grep: this grep is broken" >&2; exit 2',
+        'echo "Binary file app.py matches"; exit 0',  # output without --null must not pass
+    ],
+)
+def test_automatic_search_falls_back_when_grep_fails(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog, grep_script: str
+) -> None:
+    expected = search(tree, "python", "handler")
+    fake_tool(tmp_path / "bin", "grep", grep_script)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    caplog.set_level("INFO", logger="toy_agent.tools")
+    assert CodeRepositoryTools(tree).search_in_files("handler") == expected
+    assert "search backend grep failed" in caplog.text
+    assert "python backend" in caplog.text
+
+
+def test_automatic_search_without_grep_or_rg_uses_python(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    expected = search(tree, "python", "todo")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    caplog.set_level("INFO", logger="toy_agent.tools")
+    assert CodeRepositoryTools(tree).search_in_files("todo") == expected
+    assert "python backend" in caplog.text

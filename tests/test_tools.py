@@ -143,7 +143,8 @@ def test_list_files_skips_git_hidden_noise_and_gitignored(
     for rel in [
         ".git/config", ".hidden/a.py", ".env", "node_modules/x/index.js", "src/__pycache__/a.pyc",
         "build/out.o", "dist/a.whl", "demo.egg-info/PKG-INFO", "env/pyvenv.cfg", "env/lib/x.py",
-        "app.log", "generated/g.py", "pkg/local.txt", "pkg/keep.log", "pkg/mod.py", "deep/generated/ok.py",
+        "app.log", "generated/g.py", "pkg/local.txt", "pkg/keep.log", "pkg/mod.py",
+        "deep/generated/ok.py",
     ]:  # fmt: skip
         write(repo, rel)
     listing = tools.list_files().splitlines()[1:]
@@ -179,6 +180,13 @@ def test_list_files_summarises_big_trees(tools: CodeRepositoryTools, repo: Path)
     assert "pkg07/  (20 files inside)" in listing
     assert "list_files(path='pkg00')" in listing
     assert "mod05" not in listing
+
+
+def test_list_files_of_an_empty_folder_says_so(tools: CodeRepositoryTools, repo: Path) -> None:
+    (repo / "empty").mkdir()
+    assert tools.list_files("empty") == (
+        "empty: 0 files, 0 directories. Nothing to list (empty, or everything in it is ignored)."
+    )
 
 
 def test_list_files_on_a_file_or_missing_path_is_an_error(tools: CodeRepositoryTools) -> None:
@@ -321,7 +329,7 @@ def test_failed_write_leaves_the_old_file_and_no_temp_file(repo: Path) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True,
         cwd=Path(__file__).parent.parent,
     )  # fmt: skip
-    assert "ToolError: write_file failed: File too large" in result.stdout
+    assert "ToolError: Could not write data.txt: File too large; it is unchanged." in result.stdout
     assert (repo / "data.txt").read_text() == "original\n"
     assert sorted(p.name for p in repo.iterdir()) == ["README.md", "data.txt", "src"]
 
@@ -383,12 +391,19 @@ def test_edit_missing_or_binary_file_is_an_error(tools: CodeRepositoryTools, rep
 
 
 # ------------------------------------------------------------------------------ get_file_info
-def test_file_info_for_a_text_file(tools: CodeRepositoryTools) -> None:
-    info = tools.get_file_info("src/app.py")
-    assert "type: file (text, UTF-8)" in info and "language: Python" in info
-    assert "lines: 2" in info and "size: 25 bytes" in info
-    assert "permissions: -rw-r--r--" in info or "permissions: -rw" in info
-    assert "modified: 20" in info
+def test_file_info_for_a_text_file(tools: CodeRepositoryTools, repo: Path) -> None:
+    (repo / "src" / "app.py").chmod(0o640)
+    os.utime(repo / "src" / "app.py", (0, 86400))
+    info = tools.get_file_info("src/app.py").splitlines()
+    assert info == [
+        "path: src/app.py", "type: file (text, UTF-8)", "language: Python", "lines: 2",
+        "size: 25 bytes", "modified: 1970-01-02T00:00:00+00:00", "permissions: -rw-r----- (0640)",
+    ]  # fmt: skip
+
+
+def test_file_info_for_a_missing_path_is_an_error(tools: CodeRepositoryTools) -> None:
+    with pytest.raises(ToolError, match="No such file or directory: ghost"):
+        tools.get_file_info("ghost")
 
 
 def test_file_info_for_binary_and_directory(tools: CodeRepositoryTools, repo: Path) -> None:

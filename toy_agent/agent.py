@@ -28,7 +28,14 @@ from toy_agent.events import (
     ToolStarted,
     log_event,
 )
-from toy_agent.llm import LlmClient, LlmError, LlmResponse, Message, Usage
+from toy_agent.llm import (
+    INVALID_ARGUMENTS_KEY,
+    LlmClient,
+    LlmError,
+    LlmResponse,
+    Message,
+    Usage,
+)
 from toy_agent.mcp_tools import McpToolError, McpTools
 from toy_agent.parsing import (
     Action,
@@ -278,6 +285,10 @@ class ReactAgent:
 
     def _execute_tool(self, tool_name: str, parameters: dict[str, Any]) -> str:
         """Run one tool: MCP tools by name, then local ones. Failures raise ToolError."""
+        if INVALID_ARGUMENTS_KEY in parameters:
+            raw = str(parameters[INVALID_ARGUMENTS_KEY])[:500]
+            raise ToolError(f"the arguments of this {tool_name} call are not a JSON object: "
+                            f"{raw!r}. Call it again with valid JSON arguments.")
         mcp_names = {s["name"] for s in self._tool_specs} - self._local_tool_names()
         if self.mcp_tools_client and tool_name in mcp_names:
             return self.mcp_tools_client.execute_mcp_tool(tool_name, parameters)

@@ -18,7 +18,7 @@ import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -319,8 +319,23 @@ def _status_failure(status: int, body: object, fallback: object, headers: Any) -
     message = _one_line((error.get("message") if isinstance(error, dict) else error) or fallback)
     if status < 400:  # an error event inside a 200 stream: the server failed mid-answer
         return _Failure(f"stream error: {message}")
+    if isinstance(error, dict) and "insufficient_quota" in (error.get("code"), error.get("type")):
+        return _Failure(
+            message, status, retryable=False, hint="check the account's plan and billing"
+        )
     retry_after = parse_retry_after(headers)
     return _Failure(message, status, retry_after, status in RETRYABLE_STATUSES)
+
+
+def _gemini_retry_delay(body: object) -> float | None:
+    """Gemini puts its Retry-After in the body: error.details[].retryDelay, e.g. "37s"."""
+    error = body.get("error", body) if isinstance(body, dict) else None
+    for item in (error.get("details") if isinstance(error, dict) else None) or []:
+        delay = item.get("retryDelay") if isinstance(item, dict) else None
+        if isinstance(delay, str) and delay.endswith("s"):
+            with contextlib.suppress(ValueError):
+                return max(0.0, float(delay[:-1]))
+    return None
 
 
 def _connection_failure(exc: BaseException, base_url: str) -> _Failure:
@@ -367,6 +382,9 @@ def _tool_fields(tool: ToolSpec) -> tuple[str, str, dict[str, Any]]:
 class _ProviderClient(LlmClient):
     """Retries, error messages and logging shared by the SDK-backed clients.
 
+    `api_key` and `base_url` default to the provider's environment variables (KEY_ENVS,
+    BASE_URL_ENVS); `create_llm_client` resolves them from an explicit `environ` instead.
+
     The SDKs' own retries are off (max_retries=0): anthropic and openai neither cap a long
     Retry-After nor log at WARNING, and google-genai ignores Retry-After; one loop here gives
     all three the same behaviour.
@@ -411,7 +429,7 @@ class _ProviderClient(LlmClient):
         data = self._send_with_retries(system_prompt, messages, tools or (), on_text)
         logger.debug("%s response: %s", self.provider, json.dumps(data, default=str))
         try:
-            response = type(self)._parse(data)
+            response = self._parse(data)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             problem = f"{type(exc).__name__}: {_one_line(exc, 120)}"
             raise LlmError(
@@ -671,7 +689,7 @@ class GeminiLlmClient(_ProviderClient):
     """Gemini through google-genai (never the retired google-generativeai)."""
 
     provider = "gemini"
-    key_env = "GEMINI_API_KEY"
+    key_env = "GEMINI_API_KEY / GOOGLE_API_KEY"
     _parse = staticmethod(from_gemini_response)
 
     def _make_sdk(self) -> Any:
@@ -699,7 +717,10 @@ class GeminiLlmClient(_ProviderClient):
         if not isinstance(exc, errors.APIError):
             return None
         headers = getattr(exc.response, "headers", None)
-        return _status_failure(exc.code, exc.details, exc.message or exc, headers)
+        failure = _status_failure(exc.code or 0, exc.details, exc.message or exc, headers)
+        if failure.retry_after is None and failure.retryable:
+            failure = replace(failure, retry_after=_gemini_retry_delay(exc.details))
+        return failure
 
 
 # --- OpenAI-compatible (Chat Completions) ---------------------------------------------------

@@ -25,7 +25,7 @@ import subprocess
 import threading
 import time
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -101,7 +101,8 @@ class CodeRepositoryTools:
             raise
         except OSError as exc:
             logger.debug("tool %s raised", name, exc_info=True)
-            raise ToolError(f"{name} failed: {exc.strerror or exc}") from exc
+            where = f" ({os.path.relpath(exc.filename, self.repo_path)})" if exc.filename else ""
+            raise ToolError(f"{name} failed: {exc.strerror or exc}{where}") from exc
         logger.info("tool %s succeeded (%d chars)", name, len(result))
         return result
 
@@ -227,19 +228,16 @@ class CodeRepositoryTools:
         top = self._resolve(path)
         if not top.exists():
             raise self._not_found(path, top)
-        files = self._search_candidates(top, file_pattern)
+        files = _Replayable(self._search_candidates(top, file_pattern))
         started = time.perf_counter()
         matches, backend = self._run_search(pattern, literal, files)
+        n_files = len(files.all())
         logger.info(
             "searched %r in %s: %d files, %d matching lines, %s backend, %.3fs",
-            pattern,
-            self._rel(top),
-            len(files),
-            len(matches),
-            backend,
+            *(pattern, self._rel(top), n_files, len(matches), backend),
             time.perf_counter() - started,
         )
-        return _format_matches(repr(pattern) + note, self._rel(top), len(files), matches)
+        return _format_matches(repr(pattern) + note, self._rel(top), n_files, matches)
 
     def get_file_info(self, path: str) -> str:
         """Metadata to decide how to read a file: size, lines, kind, language, mtime, mode."""
@@ -403,25 +401,31 @@ class CodeRepositoryTools:
         return target.is_relative_to(self.repo_path) and target.is_file()
 
     # ----------------------------------------------------------------------------- search
-    def _search_candidates(self, top: Path, file_pattern: str | None) -> list[str]:
+    def _search_candidates(self, top: Path, file_pattern: str | None) -> Iterator[str]:
         if top.is_file():
-            return [self._rel(top)]
+            yield self._rel(top)
+            return
         wanted = _glob_matcher(file_pattern) if file_pattern else None
-        return [
-            rel for rel, is_dir in self._walk(top) if not is_dir and (wanted is None or wanted(rel))
-        ]
+        for rel, is_dir in self._walk(top):
+            if not is_dir and (wanted is None or wanted(rel)):
+                yield rel
 
-    def _run_search(self, pattern: str, literal: bool, files: list[str]) -> tuple[list[Match], str]:
-        """Search with the forced backend, or the first one that works (rg, grep, Python)."""
+    def _run_search(
+        self, pattern: str, literal: bool, files: _Replayable
+    ) -> tuple[list[Match], str]:
+        """Search with the forced backend, or the first that works: grep (not on Windows), rg,
+        Python. Given a file list, grep beats rg (bench/bench_tools.py); both beat Python."""
         if self.search_backend != "auto":
             chain = [self.search_backend]
         else:
-            chain = ["rg"] if shutil.which("rg") else []
-            chain += ["grep"] if platform.system() != "Windows" else []
+            chain = ["grep"] if platform.system() != "Windows" else []
+            chain += ["rg"] if shutil.which("rg") else []
             chain.append("python")
-        for backend in chain:
-            try:
-                found = self._search_with(backend, pattern, literal, files)
+        for attempt, backend in enumerate(chain):
+            try:  # the first attempt searches while the walk is still going
+                found = self._search_with(
+                    backend, pattern, literal, files.all() if attempt else files
+                )
             except subprocess.TimeoutExpired as exc:
                 raise ToolError(
                     f"The search took longer than {SEARCH_TIMEOUT}s; narrow it with path or "
@@ -432,38 +436,53 @@ class CodeRepositoryTools:
                     raise ToolError(f"{backend} could not run this search: {exc}") from exc
                 logger.warning("search backend %s failed (%s); trying the next one", backend, exc)
                 continue
-            return self._drop_binary(found), backend
+            if backend != "python":  # which skipped binary files already
+                found = self._drop_binary(found)
+            return sorted(found, key=lambda m: (m[0], m[1])), backend
         raise AssertionError("the python backend never fails")
 
     def _search_with(
-        self, backend: str, pattern: str, literal: bool, files: list[str]
+        self, backend: str, pattern: str, literal: bool, files: Iterable[str]
     ) -> list[Match]:
-        if not files:
-            return []
         if backend == "python":
-            rx = re.escape(pattern) if literal else pattern
-            return _search_python(self.repo_path, rx, files)
-        # -a everywhere: binary files are judged afterwards, the same way for every backend.
+            return _search_python(self.repo_path, re.escape(pattern) if literal else pattern, files)
+        # -a: binary files are judged afterwards, the same way for every backend.
         if backend == "grep":
-            cmd = ["grep", "-HnaZsi", "-F" if literal else "-P"]
-            workers = os.cpu_count() or 1
+            cmd = ["grep", "--null", "-Hnasi", *_grep_syntax(pattern, literal)]
         else:
             cmd = ["rg", "--no-config", "--no-messages", "-Hnai", "--null", "--no-heading"]
             cmd += ["--color", "never", "--encoding", "none", *(["-F"] if literal else [])]
-            workers = 1  # rg is multi-threaded itself
-        cmd += ["-e", pattern, "--"]
+            cmd += ["-e", pattern if literal else _to_ere(pattern) or pattern]  # e.g. \: -> :
         env = {**os.environ, "LC_ALL": "C.UTF-8"}
-        batches = _batches(files, workers * 4 if workers > 1 else 1)
-        with ThreadPoolExecutor(max_workers=min(workers, len(batches))) as pool:
-            outputs = list(pool.map(lambda b: _run_batch(cmd + b, self.repo_path, env), batches))
-        return [m for out in outputs for m in _parse_grep_output(out)]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            runs = [
+                pool.submit(_run_batch, [*cmd, "--", *batch], self.repo_path, env)
+                for batch in _batches(files)
+            ]
+            return [m for run in runs for m in _parse_grep_output(run.result())]
 
     def _drop_binary(self, matches: list[Match]) -> list[Match]:
         binary: dict[str, bool] = {}
         for rel, _, _ in matches:
             if rel not in binary:
                 binary[rel] = _is_binary(os.path.join(self.repo_path, rel))
-        return sorted((m for m in matches if not binary[m[0]]), key=lambda m: (m[0], m[1]))
+        return [m for m in matches if not binary[m[0]]]
+
+
+class _Replayable:
+    """Yields a stream once while recording it, so a fallback backend can replay it whole."""
+
+    def __init__(self, items: Iterator[str]):
+        self._items, self._seen = items, []
+
+    def __iter__(self) -> Iterator[str]:
+        for item in self._items:
+            self._seen.append(item)
+            yield item
+
+    def all(self) -> list[str]:
+        self._seen.extend(self._items)
+        return self._seen
 
 
 # --------------------------------------------------------------------------------- ignoring
@@ -504,7 +523,8 @@ def _glob_matcher(file_pattern: str) -> Callable[[str], bool]:
 
     A glob without "/" matches the file name; one with "/" matches the repository path.
     """
-    globs = [g for part in _split_commas(file_pattern) for g in _expand_braces(part.strip()) if g]
+    parts = re.split(r",(?![^{]*\})", file_pattern)  # commas outside {a,b}
+    globs = [g for part in parts for g in _expand_braces(part.strip()) if g]
     if not globs:
         raise ToolError("file_pattern is empty.")
     globs += [g.replace("**/", "") for g in globs if "**/" in g]
@@ -513,18 +533,6 @@ def _glob_matcher(file_pattern: str) -> Callable[[str], bool]:
     name_rx = re.compile("|".join(by_name) or "(?!)", re.IGNORECASE)
     path_rx = re.compile("|".join(by_path) or "(?!)", re.IGNORECASE)
     return lambda rel: bool(name_rx.match(rel.rsplit("/", 1)[-1]) or path_rx.match(rel))
-
-
-def _split_commas(text: str) -> list[str]:
-    parts, depth, current = [], 0, ""
-    for char in text:
-        depth += {"{": 1, "}": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += char
-    return [*parts, current]
 
 
 def _expand_braces(glob: str) -> list[str]:
@@ -536,7 +544,7 @@ def _expand_braces(glob: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------------- search
-def _search_python(repo: Path, regex: str, files: list[str]) -> list[Match]:
+def _search_python(repo: Path, regex: str, files: Iterable[str]) -> list[Match]:
     """The portable backend: a whole-file pre-check, then line by line like grep."""
     line_rx = re.compile(regex, re.IGNORECASE)
     # A line match is also a multiline match at the same place, except with \A and \Z.
@@ -559,45 +567,94 @@ def _search_python(repo: Path, regex: str, files: list[str]) -> list[Match]:
     return found
 
 
-def _batches(files: list[str], parts: int, max_bytes: int = 100_000) -> list[list[str]]:
-    """Split the file list for parallel runs, and under the OS limit on argument length."""
-    size = max(200, -(-len(files) // parts))
-    batches: list[list[str]] = [[]]
+def _batches(files: Iterable[str], size: int = 2000, max_bytes: int = 200_000):
+    """Cut the stream into runs that start while the walk goes on and fit the OS argv limit."""
+    batch: list[str] = []
     used = 0
     for rel in files:
-        cost = len(rel.encode("utf-8", "surrogateescape")) + 1
-        if batches[-1] and (len(batches[-1]) >= size or used + cost > max_bytes):
-            batches.append([])
-            used = 0
-        batches[-1].append(rel)
-        used += cost
-    return batches
+        batch.append(rel)
+        used += len(rel) + 1
+        if len(batch) >= size or used >= max_bytes:
+            yield batch
+            batch, used = [], 0
+    if batch:
+        yield batch
+
+
+def _grep_syntax(pattern: str, literal: bool) -> list[str]:
+    """grep flags for a Python regex: -F for plain text and -E when the regex means the same in
+    POSIX ERE (both much faster than -P); -P, close to Python's dialect, otherwise."""
+    if literal or not any(c in _REGEX_SPECIAL for c in pattern):
+        return ["-F", "-e", pattern]
+    ere = _to_ere(pattern)
+    return ["-E", "-e", ere] if ere is not None else ["-P", "-e", pattern]
+
+
+_REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\")
+_INTERVAL = re.compile(r"\{\d+(,\d*)?\}")
+
+
+def _to_ere(regex: str) -> str | None:
+    """The same regex in GNU ERE, or None if it uses anything without a sure equivalent
+    (groups with ?, lazy quantifiers, backrefs, escapes inside [...], POSIX classes)."""
+    out, i = [], 0
+    while i < len(regex):
+        char, nxt = regex[i], regex[i + 1 : i + 2]
+        if char == "\\":
+            if nxt in ("d", "D"):
+                out.append("[0-9]" if nxt == "d" else "[^0-9]")
+            elif nxt in _REGEX_SPECIAL or nxt in ("w", "W", "s", "S", "b", "B"):
+                out.append(char + nxt)
+            elif nxt.isalnum() or not nxt:
+                return None
+            else:
+                out.append(nxt)  # escaped punctuation that ERE does not need escaped
+            i += 2
+            continue
+        if char == "[":
+            first = i + 1 + (nxt == "^")
+            end = regex.find("]", first + (regex[first : first + 1] == "]"))  # []..] and [^]..]
+            if end == -1 or "\\" in regex[i:end] or "[:" in regex[i + 1 : end]:
+                return None
+            out.append(regex[i : end + 1])
+            i = end + 1
+            continue
+        if char == "{":
+            interval = _INTERVAL.match(regex, i)
+            if not interval:
+                return None
+            out.append(interval.group())
+            i = interval.end()
+            if regex[i : i + 1] in ("?", "+"):
+                return None
+            continue
+        if (char == "(" and nxt == "?") or (char in "*+?" and nxt in ("?", "+")):
+            return None
+        out.append(char)
+        i += 1
+    return "".join(out)
 
 
 def _run_batch(cmd: list[str], cwd: Path, env: dict[str, str]) -> bytes:
+    """One grep/rg run. Exit 1 is "no match"; with -s/--no-messages unreadable files are
+    silent, so a message on stderr means the run itself failed (bad pattern or option)."""
     proc = subprocess.run(
-        cmd,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=SEARCH_TIMEOUT,
-        check=False,
+        cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=SEARCH_TIMEOUT
     )
-    if proc.returncode not in (0, 1) and (proc.stderr.strip() or not proc.stdout):
+    if proc.returncode < 0 or (proc.returncode > 1 and proc.stderr.strip()):
         raise _BackendFailed(proc.stderr.decode("utf-8", "replace").strip()[:300])
     return proc.stdout
 
 
 def _parse_grep_output(output: bytes) -> Iterator[Match]:
-    """Lines are `path NUL lineno:text` (grep -Z / rg --null), robust to ':' in paths."""
-    for record in output.split(b"\n"):
-        path, sep, rest = record.partition(b"\0")
-        if not sep:
-            continue
-        number, _, text = rest.partition(b":")
-        if number.isdigit():
-            yield os.fsdecode(path), int(number), text.decode("utf-8", "replace")
+    """Lines are `path NUL lineno:text` (--null), robust to ':' in paths. Anything else means
+    the tool is not the one we expect (a grep without --null), which must not pass silently."""
+    for record in output.split(b"\n")[:-1]:  # not splitlines(): a line may hold a \r
+        path, _, rest = record.partition(b"\0")
+        number, sep, text = rest.partition(b":")
+        if not (sep and number.isdigit()):
+            raise _BackendFailed(f"unexpected output line: {record[:100]!r}")
+        yield os.fsdecode(path), int(number), text.decode("utf-8", "replace")
 
 
 def _format_matches(what: str, where: str, n_files: int, matches: list[Match]) -> str:
@@ -725,8 +782,8 @@ def _atomic_write(target: Path, data: bytes) -> None:
         raise ToolError(f"Cannot create folder for {target.name}: a file is in the way.") from exc
     mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -734,24 +791,22 @@ def _atomic_write(target: Path, data: bytes) -> None:
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            reason = exc.strerror or str(exc)
+            raise ToolError(f"Could not write {target.name}: {reason}; it is unchanged.") from exc
         raise
 
 
 def _is_binary(path: Path | str) -> bool:
-    """NUL in the first 8 KiB, git's own test. Plain os calls: this runs per matched file."""
+    """NUL in the first 8 KiB, git's own test. Unbuffered: this runs for every matched file."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        with open(path, "rb", buffering=0) as f:
+            return b"\0" in f.read(BINARY_SNIFF_BYTES)
     except OSError:
         return True
-    try:
-        return b"\0" in os.read(fd, BINARY_SNIFF_BYTES)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
 
 
 _LANGUAGES = {
@@ -820,29 +875,20 @@ def _summarise(entries: list[tuple[str, bool]], top: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------------- commands
+_COMMAND_ENV = {
+    "PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", "NO_COLOR": "1", "CLICOLOR": "0",
+    "GIT_TERMINAL_PROMPT": "0", "DEBIAN_FRONTEND": "noninteractive",
+}  # fmt: skip
+
+
 def _run_shell(command: str, cwd: Path, timeout: int) -> tuple[int, str, bool]:
     """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, and
     the command gets its own session so a timeout kills every process it started."""
-    env = {
-        **os.environ,
-        "PAGER": "cat",
-        "GIT_PAGER": "cat",
-        "TERM": "dumb",
-        "NO_COLOR": "1",
-        "CLICOLOR": "0",
-        "GIT_TERMINAL_PROMPT": "0",
-        "DEBIAN_FRONTEND": "noninteractive",
-    }
     proc = subprocess.Popen(
-        command,
-        shell=True,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        command, shell=True, cwd=cwd, env={**os.environ, **_COMMAND_ENV},
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         start_new_session=True,
-    )
+    )  # fmt: skip
     capture = _OutputCapture(proc.stdout)
     timed_out = False
     try:
@@ -906,14 +952,9 @@ _COMMANDS_DISABLED = (
     "--allow-commands. Use the file tools instead."
 )
 _LOCAL_TOOLS = (
-    "list_files",
-    "read_file",
-    "write_file",
-    "edit_file",
-    "search_in_files",
-    "get_file_info",
+    "list_files", "read_file", "write_file", "edit_file", "search_in_files", "get_file_info",
     "run_command",
-)
+)  # fmt: skip
 _DESCRIPTIONS = {
     "list_files": "List files and folders under a folder, recursively (folders end with '/'). "
     "Skips .git, hidden files, dependency/build folders and whatever .gitignore ignores. "
