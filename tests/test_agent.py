@@ -7,11 +7,11 @@ import threading
 
 import pytest
 from fakes import BlockingLlm, ScriptedLlm, native_call, xml_action
-from toy_agent.redaction import Redactor
 
 from toy_agent import ReactAgent
 from toy_agent.events import RunFinished, RunStarted, ToolFinished, TrajectoryRecorder
 from toy_agent.llm import LlmError, LlmResponse, ReplayLlmClient, Usage
+from toy_agent.redaction import Redactor
 
 
 @pytest.fixture
