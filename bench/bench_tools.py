@@ -1,6 +1,6 @@
 """Time search_in_files and list_files against rg, grep -r and git on one large tree.
 
-    python bench/bench_tools.py            # generates ~27k files (node_modules, .git, build...)
+    python bench/bench_tools.py            # generates ~22k files (node_modules, .git, build...)
     python bench/bench_tools.py PATH       # or measure an existing tree
 
 Each figure is the median of a few runs after a warm-up, so the page cache is hot for all.
@@ -45,7 +45,7 @@ def generate(root: Path, packages: int = 200, per_package: int = 80) -> None:
             (pkg / f"mod{f:03d}.py").write_text(body[(p + f) % 50] + extra)
         (pkg / "schema.gen.py").write_text(body[0])
         (pkg / "debug.log").write_text(body[1])
-    for noise, count in (("node_modules", 8_000), ("build", 1_000), (".git/objects", 1_000)):
+    for noise, count in (("node_modules", 4_000), ("build", 1_000), (".git/objects", 1_000)):
         for i in range(count):
             folder = root / noise / f"d{i // 100:03d}"
             folder.mkdir(parents=True, exist_ok=True)
