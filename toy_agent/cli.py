@@ -43,25 +43,25 @@ def build_parser() -> argparse.ArgumentParser:
         "error, 3 LLM provider failure, 130 interrupted.",
     )
     add = parser.add_argument
-    add("--task", help="the task for the agent; '-' reads it from stdin")
-    add("--repo", default=".", help="the repository to work on (default: .)")
-    add("--max-iterations", type=_positive_int, default=10,
+    add("--task", metavar="TEXT", help="the task for the agent; '-' reads it from stdin")
+    add("--repo", default=".", metavar="PATH", help="the repository to work on (default: .)")
+    add("--max-iterations", type=_positive_int, default=10, metavar="N",
         help="maximum THINK/ACT cycles (default: 10)")
     add("--llm-provider", choices=PROVIDERS, default="claude",
         help="the LLM provider (default: claude); replay re-runs a --trajectory file offline")
-    add("--model", help=f"model name (defaults: {models})")
-    add("--base-url", help="API base URL, e.g. http://localhost:11434/v1 for Ollama "
+    add("--model", metavar="NAME", help=f"model name (defaults: {models})")
+    add("--base-url", metavar="URL", help="API base URL, e.g. http://localhost:11434/v1 for Ollama "
         "(default: the SDK's, or ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL / OPENAI_BASE_URL)")
     add("--replay", metavar="FILE", help="trajectory whose LLM responses --llm-provider "
         "replay plays back")
-    add("--max-retries", type=_non_negative_int, default=4,
+    add("--max-retries", type=_non_negative_int, default=4, metavar="N",
         help="retries of transient provider failures (default: 4)")
-    add("--timeout", type=float, default=120.0,
+    add("--timeout", type=_positive_float, default=120.0, metavar="SECONDS",
         help="seconds to wait for one LLM response (default: 120)")
     add("--tool-format", choices=("xml", "react", "native"), default="xml",
         help="how the LLM writes actions: xml tags (default), react text, or the provider's "
         "native tool calls")
-    add("--context-budget", type=_positive_int, default=DEFAULT_CONTEXT_BUDGET,
+    add("--context-budget", type=_positive_int, default=DEFAULT_CONTEXT_BUDGET, metavar="TOKENS",
         help=f"token budget for what is sent to the LLM (default: {DEFAULT_CONTEXT_BUDGET})")
     add("--allow-commands", action="store_true",
         help="offer the run_command tool (shell commands in the repository)")
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--mcp-server", action="append", default=[], metavar="URL_OR_COMMAND",
         help="an MCP server: an http(s):// URL or a command line (repeatable)")
     add("--mcp-config", metavar="FILE", help='MCP servers in the "mcpServers" JSON format')
-    add("--mcp-timeout", type=float, default=30.0,
+    add("--mcp-timeout", type=_positive_float, default=30.0, metavar="SECONDS",
         help="seconds for MCP start-up and for each MCP tool call (default: 30)")
     add("--list-tools", action="store_true", help="print the tools the agent would offer, exit")
     add("--trajectory", metavar="FILE", help="write the whole run as JSON to FILE")
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--show-diff", action="store_true", help="print the full diff of changed files")
     add("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="log level on stderr (default: INFO; WARNING while the live view is shown)")
-    add("--log-file", help="also write the full log (DEBUG) to this file")
+    add("--log-file", metavar="PATH", help="also write the full log (DEBUG) to this file")
     add("--version", action="version", version=f"toy-agent {__version__}")
     return parser
 
@@ -272,4 +272,11 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
     return value
