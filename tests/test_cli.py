@@ -308,3 +308,37 @@ def test_ctrl_c_during_an_llm_call_writes_the_trajectory_and_exits_130(repo, tmp
     data = json.loads(trajectory.read_text())
     assert data["result"]["outcome"] == "cancelled"
     assert [s["actions"][0]["tool_name"] for s in data["steps"]] == ["list_files"]
+
+
+def test_secrets_stay_out_of_the_log_file_and_the_trajectory(repo, tmp_path, monkeypatch,
+                                                             capsys):
+    secret = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+    monkeypatch.setenv("GITHUB_TOKEN", secret)
+    (repo / "ci.env").write_text(f"GITHUB_TOKEN={secret}\n")
+    replay = write_replay(tmp_path / "r.json", xml_action("read_file", path="ci.env"),
+                          xml_action("task_complete", result="read it"))
+    log, trajectory = tmp_path / "run.log", tmp_path / "run.json"
+    code = main(["--task", f"check the token {secret}", "--repo", str(repo),
+                 "--llm-provider", "replay", "--replay", str(replay),
+                 "--log-file", str(log), "--trajectory", str(trajectory)])
+
+    captured = capsys.readouterr()
+    assert code == 0
+    for text in (log.read_text(), trajectory.read_text(), captured.out, captured.err):
+        assert secret not in text
+    assert "GITHUB_TOKEN=[REDACTED]" in log.read_text()  # the DEBUG log has the observation
+    assert "GITHUB_TOKEN=[REDACTED]" in trajectory.read_text()
+
+
+def test_show_diff_prints_the_full_diff_of_changed_files(repo, tmp_path, capsys):
+    replay = write_replay(tmp_path / "r.json",
+                          xml_action("edit_file", path="hello.py", old_str="helo", new_str="hi"),
+                          xml_action("write_file", path="new.txt", content="fresh\n"),
+                          xml_action("task_complete", result="ok"))
+    assert main(["--task", "x", "--repo", str(repo), "--llm-provider", "replay",
+                 "--replay", str(replay), "--show-diff"]) == 0
+
+    out = capsys.readouterr().out
+    assert "-print('helo')" in out and "+print('hi')" in out
+    assert "--- /dev/null" in out and "+fresh" in out
+    assert "new.txt  +1 -0" in out
