@@ -32,9 +32,9 @@ REPLIES = [
 expected behaviour.</THOUGHT>
 <ACTION>
 <tool_name>read_file</tool_name>
-<parameters>{"path": "tests/test_stats.py"}</parameter>
+<parameters>{"path": tests/test_stats.py}</parameters>
 </ACTION>""",
-    """My previous reply had a typo in a closing tag. Trying again.
+    """I forgot the quotes around the path. Trying again.
 
 <THOUGHT>Read the tests to learn the expected behaviour.</THOUGHT>
 <ACTION>

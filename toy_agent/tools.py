@@ -93,17 +93,17 @@ class CodeRepositoryTools:
             raise ToolError(f"Unknown tool '{name}'. Local tools: {names}.")
         method = getattr(self, name)
         kwargs = _bind_parameters(name, method, parameters)
-        logger.info("tool %s %s", name, _preview(kwargs))
+        logger.debug("tool %s %s", name, _preview(kwargs))
         try:
             result = method(**kwargs)
         except ToolError as exc:
-            logger.info("tool %s failed: %s", name, str(exc).partition("\n")[0])
+            logger.debug("tool %s failed: %s", name, str(exc).partition("\n")[0])
             raise
         except OSError as exc:
             logger.debug("tool %s raised", name, exc_info=True)
             where = f" ({os.path.relpath(exc.filename, self.repo_path)})" if exc.filename else ""
             raise ToolError(f"{name} failed: {exc.strerror or exc}{where}") from exc
-        logger.info("tool %s succeeded (%d chars)", name, len(result))
+        logger.debug("tool %s succeeded (%d chars)", name, len(result))
         return result
 
     # ----------------------------------------------------------------------------- tools
