@@ -124,6 +124,7 @@ class ReactAgent:
         self.conversation_history: list[Message] = []
         self.system_prompt = ""
         self._tool_specs: list[dict[str, Any]] = []
+        self._mcp_names: set[str] = set()
         self._reset()
 
     # -- public -------------------------------------------------------------------------
@@ -137,6 +138,8 @@ class ReactAgent:
         try:
             with self._mcp_session():
                 self._tool_specs = self.tool_specs()
+                remote = self.mcp_tools_client.get_mcp_tools() if self.mcp_tools_client else []
+                self._mcp_names = {spec["name"] for spec in remote}
                 self.system_prompt = self._build_system_prompt()
                 self.conversation_history = [Message("user", task)]
                 self._emit(RunStarted(task, self.system_prompt, self.settings()))
@@ -289,10 +292,9 @@ class ReactAgent:
             raw = str(parameters[INVALID_ARGUMENTS_KEY])[:500]
             raise ToolError(f"the arguments of this {tool_name} call are not a JSON object: "
                             f"{raw!r}. Call it again with valid JSON arguments.")
-        mcp_names = {s["name"] for s in self._tool_specs} - self._local_tool_names()
-        if self.mcp_tools_client and tool_name in mcp_names:
+        if self.mcp_tools_client and tool_name in self._mcp_names:
             return self.mcp_tools_client.execute_mcp_tool(tool_name, parameters)
-        if tool_name in self._local_tool_names():
+        if tool_name in self._local_names:
             return self.tools.execute(tool_name, parameters)
         names = [s["name"] for s in self._tool_specs]
         close = difflib.get_close_matches(tool_name, names, n=1)
@@ -311,6 +313,10 @@ class ReactAgent:
         ]
         return self.format.observation_message(unanswered)
 
+    @property
+    def _local_names(self) -> set[str]:
+        return {spec["name"] for spec in self._tool_specs} - self._mcp_names
+
     def _final_answer(self, action: Action) -> str:
         params = action.parameters
         if "result" in params:
@@ -318,9 +324,6 @@ class ReactAgent:
         if len(params) == 1:  # a model that names the parameter "answer" or "summary"
             return str(next(iter(params.values())))
         return json.dumps(params) if params else ""
-
-    def _local_tool_names(self) -> set[str]:
-        return {s["name"] for s in get_available_tools(self.tools.allow_commands)}
 
     def _repetition_warning(self, action: Action) -> str:
         key = json.dumps([action.tool_name, action.parameters], sort_keys=True, default=str)
@@ -363,7 +366,7 @@ class ReactAgent:
         if self.mcp_tools_client or not self.mcp_server_url:
             yield
             return
-        reserved = self._local_tool_names()
+        reserved = [spec["name"] for spec in get_available_tools(allow_commands=True)]
         self.mcp_tools_client = McpTools(self.mcp_server_url, reserved_names=reserved)
         try:
             yield

@@ -1,0 +1,100 @@
+"""MCP tools through the agent and the CLI, against the real demo server over stdio."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from fakes import ScriptedLlm, xml_action
+from test_cli import write_replay
+
+from toy_agent import ReactAgent
+from toy_agent.cli import main
+
+SERVER = Path(__file__).parent / "mcp_servers" / "demo_server.py"
+SERVER_COMMAND = shlex.join([sys.executable, str(SERVER)])
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "notes.txt").write_text("local notes\n")
+    return root
+
+
+def test_agent_offers_and_runs_mcp_tools_next_to_local_ones(repo):
+    llm = ScriptedLlm(
+        xml_action("add", a=2, b=40),
+        xml_action("fail"),
+        xml_action("read_file", path="notes.txt"),
+        xml_action("demo_server__read_file", path="anything"),
+        xml_action("task_complete", result="42"),
+    )
+    agent = ReactAgent(llm, repo, mcp_server_url=SERVER_COMMAND)
+    result = agent.run("add numbers")
+
+    assert result["success"] and result["result"] == "42"
+    prompt = llm.requests[0]["system"]
+    add_block = prompt.split("<tool><name>add</name>", 1)[1].split("</tool>", 1)[0]
+    schema = json.loads(add_block.split("<parameters>", 1)[1].split("</parameters>", 1)[0])
+    assert schema["properties"]["a"]["type"] == "integer" and schema["required"] == ["a", "b"]
+    assert "<tool><name>demo_server__read_file</name>" in prompt  # clash with a local tool
+    assert "42" in llm.requests[1]["messages"][-1].content
+    assert "Error" in llm.requests[2]["messages"][-1].content  # the failing tool, run goes on
+    assert "local notes" in llm.requests[3]["messages"][-1].content  # local read_file wins
+    assert agent.mcp_tools_client is None  # the agent closed the servers it opened
+
+
+def test_cli_lists_tools_of_flag_and_config_servers(repo, tmp_path, capsys):
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {
+        "second": {"command": sys.executable, "args": [str(SERVER), "--only", "echo"]}}}))
+    code = main(["--list-tools", "--repo", str(repo), "--mcp-server", SERVER_COMMAND,
+                 "--mcp-config", str(config)])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "add(a, b)" in out and "demo_server__read_file(path)" in out
+    assert "demo_server__echo(text)" in out and "second__echo(text)" in out  # clash rule
+
+
+def test_cli_runs_an_mcp_tool_in_a_replayed_run(repo, tmp_path, capsys):
+    replay = write_replay(tmp_path / "r.json", xml_action("echo", text="hello over stdio"),
+                          xml_action("task_complete", result="echoed"))
+    trajectory = tmp_path / "t.json"
+    code = main(["--task", "echo", "--repo", str(repo), "--llm-provider", "replay",
+                 "--replay", str(replay), "--mcp-server", SERVER_COMMAND,
+                 "--trajectory", str(trajectory)])
+
+    assert code == 0
+    step = json.loads(trajectory.read_text())["steps"][0]
+    assert "hello over stdio" in step["observations"][0]["content"]
+    assert "echo" in step["response"]["text"]
+
+
+def test_unreachable_mcp_server_stops_before_any_llm_call(repo, tmp_path, capsys):
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="never"))
+    trajectory = tmp_path / "t.json"
+    code = main(["--task", "x", "--repo", str(repo), "--llm-provider", "replay",
+                 "--replay", str(replay), "--mcp-server", f"http://127.0.0.1:{port}/mcp",
+                 "--trajectory", str(trajectory)])
+
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert f"127.0.0.1:{port}" in err and len(err.splitlines()) == 1
+    assert not trajectory.exists()
+
+
+def test_mcp_command_that_does_not_exist_exits_two(repo, capsys):
+    code = main(["--list-tools", "--repo", str(repo), "--mcp-server", "no-such-mcp-server --x"])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "no-such-mcp-server" in err and "Traceback" not in err
