@@ -9,7 +9,13 @@ import pytest
 from fakes import BlockingLlm, ScriptedLlm, native_call, xml_action
 
 from toy_agent import ReactAgent
-from toy_agent.events import RunFinished, RunStarted, ToolFinished, TrajectoryRecorder
+from toy_agent.events import (
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    ToolFinished,
+    TrajectoryRecorder,
+)
 from toy_agent.llm import LlmError, LlmResponse, ReplayLlmClient, Usage
 from toy_agent.redaction import Redactor
 
@@ -269,3 +275,21 @@ def test_only_the_first_of_several_xml_actions_runs_and_the_llm_is_told(repo):
 
     assert (repo / "one.txt").exists() and not (repo / "two.txt").exists()
     assert "only the first action was executed" in llm.requests[1]["messages"][-1].content
+
+
+def test_streaming_hands_text_deltas_to_subscribers(repo):
+    deltas = []
+    llm = ScriptedLlm(xml_action("task_complete", result="ok"))
+    ReactAgent(llm, repo, stream=True,
+               on_event=lambda e: deltas.append(e.text) if isinstance(e, TextDelta) else None
+               ).run("task")
+
+    assert "".join(deltas).startswith("<THOUGHT>")
+
+
+def test_without_streaming_no_text_deltas_are_emitted(repo):
+    events = []
+    ReactAgent(ScriptedLlm(xml_action("task_complete", result="ok")), repo,
+               on_event=events.append).run("task")
+
+    assert not any(isinstance(e, TextDelta) for e in events)

@@ -17,6 +17,7 @@ import pytest
 from fake_providers import FakeProvider, Reply, anthropic_reply, error_reply
 from fakes import xml_action
 
+from toy_agent import __version__
 from toy_agent.cli import main
 from toy_agent.llm import LlmResponse, Usage
 
@@ -342,3 +343,12 @@ def test_show_diff_prints_the_full_diff_of_changed_files(repo, tmp_path, capsys)
     assert "-print('helo')" in out and "+print('hi')" in out
     assert "--- /dev/null" in out and "+fresh" in out
     assert "new.txt  +1 -0" in out
+
+
+@pytest.mark.parametrize("entry", [["-m", "toy_agent"], [str(ROOT / "main.py")]])
+def test_module_and_script_entry_points_print_the_version(entry):
+    proc = subprocess.run([sys.executable, *entry, "--version"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"toy-agent {__version__}"
