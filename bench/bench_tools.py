@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from toy_agent.tools import NOISE_DIRS, CodeRepositoryTools  # noqa: E402
+from toy_agent.search import NOISE_DIRS, walk  # noqa: E402
+from toy_agent.tools import CodeRepositoryTools  # noqa: E402
 
 RUNS = 3
 WORDS = ("def", "return", "self", "value", "handler", "request", "result", "config", "import")
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> int:
             print(f"generated a tree in {time.perf_counter() - started:.1f}s")
         total = sum(1 for p in root.rglob("*") if p.is_file())
         tools = CodeRepositoryTools(root)
-        kept = len(list(tools._walk(root)))
+        kept = len(list(walk(root, root)))
         print(f"{root}: {total:,} files on disk, {kept:,} entries after ignore rules")
         excludes = [f"--exclude-dir={d}" for d in sorted(NOISE_DIRS)] + ["--exclude-dir=*.egg-info"]
         has_rg = shutil.which("rg") is not None

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toy_agent.tools import SEARCH_MAX_MATCHES, CodeRepositoryTools, ToolError
+from toy_agent.search import SEARCH_MAX_MATCHES
+from toy_agent.tools import CodeRepositoryTools, ToolError
 
 BACKENDS = [
     pytest.param(

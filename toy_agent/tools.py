@@ -1,8 +1,8 @@
 """Repository tools: every path is confined to the repository root.
 
 Each tool method returns the observation text for the LLM or raises ToolError with a message the
-LLM can act on. Listing and searching share one walk with one set of ignore rules, so every
-search backend (rg, grep, Python) sees exactly the same files and gives the same answer.
+LLM can act on. Which files count (the ignore rules) and how text is found in them live in
+toy_agent.search; this module confines paths, checks parameters and words the observations.
 """
 
 from __future__ import annotations
@@ -10,61 +10,47 @@ from __future__ import annotations
 import codecs
 import contextlib
 import difflib
-import fnmatch
 import inspect
 import itertools
 import logging
 import os
-import platform
 import re
 import secrets
-import shutil
 import signal
 import stat
 import subprocess
 import threading
 import time
 import typing
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pathspec
+from toy_agent.search import (
+    BINARY_SNIFF_BYTES,
+    SEARCH_BACKENDS,
+    SearchError,
+    format_matches,
+    is_binary,
+    is_ignored,
+    search,
+    walk,
+)
 
 logger = logging.getLogger(__name__)
 
-NOISE_DIRS = frozenset(
-    {
-        "node_modules", "__pycache__", "venv", ".venv", "build", "dist", "target", ".git", ".hg",
-        ".svn", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox", ".eggs",
-        "htmlcov", "bower_components", ".next", ".gradle", ".idea", ".vscode",
-    }
-)  # fmt: skip
 LIST_LIMIT = 400
 READ_MAX_LINES = 400
 READ_MAX_CHARS = 40_000
 READ_MAX_LINE_CHARS = 4_000
-SEARCH_MAX_MATCHES = 100
-SEARCH_LINE_CHARS = 200
-SEARCH_TIMEOUT = 60
-SEARCH_BACKENDS = ("rg", "grep", "python")
 COMMAND_MAX_TIMEOUT = 600
 OUTPUT_HEAD_BYTES = 8_000
 OUTPUT_TAIL_BYTES = 8_000
-BINARY_SNIFF_BYTES = 8192
-
-_Specs = tuple[tuple[str, tuple[tuple[re.Pattern[str], bool], ...]], ...]  # (folder, patterns)
-Match = tuple[str, int, str]  # (repo-relative path, line number, line text)
 
 
 class ToolError(Exception):
     """A tool could not do what was asked; the message becomes the LLM's observation."""
-
-
-class _BackendFailed(Exception):
-    """A search backend could not run this search; the next one may."""
 
 
 class CodeRepositoryTools:
@@ -114,8 +100,8 @@ class CodeRepositoryTools:
             raise self._not_found(path, top)
         if not top.is_dir():
             raise ToolError(f"{self._rel(top)} is a file; use read_file or get_file_info on it.")
-        explicit = self._ancestor_rules(top)[1]
-        entries = sorted(self._walk(top), key=lambda e: e[0].split("/"))
+        explicit = is_ignored(self.repo_path, top)
+        entries = sorted(walk(self.repo_path, top), key=lambda e: e[0].split("/"))
         n_dirs = sum(is_dir for _, is_dir in entries)
         logger.info("listed %s: %d files, %d dirs", self._rel(top), len(entries) - n_dirs, n_dirs)
         where = "Repository root" if top == self.repo_path else self._rel(top)
@@ -228,16 +214,24 @@ class CodeRepositoryTools:
         top = self._resolve(path)
         if not top.exists():
             raise self._not_found(path, top)
-        files = _Replayable(self._search_candidates(top, file_pattern))
         started = time.perf_counter()
-        matches, backend = self._run_search(pattern, literal, files)
-        n_files = len(files.all())
+        try:
+            found = search(
+                self.repo_path,
+                top,
+                pattern,
+                literal=literal,
+                file_pattern=file_pattern,
+                backend=self.search_backend,
+            )
+        except SearchError as exc:
+            raise ToolError(str(exc)) from exc
         logger.info(
             "searched %r in %s: %d files, %d matching lines, %s backend, %.3fs",
-            *(pattern, self._rel(top), n_files, len(matches), backend),
+            *(pattern, self._rel(top), found.n_files, len(found.matches), found.backend),
             time.perf_counter() - started,
         )
-        return _format_matches(repr(pattern) + note, self._rel(top), n_files, matches)
+        return format_matches(repr(pattern) + note, self._rel(top), found)
 
     def get_file_info(self, path: str) -> str:
         """Metadata to decide how to read a file: size, lines, kind, language, mtime, mode."""
@@ -333,352 +327,12 @@ class CodeRepositoryTools:
     def _not_found(self, path: str, target: Path) -> ToolError:
         """A not-found error naming the closest existing paths, since LLMs often guess paths."""
         wanted = self._rel(target)
-        walked = itertools.islice(self._walk(self.repo_path), 20_000)
+        walked = itertools.islice(walk(self.repo_path, self.repo_path), 20_000)
         known = [rel for rel, is_dir in walked if not is_dir]
         same_name = [rel for rel in known if rel.rsplit("/", 1)[-1] == target.name]
         close = same_name[:5] or difflib.get_close_matches(wanted, known, n=3, cutoff=0.6)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         return ToolError(f"No such file or directory: {path}.{hint} Use list_files to look around.")
-
-    # ----------------------------------------------------------------------------- walking
-    def _walk(self, top: Path) -> Iterator[tuple[str, bool]]:
-        """Yield (repo-relative path, is_dir) under `top`, skipping what git and humans ignore.
-
-        Directory symlinks are never followed; file symlinks are kept only when they resolve
-        inside the repository, so nothing outside is ever listed or searched.
-        """
-        specs, explicit = self._ancestor_rules(top)
-        stack = [(str(top), "" if top == self.repo_path else self._rel(top), specs)]
-        while stack:
-            directory, rel_dir, specs = stack.pop()
-            try:
-                with os.scandir(directory) as scan:
-                    entries = list(scan)
-            except OSError as exc:
-                logger.debug("cannot scan %s: %s", directory, exc)
-                continue
-            if not explicit and any(e.name == ".gitignore" for e in entries):
-                specs = _with_gitignore(specs, rel_dir, Path(directory, ".gitignore"))
-            for entry in entries:
-                name = entry.name
-                if name.startswith("."):
-                    continue
-                is_dir = entry.is_dir(follow_symlinks=False)
-                if entry.is_symlink():
-                    if not self._is_inner_file_link(entry.path):
-                        continue
-                    is_dir = False
-                if (is_dir and _is_noise_dir(name, entry.path)) or name.endswith((".pyc", ".pyo")):
-                    continue
-                rel = f"{rel_dir}/{name}" if rel_dir else name
-                if specs and _gitignored(rel, is_dir, specs):
-                    continue
-                yield rel, is_dir
-                if is_dir:
-                    stack.append((entry.path, rel, specs))
-
-    def _ancestor_rules(self, top: Path) -> tuple[_Specs, bool]:
-        """Ignore rules in force at `top`, and whether `top` itself is ignored (asked for
-        explicitly, in which case nothing below it is filtered by gitignore)."""
-        specs: _Specs = _with_gitignore((), "", self.repo_path / ".git" / "info" / "exclude")
-        directory, rel_dir = self.repo_path, ""
-        for part in top.relative_to(self.repo_path).parts:
-            specs = _with_gitignore(specs, rel_dir, directory / ".gitignore")
-            directory, rel_dir = directory / part, f"{rel_dir}/{part}" if rel_dir else part
-            if (
-                part.startswith(".")
-                or _is_noise_dir(part, str(directory))
-                or _gitignored(rel_dir, True, specs)
-            ):
-                return (), True
-        return specs, False
-
-    def _is_inner_file_link(self, link: str) -> bool:
-        try:
-            target = Path(link).resolve()
-        except (OSError, RuntimeError):
-            return False
-        return target.is_relative_to(self.repo_path) and target.is_file()
-
-    # ----------------------------------------------------------------------------- search
-    def _search_candidates(self, top: Path, file_pattern: str | None) -> Iterator[str]:
-        if top.is_file():
-            yield self._rel(top)
-            return
-        wanted = _glob_matcher(file_pattern) if file_pattern else None
-        for rel, is_dir in self._walk(top):
-            if not is_dir and (wanted is None or wanted(rel)):
-                yield rel
-
-    def _run_search(
-        self, pattern: str, literal: bool, files: _Replayable
-    ) -> tuple[list[Match], str]:
-        """Search with the forced backend, or the first that works: grep (not on Windows), rg,
-        Python. Given a file list, grep beats rg (bench/bench_tools.py); both beat Python."""
-        if self.search_backend != "auto":
-            chain = [self.search_backend]
-        else:
-            chain = ["grep"] if platform.system() != "Windows" else []
-            chain += ["rg"] if shutil.which("rg") else []
-            chain.append("python")
-        for attempt, backend in enumerate(chain):
-            try:  # the first attempt searches while the walk is still going
-                found = self._search_with(
-                    backend, pattern, literal, files.all() if attempt else files
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise ToolError(
-                    f"The search took longer than {SEARCH_TIMEOUT}s; narrow it with path or "
-                    "file_pattern."
-                ) from exc
-            except (_BackendFailed, OSError, subprocess.SubprocessError) as exc:
-                if self.search_backend != "auto":
-                    raise ToolError(f"{backend} could not run this search: {exc}") from exc
-                logger.warning("search backend %s failed (%s); trying the next one", backend, exc)
-                continue
-            if backend != "python":  # which skipped binary files already
-                found = self._drop_binary(found)
-            return sorted(found, key=lambda m: (m[0], m[1])), backend
-        raise AssertionError("the python backend never fails")
-
-    def _search_with(
-        self, backend: str, pattern: str, literal: bool, files: Iterable[str]
-    ) -> list[Match]:
-        if backend == "python":
-            return _search_python(self.repo_path, re.escape(pattern) if literal else pattern, files)
-        # -a: binary files are judged afterwards, the same way for every backend.
-        if backend == "grep":
-            cmd = ["grep", "--null", "-Hnasi", *_grep_syntax(pattern, literal)]
-        else:
-            cmd = ["rg", "--no-config", "--no-messages", "-Hnai", "--null", "--no-heading"]
-            cmd += ["--color", "never", "--encoding", "none", *(["-F"] if literal else [])]
-            cmd += ["-e", pattern if literal else _to_ere(pattern) or pattern]  # e.g. \: -> :
-        env = {**os.environ, "LC_ALL": "C.UTF-8"}
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            runs = [
-                pool.submit(_run_batch, [*cmd, "--", *batch], self.repo_path, env)
-                for batch in _batches(files)
-            ]
-            return [m for run in runs for m in _parse_grep_output(run.result())]
-
-    def _drop_binary(self, matches: list[Match]) -> list[Match]:
-        binary: dict[str, bool] = {}
-        for rel, _, _ in matches:
-            if rel not in binary:
-                binary[rel] = _is_binary(os.path.join(self.repo_path, rel))
-        return [m for m in matches if not binary[m[0]]]
-
-
-class _Replayable:
-    """Yields a stream once while recording it, so a fallback backend can replay it whole."""
-
-    def __init__(self, items: Iterator[str]):
-        self._items, self._seen = items, []
-
-    def __iter__(self) -> Iterator[str]:
-        for item in self._items:
-            self._seen.append(item)
-            yield item
-
-    def all(self) -> list[str]:
-        self._seen.extend(self._items)
-        return self._seen
-
-
-# --------------------------------------------------------------------------------- ignoring
-def _with_gitignore(specs: _Specs, rel_dir: str, file: Path) -> _Specs:
-    """Add one ignore file's patterns (compiled by pathspec), last pattern first."""
-    try:
-        lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return specs
-    spec = pathspec.GitIgnoreSpec.from_lines(lines)
-    patterns = tuple((p.regex, p.include) for p in reversed(spec.patterns) if p.include is not None)
-    return (*specs, (rel_dir, patterns)) if patterns else specs
-
-
-def _gitignored(rel: str, is_dir: bool, specs: _Specs) -> bool:
-    """Git's rule: the deepest ignore file with a matching pattern decides, and in it the last
-    matching pattern. (Walks prune ignored folders, so only the path itself is matched here.)"""
-    for base, patterns in reversed(specs):
-        sub = rel[len(base) + 1 :] if base else rel
-        if is_dir:
-            sub += "/"
-        for regex, include in patterns:
-            if regex.match(sub):
-                return include
-    return False
-
-
-def _is_noise_dir(name: str, path: str) -> bool:
-    return (
-        name in NOISE_DIRS
-        or name.endswith(".egg-info")
-        or os.path.exists(os.path.join(path, "pyvenv.cfg"))  # a virtualenv, whatever its name
-    )
-
-
-def _glob_matcher(file_pattern: str) -> Callable[[str], bool]:
-    """Globs like `*.py`, `*.{js,ts}`, `*.md, *.txt` or `src/**/*.py`, case-insensitive.
-
-    A glob without "/" matches the file name; one with "/" matches the repository path.
-    """
-    parts = re.split(r",(?![^{]*\})", file_pattern)  # commas outside {a,b}
-    globs = [g for part in parts for g in _expand_braces(part.strip()) if g]
-    if not globs:
-        raise ToolError("file_pattern is empty.")
-    globs += [g.replace("**/", "") for g in globs if "**/" in g]
-    by_name = [fnmatch.translate(g) for g in globs if "/" not in g]
-    by_path = [fnmatch.translate(g.lstrip("./")) for g in globs if "/" in g]
-    name_rx = re.compile("|".join(by_name) or "(?!)", re.IGNORECASE)
-    path_rx = re.compile("|".join(by_path) or "(?!)", re.IGNORECASE)
-    return lambda rel: bool(name_rx.match(rel.rsplit("/", 1)[-1]) or path_rx.match(rel))
-
-
-def _expand_braces(glob: str) -> list[str]:
-    match = re.search(r"\{([^{}]*)\}", glob)
-    if not match:
-        return [glob]
-    head, tail = glob[: match.start()], glob[match.end() :]
-    return [g for alt in match.group(1).split(",") for g in _expand_braces(head + alt + tail)]
-
-
-# --------------------------------------------------------------------------------- search
-def _search_python(repo: Path, regex: str, files: Iterable[str]) -> list[Match]:
-    """The portable backend: a whole-file pre-check, then line by line like grep."""
-    line_rx = re.compile(regex, re.IGNORECASE)
-    # A line match is also a multiline match at the same place, except with \A and \Z.
-    whole_rx = None if re.search(r"\\[AZ]", regex) else re.compile(regex, re.I | re.M)
-    found: list[Match] = []
-    for rel in files:
-        try:
-            data = (repo / rel).read_bytes()
-        except OSError:
-            continue
-        if b"\0" in data[:BINARY_SNIFF_BYTES]:
-            continue
-        text = data.decode("utf-8", "replace")
-        if whole_rx is not None and not whole_rx.search(text):
-            continue
-        lines = text.split("\n")
-        if text.endswith("\n"):
-            lines.pop()
-        found += [(rel, n, line) for n, line in enumerate(lines, 1) if line_rx.search(line)]
-    return found
-
-
-def _batches(files: Iterable[str], size: int = 2000, max_bytes: int = 200_000):
-    """Cut the stream into runs that start while the walk goes on and fit the OS argv limit."""
-    batch: list[str] = []
-    used = 0
-    for rel in files:
-        batch.append(rel)
-        used += len(rel) + 1
-        if len(batch) >= size or used >= max_bytes:
-            yield batch
-            batch, used = [], 0
-    if batch:
-        yield batch
-
-
-def _grep_syntax(pattern: str, literal: bool) -> list[str]:
-    """grep flags for a Python regex: -F for plain text and -E when the regex means the same in
-    POSIX ERE (both much faster than -P); -P, close to Python's dialect, otherwise."""
-    if literal or not any(c in _REGEX_SPECIAL for c in pattern):
-        return ["-F", "-e", pattern]
-    ere = _to_ere(pattern)
-    return ["-E", "-e", ere] if ere is not None else ["-P", "-e", pattern]
-
-
-_REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\")
-_INTERVAL = re.compile(r"\{\d+(,\d*)?\}")
-
-
-def _to_ere(regex: str) -> str | None:
-    """The same regex in GNU ERE, or None if it uses anything without a sure equivalent
-    (groups with ?, lazy quantifiers, backrefs, escapes inside [...], POSIX classes)."""
-    out, i = [], 0
-    while i < len(regex):
-        char, nxt = regex[i], regex[i + 1 : i + 2]
-        if char == "\\":
-            if nxt in ("d", "D"):
-                out.append("[0-9]" if nxt == "d" else "[^0-9]")
-            elif nxt in _REGEX_SPECIAL or nxt in ("w", "W", "s", "S", "b", "B"):
-                out.append(char + nxt)
-            elif nxt.isalnum() or not nxt:
-                return None
-            else:
-                out.append(nxt)  # escaped punctuation that ERE does not need escaped
-            i += 2
-            continue
-        if char == "[":
-            first = i + 1 + (nxt == "^")
-            end = regex.find("]", first + (regex[first : first + 1] == "]"))  # []..] and [^]..]
-            if end == -1 or "\\" in regex[i:end] or "[:" in regex[i + 1 : end]:
-                return None
-            out.append(regex[i : end + 1])
-            i = end + 1
-            continue
-        if char == "{":
-            interval = _INTERVAL.match(regex, i)
-            if not interval:
-                return None
-            out.append(interval.group())
-            i = interval.end()
-            if regex[i : i + 1] in ("?", "+"):
-                return None
-            continue
-        if (char == "(" and nxt == "?") or (char in "*+?" and nxt in ("?", "+")):
-            return None
-        out.append(char)
-        i += 1
-    return "".join(out)
-
-
-def _run_batch(cmd: list[str], cwd: Path, env: dict[str, str]) -> bytes:
-    """One grep/rg run. Exit 1 is "no match"; with -s/--no-messages unreadable files are
-    silent, so a message on stderr means the run itself failed (bad pattern or option)."""
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=SEARCH_TIMEOUT
-    )
-    if proc.returncode < 0 or (proc.returncode > 1 and proc.stderr.strip()):
-        raise _BackendFailed(proc.stderr.decode("utf-8", "replace").strip()[:300])
-    return proc.stdout
-
-
-def _parse_grep_output(output: bytes) -> Iterator[Match]:
-    """Lines are `path NUL lineno:text` (--null), robust to ':' in paths. Anything else means
-    the tool is not the one we expect (a grep without --null), which must not pass silently."""
-    for record in output.split(b"\n")[:-1]:  # not splitlines(): a line may hold a \r
-        path, _, rest = record.partition(b"\0")
-        number, sep, text = rest.partition(b":")
-        if not (sep and number.isdigit()):
-            raise _BackendFailed(f"unexpected output line: {record[:100]!r}")
-        yield os.fsdecode(path), int(number), text.decode("utf-8", "replace")
-
-
-def _format_matches(what: str, where: str, n_files: int, matches: list[Match]) -> str:
-    scope = f"{n_files} files under {where}"
-    if not matches:
-        return f"No matches for {what} in {scope} (case-insensitive)."
-    n_matched_files = len({rel for rel, _, _ in matches})
-    out = [f"{len(matches)} matches in {n_matched_files} files for {what} ({scope}):"]
-    current = None
-    for rel, number, text in matches[:SEARCH_MAX_MATCHES]:
-        if rel != current:
-            out.append(rel)
-            current = rel
-        if len(text) > SEARCH_LINE_CHARS:
-            text = text[:SEARCH_LINE_CHARS] + " …"
-        out.append(f"  {number}: {text.rstrip()}")
-    if len(matches) > SEARCH_MAX_MATCHES:
-        rest = matches[SEARCH_MAX_MATCHES:]
-        more_files = len({rel for rel, _, _ in rest} - {current})
-        out.append(
-            f"[{len(rest)} more matches not shown ({more_files} more files). Narrow the search "
-            "with path, file_pattern or a more specific pattern.]"
-        )
-    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------------- files
@@ -800,15 +454,6 @@ def _atomic_write(target: Path, data: bytes) -> None:
         raise
 
 
-def _is_binary(path: Path | str) -> bool:
-    """NUL in the first 8 KiB, git's own test. Unbuffered: this runs for every matched file."""
-    try:
-        with open(path, "rb", buffering=0) as f:
-            return b"\0" in f.read(BINARY_SNIFF_BYTES)
-    except OSError:
-        return True
-
-
 _LANGUAGES = {
     ".py": "Python", ".pyi": "Python", ".js": "JavaScript", ".mjs": "JavaScript",
     ".cjs": "JavaScript", ".jsx": "JavaScript (JSX)", ".ts": "TypeScript",
@@ -828,7 +473,7 @@ _LANGUAGES = {
 def _file_kind(path: Path) -> list[str]:
     """type/language/lines for a file, read in chunks so huge files cost no memory."""
     language = _LANGUAGES.get(path.name) or _LANGUAGES.get(path.suffix.lower(), "unknown")
-    if _is_binary(path):
+    if is_binary(path):
         return ["type: file (binary)"]
     decoder = codecs.getincrementaldecoder("utf-8")()
     with path.open("rb") as f:
