@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -106,7 +107,7 @@ def test_trajectory_file_records_the_run_and_replays_it(repo, tmp_path, capsys):
                           xml_action("write_file", path="notes.md", content="# notes"),
                           xml_action("task_complete", result="done"))
     trajectory = tmp_path / "out" / "trajectory.json"
-    args = ["--task", "write notes", "--repo", str(repo), "--llm-provider", "replay"]
+    args = ["--task", "write notes", "--repo", str(repo)]  # --replay implies the provider
     assert main([*args, "--replay", str(replay), "--trajectory", str(trajectory)]) == 0
 
     data = json.loads(trajectory.read_text())
@@ -149,9 +150,17 @@ def test_dotenv_comes_from_the_working_directory_never_the_repo(repo, clean_env,
         (["--repo", "does/not/exist"], "--repo does/not/exist does not exist"),
         (["--llm-provider", "replay"], "--llm-provider replay needs --replay FILE"),
         (["--llm-provider", "replay", "--replay", "missing.json"], "replay file not found"),
+        (["--llm-provider", "gemini", "--replay", "run.json"],
+         "--replay is for --llm-provider replay, not gemini"),
+        (["--replay", "r.json", "--trajectory", "/proc/nope/t.json"],
+         "cannot write --trajectory /proc/nope/t.json"),
+        (["--task", "-", "--confirm", "--replay", "r.json"], "--confirm reads answers from stdin"),
     ],
 )
-def test_configuration_mistakes_are_one_line_and_exit_code_two(args, message, capsys):
+def test_configuration_mistakes_are_one_line_and_exit_code_two(args, message, capsys,
+                                                              monkeypatch, tmp_path):
+    write_replay(Path("r.json"), xml_action("task_complete", result="never"))
+    monkeypatch.setattr("sys.stdin", io.StringIO("a task from stdin"))
     code = main(["--task", "x", *args])
 
     err = capsys.readouterr().err.strip()

@@ -47,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--repo", default=".", metavar="PATH", help="the repository to work on (default: .)")
     add("--max-iterations", type=_positive_int, default=10, metavar="N",
         help="maximum THINK/ACT cycles (default: 10)")
-    add("--llm-provider", choices=PROVIDERS, default="claude",
-        help="the LLM provider (default: claude); replay re-runs a --trajectory file offline")
+    add("--llm-provider", choices=PROVIDERS,
+        help="the LLM provider (default: claude, or replay when --replay is given); replay "
+        "re-runs a --trajectory file offline")
     add("--model", metavar="NAME", help=f"model name (defaults: {models})")
     add("--base-url", metavar="URL", help="API base URL, e.g. http://localhost:11434/v1 for Ollama "
         "(default: the SDK's, or ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL / OPENAI_BASE_URL)")
@@ -88,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.llm_provider is None:
+        args.llm_provider = "replay" if args.replay else "claude"
     debug = args.log_level == "DEBUG"
     try:
         return _run(args)
@@ -108,6 +111,10 @@ def _run(args: argparse.Namespace) -> int:
     mcp = None
     try:
         task = None if args.list_tools else _task(args.task)
+        if args.confirm and args.task == "-":
+            raise UsageError("--confirm reads answers from stdin, so the task cannot: "
+                             "pass it as --task TEXT")
+        _check_writable(args.trajectory, "--trajectory")
         llm = None if args.list_tools else _llm_client(args)
         mcp = _mcp_tools(args, redactor)
         if args.list_tools:
@@ -174,6 +181,8 @@ def _llm_client(args: argparse.Namespace):
             if not args.replay:
                 raise UsageError("--llm-provider replay needs --replay FILE (a trajectory)")
             return ReplayLlmClient(args.replay)
+        if args.replay:
+            raise UsageError(f"--replay is for --llm-provider replay, not {args.llm_provider}")
         return create_llm_client(args.llm_provider, model=args.model, base_url=args.base_url,
                                  max_retries=args.max_retries, timeout=args.timeout)
     except LlmConfigError as exc:
@@ -233,6 +242,19 @@ def _repo(path: str) -> Path:
     if not os.access(repo, os.R_OK | os.X_OK):
         raise UsageError(f"--repo {path} is not readable")
     return repo.resolve()
+
+
+def _check_writable(path: str | None, flag: str) -> None:
+    """Fail before the run, not after it, when its output file cannot be written."""
+    if path is None:
+        return
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write {flag} {path}: {exc.strerror or exc}") from exc
+    if target.is_dir() or not os.access(target if target.exists() else target.parent, os.W_OK):
+        raise UsageError(f"cannot write {flag} {path}: not a writable file")
 
 
 def _task(task: str | None) -> str:
