@@ -145,6 +145,38 @@ def test_results_are_capped_with_a_count_of_the_rest(tmp_path: Path) -> None:
     assert "[50 more matches not shown (10 more files). Narrow the search" in out
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_counts_are_worded_in_the_singular_for_one(tmp_path: Path, backend: str) -> None:
+    for i in range(SEARCH_MAX_MATCHES + 1):
+        write(tmp_path, f"f{i:03d}.txt", "hit\n")
+    out = search(tmp_path, backend, "hit")
+    assert out.splitlines()[0] == "101 matches in 101 files for 'hit' (101 files under .):"
+    assert "[1 more match not shown (1 more file). Narrow the search" in out
+    out = search(tmp_path, backend, "hit", path="f000.txt")
+    assert out.splitlines()[0] == "1 match in 1 file for 'hit' (1 file under f000.txt):"
+    assert search(tmp_path, backend, "miss", path="f000.txt") == (
+        "No matches for 'miss' in 1 file under f000.txt (case-insensitive)."
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_binary_files_are_judged_alike_when_hundreds_of_files_match(
+    tmp_path: Path, backend: str
+) -> None:
+    """A NUL in the first 8 KiB makes a file binary; one further in does not."""
+    for i in range(300):
+        write(tmp_path, f"text/t{i:03d}.txt", "hit\n")
+    for at in (4, 100, 8000, 8191, 8192, 9000, 40_000, 200_000):  # where the NUL is
+        write(tmp_path, f"nul/at{at:06d}.txt", b"hit\n" + b"y" * (at - 4) + b"\0\nhit\n")
+    out = search(tmp_path, backend, "hit")
+    assert out.splitlines()[0] == "308 matches in 304 files for 'hit' (308 files under .):"
+    assert out == search(tmp_path, "python", "hit")
+    out = search(tmp_path, backend, "hit", path="nul")
+    assert [line for line in out.splitlines() if not line.startswith(" ")][1:] == [
+        "nul/at008192.txt", "nul/at009000.txt", "nul/at040000.txt", "nul/at200000.txt"
+    ]  # fmt: skip
+
+
 def test_long_lines_are_cut(tree: Path) -> None:
     out = search(tree, "python", "x{400}")
     assert "  1: handler " + "x" * 192 + " …" in out

@@ -9,6 +9,7 @@ pass paths already resolved and confined to the repository root; nothing here ch
 from __future__ import annotations
 
 import fnmatch
+import heapq
 import logging
 import os
 import platform
@@ -51,9 +52,12 @@ class _BackendFailed(Exception):
 
 @dataclass(frozen=True)
 class SearchResult:
-    """What one search found, with enough to word the observation and the log line."""
+    """What one search found, with enough to word the observation and the log line. Only the
+    lines shown are kept: a broad pattern can match tens of thousands of them."""
 
-    matches: list[Match]  # sorted by path, then line number
+    shown: list[Match]  # the first SEARCH_MAX_MATCHES matches, by path then line number
+    n_matches: int  # matching lines in all
+    n_matched_files: int
     n_files: int  # files searched
     backend: str  # the backend that answered
 
@@ -203,43 +207,54 @@ def search(
     `top` itself, a file). `pattern` is a Python regex unless `literal`; the caller checks it
     compiles. `backend` is "auto" or one of SEARCH_BACKENDS; raises SearchError."""
     files = _Replayable(_candidates(root, top, file_pattern))
-    matches, used = _run_search(root, backend, pattern, literal, files)
-    return SearchResult(matches, len(files.all()), used)
+    counts, shown, used = _run_search(root, backend, pattern, literal, files)
+    return SearchResult(shown, sum(counts.values()), len(counts), len(files.all()), used)
 
 
 def format_matches(what: str, where: str, result: SearchResult) -> str:
     """The observation: matches grouped by file, capped at SEARCH_MAX_MATCHES lines."""
-    matches = result.matches
-    scope = f"{result.n_files} files under {where}"
-    if not matches:
+    scope = f"{_count(result.n_files, 'file')} under {where}"
+    if not result.n_matches:
         return f"No matches for {what} in {scope} (case-insensitive)."
-    n_matched_files = len({rel for rel, _, _ in matches})
-    out = [f"{len(matches)} matches in {n_matched_files} files for {what} ({scope}):"]
+    out = [
+        f"{_count(result.n_matches, 'match', 'matches')} in "
+        f"{_count(result.n_matched_files, 'file')} for {what} ({scope}):"
+    ]
     current = None
-    for rel, number, text in matches[:SEARCH_MAX_MATCHES]:
+    for rel, number, text in result.shown:
         if rel != current:
             out.append(rel)
             current = rel
         if len(text) > SEARCH_LINE_CHARS:
             text = text[:SEARCH_LINE_CHARS] + " …"
         out.append(f"  {number}: {text.rstrip()}")
-    if len(matches) > SEARCH_MAX_MATCHES:
-        rest = matches[SEARCH_MAX_MATCHES:]
-        more_files = len({rel for rel, _, _ in rest} - {current})
+    if result.n_matches > len(result.shown):
+        rest = result.n_matches - len(result.shown)
+        more_files = result.n_matched_files - len({rel for rel, _, _ in result.shown})
         out.append(
-            f"[{len(rest)} more matches not shown ({more_files} more files). Narrow the search "
-            "with path, file_pattern or a more specific pattern.]"
+            f"[{_count(rest, 'more match', 'more matches')} not shown "
+            f"({_count(more_files, 'more file')}). Narrow the search with path, file_pattern "
+            "or a more specific pattern.]"
         )
     return "\n".join(out)
 
 
+def _count(n: int, singular: str, plural: str | None = None) -> str:
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
 def is_binary(path: Path | str) -> bool:
-    """NUL in the first 8 KiB, git's own test. Unbuffered: this runs for every matched file."""
+    """NUL in the first 8 KiB, git's own test. Bare os calls: this runs for every matched file."""
     try:
-        with open(path, "rb", buffering=0) as f:
-            return b"\0" in f.read(BINARY_SNIFF_BYTES)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     except OSError:
         return True
+    try:
+        return b"\0" in os.read(fd, BINARY_SNIFF_BYTES)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _candidates(root: Path, top: Path, file_pattern: str | None) -> Iterator[str]:
@@ -254,9 +269,12 @@ def _candidates(root: Path, top: Path, file_pattern: str | None) -> Iterator[str
 
 def _run_search(
     root: Path, forced: str, pattern: str, literal: bool, files: _Replayable
-) -> tuple[list[Match], str]:
+) -> tuple[dict[str, int], list[Match], str]:
     """Search with the forced backend, or the first that works: grep (not on Windows), rg,
-    Python. Given a file list, grep beats rg (bench/bench_tools.py); both beat Python."""
+    Python. Given a file list, grep beats rg (bench/bench_tools.py); both beat Python.
+
+    Two passes: count the matching lines of every file, then read the lines of only the first
+    files in path order, the ones the observation shows. Returns (counts, shown, backend)."""
     if forced != "auto":
         chain = [forced]
     else:
@@ -265,7 +283,8 @@ def _run_search(
         chain.append("python")
     for attempt, backend in enumerate(chain):
         try:  # the first attempt searches while the walk is still going
-            found = _search_with(root, backend, pattern, literal, files.all() if attempt else files)
+            counts = _count_with(root, backend, pattern, literal, files.all() if attempt else files)
+            shown = _lines_with(root, backend, pattern, literal, _first_files(counts))
         except subprocess.TimeoutExpired as exc:
             raise SearchError(
                 f"The search took longer than {SEARCH_TIMEOUT}s; narrow it with path or "
@@ -276,38 +295,95 @@ def _run_search(
                 raise SearchError(f"{backend} could not run this search: {exc}") from exc
             logger.warning("search backend %s failed (%s); trying the next one", backend, exc)
             continue
-        if backend != "python":  # which skipped binary files already
-            found = _drop_binary(root, found)
-        return sorted(found, key=lambda m: (m[0], m[1])), backend
+        return counts, shown, backend
     raise AssertionError("the python backend never fails")
 
 
-def _search_with(
+def _first_files(counts: dict[str, int]) -> list[str]:
+    """The files, in path order, whose lines fill the SEARCH_MAX_MATCHES shown."""
+    first, left = [], SEARCH_MAX_MATCHES
+    for rel in heapq.nsmallest(SEARCH_MAX_MATCHES, counts):  # each has a match at least
+        if left <= 0:
+            break
+        first.append(rel)
+        left -= counts[rel]
+    return first
+
+
+def _count_with(
     root: Path, backend: str, pattern: str, literal: bool, files: Iterable[str]
-) -> list[Match]:
+) -> dict[str, int]:
+    """Matching lines per text file that has any, the files in no particular order."""
     if backend == "python":
-        return _search_python(root, re.escape(pattern) if literal else pattern, files)
-    # -a: binary files are judged afterwards, the same way for every backend.
-    if backend == "grep":
-        cmd = ["grep", "--null", "-Hnasi", *_grep_syntax(pattern, literal)]
-    else:
-        cmd = ["rg", "--no-config", "--no-messages", "-Hnai", "--null", "--no-heading"]
-        cmd += ["--color", "never", "--encoding", "none", *(["-F"] if literal else [])]
-        cmd += ["-e", pattern if literal else _to_ere(pattern) or pattern]  # e.g. \: -> :
+        found = _search_python(root, _python_regex(pattern, literal), files)
+        return {rel: len(matches) for rel, matches in found}
+    cmd = [*_command(backend, pattern, literal), "-c"]
     env = {**os.environ, "LC_ALL": "C.UTF-8"}
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         runs = [
-            pool.submit(_run_batch, [*cmd, "--", *batch], root, env) for batch in _batches(files)
+            pool.submit(_count_batch, backend, [*cmd, "--", *batch], root, env)
+            for batch in _batches(files)
         ]
-        return [m for run in runs for m in _parse_grep_output(run.result())]
+        return {rel: n for run in runs for rel, n in run.result()}
 
 
-def _drop_binary(root: Path, matches: list[Match]) -> list[Match]:
-    binary: dict[str, bool] = {}
-    for rel, _, _ in matches:
-        if rel not in binary:
-            binary[rel] = is_binary(os.path.join(root, rel))
-    return [m for m in matches if not binary[m[0]]]
+def _lines_with(
+    root: Path, backend: str, pattern: str, literal: bool, files: list[str]
+) -> list[Match]:
+    """The first SEARCH_MAX_MATCHES matching lines of a few files, by path then line number."""
+    if not files:
+        return []
+    if backend == "python":
+        found = _search_python(root, _python_regex(pattern, literal), files)
+        matches = [m for _, file_matches in found for m in file_matches]
+    else:  # no file has more than SEARCH_MAX_MATCHES lines shown
+        cmd = [*_command(backend, pattern, literal), "-nm", str(SEARCH_MAX_MATCHES), "--", *files]
+        output = _run_batch(cmd, root, {**os.environ, "LC_ALL": "C.UTF-8"})
+        matches = list(_parse_grep_output(output))
+    return sorted(matches, key=lambda m: (m[0], m[1]))[:SEARCH_MAX_MATCHES]
+
+
+def _command(backend: str, pattern: str, literal: bool) -> list[str]:
+    """grep or rg, one record per line with the path before a NUL. -a: binary files are judged
+    afterwards, the same way for every backend."""
+    if backend == "grep":
+        return ["grep", "--null", "-Hasi", *_grep_syntax(pattern, literal)]
+    cmd = ["rg", "--no-config", "--no-messages", "-Hai", "--null", "--no-heading"]
+    cmd += ["--color", "never", "--encoding", "none", *(["-F"] if literal else [])]
+    return [*cmd, "-e", pattern if literal else _to_ere(pattern) or pattern]  # e.g. \: -> :
+
+
+def _python_regex(pattern: str, literal: bool) -> str:
+    return re.escape(pattern) if literal else pattern
+
+
+def _count_batch(
+    backend: str, cmd: list[str], root: Path, env: dict[str, str]
+) -> list[tuple[str, int]]:
+    """One grep/rg -c run: `path NUL count` per file (grep lists files without a match too, rg
+    does not). Output in any other shape means the tool is not the one we expect (a grep
+    without --null), which must not pass silently. Binary files are judged here, in the
+    worker, so that this overlaps with the other runs."""
+    counts = {}
+    for record in os.fsdecode(_run_batch(cmd, root, env)).split("\n")[:-1]:
+        path, sep, n = record.partition("\0")
+        if not (sep and n.isascii() and n.isdigit()):
+            raise _BackendFailed(f"unexpected output line: {record[:100]!r}")
+        if n != "0":
+            counts[path] = int(n)
+    text = _text_files(root, list(counts), env) if backend == "grep" else set()
+    return [(rel, n) for rel, n in counts.items() if rel in text or not is_binary(root / rel)]
+
+
+def _text_files(root: Path, files: list[str], env: dict[str, str]) -> set[str]:
+    """Some files that is_binary would find text, judged by grep -I instead of one Python call
+    each: grep checks all it read before a match for NUL, at least its first buffer (32 KiB),
+    so a file it lists has no NUL in its first 8 KiB. The files it leaves out get is_binary.
+    Below a couple of hundred files, starting grep costs more than it saves."""
+    if len(files) < 200:
+        return set()
+    output = _run_batch(["grep", "--null", "-Ils", "-e", "", "--", *files], root, env)
+    return set(os.fsdecode(output).split("\0"))
 
 
 class _Replayable:
@@ -326,12 +402,14 @@ class _Replayable:
         return self._seen
 
 
-def _search_python(repo: Path, regex: str, files: Iterable[str]) -> list[Match]:
-    """The portable backend: a whole-file pre-check, then line by line like grep."""
+def _search_python(
+    repo: Path, regex: str, files: Iterable[str]
+) -> Iterator[tuple[str, list[Match]]]:
+    """The portable backend: a whole-file pre-check, then line by line like grep. Yields the
+    matches of each text file that has any."""
     line_rx = re.compile(regex, re.IGNORECASE)
     # A line match is also a multiline match at the same place, except with \A and \Z.
     whole_rx = None if re.search(r"\\[AZ]", regex) else re.compile(regex, re.I | re.M)
-    found: list[Match] = []
     for rel in files:
         try:
             data = (repo / rel).read_bytes()
@@ -345,8 +423,9 @@ def _search_python(repo: Path, regex: str, files: Iterable[str]) -> list[Match]:
         lines = text.split("\n")
         if text.endswith("\n"):
             lines.pop()
-        found += [(rel, n, line) for n, line in enumerate(lines, 1) if line_rx.search(line)]
-    return found
+        found = [(rel, n, line) for n, line in enumerate(lines, 1) if line_rx.search(line)]
+        if found:
+            yield rel, found
 
 
 def _batches(files: Iterable[str], size: int = 2000, max_bytes: int = 200_000):

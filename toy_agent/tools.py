@@ -228,7 +228,7 @@ class CodeRepositoryTools:
             raise ToolError(str(exc)) from exc
         logger.info(
             "searched %r in %s: %d files, %d matching lines, %s backend, %.3fs",
-            *(pattern, self._rel(top), found.n_files, len(found.matches), found.backend),
+            *(pattern, self._rel(top), found.n_files, found.n_matches, found.backend),
             time.perf_counter() - started,
         )
         return format_matches(repr(pattern) + note, self._rel(top), found)
