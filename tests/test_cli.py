@@ -236,11 +236,26 @@ def test_terminal_view_in_a_pseudo_terminal_shows_each_step(repo, tmp_path):
     assert "✓ completed" in plain and "iterations used: 3" in plain
 
 
-def run_in_pty(argv: list[str]) -> str:
+@pytest.mark.parametrize(("flag", "env"), [("--quiet", {}), ("--stream", {"NO_COLOR": "1"})])
+def test_quiet_and_no_color_are_honoured_on_a_terminal(flag, env, repo, tmp_path):
+    replay = write_replay(tmp_path / "r.json", xml_action("list_files"),
+                          xml_action("task_complete", result="ok"))
+    output = run_in_pty([sys.executable, str(ROOT / "main.py"), "--task", "look", "--repo",
+                         str(repo), "--replay", str(replay), flag], env)
+
+    assert "✓ completed" in output
+    if flag == "--quiet":  # no live view, no INFO log: just the summary
+        assert "list_files" not in output and "\r" not in output.replace("\r\n", "\n")
+    else:
+        assert "list_files" in output
+        assert not re.search(r"\x1b\[[0-9;]*m", output)  # NO_COLOR: no colour
+
+
+def run_in_pty(argv: list[str], extra_env: dict[str, str] | None = None) -> str:
     controller, terminal = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
     proc = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal,
-                            env={**env, "TERM": "xterm"}, close_fds=True)
+                            env={**env, "TERM": "xterm", **(extra_env or {})}, close_fds=True)
     os.close(terminal)
     chunks = []
     while True:

@@ -78,10 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--output", choices=("text", "json"), default="text",
         help="text summary, or one JSON object on stdout (default: text)")
     add("--stream", action="store_true", help="show the LLM's text as it is generated")
-    add("--quiet", action="store_true", help="no live progress view")
+    add("--quiet", action="store_true",
+        help="no live progress view, and only warnings in the log unless --log-level is set")
     add("--show-diff", action="store_true", help="print the full diff of changed files")
     add("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-        help="log level on stderr (default: INFO; WARNING while the live view is shown)")
+        help="log level on stderr (default: INFO; WARNING with the live view or --quiet)")
     add("--log-file", metavar="PATH", help="also write the full log (DEBUG) to this file")
     add("--version", action="version", version=f"toy-agent {__version__}")
     return parser
@@ -210,7 +211,7 @@ def _setup_logging(args: argparse.Namespace, live: bool):
     from toy_agent.redaction import RedactingFilter, Redactor
 
     redactor = Redactor(secrets=[os.environ[k] for k in KEY_VARIABLES if os.environ.get(k)])
-    level = args.log_level or ("WARNING" if live else "INFO")
+    level = args.log_level or ("WARNING" if live or args.quiet else "INFO")
     root = logging.getLogger()
     root.setLevel(logging.DEBUG)
     console = logging.StreamHandler(sys.stderr)
