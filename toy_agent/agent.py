@@ -124,7 +124,7 @@ class ReactAgent:
         self.conversation_history: list[Message] = []
         self.system_prompt = ""
         self._tool_specs: list[dict[str, Any]] = []
-        self._mcp_names: set[str] = set()
+        self._local_names = {s["name"] for s in get_available_tools(self.tools.allow_commands)}
         self._reset()
 
     # -- public -------------------------------------------------------------------------
@@ -138,8 +138,6 @@ class ReactAgent:
         try:
             with self._mcp_session():
                 self._tool_specs = self.tool_specs()
-                remote = self.mcp_tools_client.get_mcp_tools() if self.mcp_tools_client else []
-                self._mcp_names = {spec["name"] for spec in remote}
                 self.system_prompt = self._build_system_prompt()
                 self.conversation_history = [Message("user", task)]
                 self._emit(RunStarted(task, self.system_prompt, self.settings()))
@@ -287,16 +285,16 @@ class ReactAgent:
         return observation
 
     def _execute_tool(self, tool_name: str, parameters: dict[str, Any]) -> str:
-        """Run one tool: MCP tools by name, then local ones. Failures raise ToolError."""
+        """Run one local or MCP tool by name. Failures raise ToolError or McpToolError."""
         if INVALID_ARGUMENTS_KEY in parameters:
             raw = str(parameters[INVALID_ARGUMENTS_KEY])[:500]
             raise ToolError(f"the arguments of this {tool_name} call are not a JSON object: "
                             f"{raw!r}. Call it again with valid JSON arguments.")
-        if self.mcp_tools_client and tool_name in self._mcp_names:
-            return self.mcp_tools_client.execute_mcp_tool(tool_name, parameters)
+        names = [s["name"] for s in self._tool_specs]
         if tool_name in self._local_names:
             return self.tools.execute(tool_name, parameters)
-        names = [s["name"] for s in self._tool_specs]
+        if self.mcp_tools_client and tool_name in names:  # offered, not local: an MCP tool
+            return self.mcp_tools_client.execute_mcp_tool(tool_name, parameters)
         close = difflib.get_close_matches(tool_name, names, n=1)
         hint = f" Did you mean {close[0]}?" if close else ""
         raise ToolError(f"Unknown tool '{tool_name}'.{hint} Available tools: {', '.join(names)}")
@@ -312,10 +310,6 @@ class ReactAgent:
             for call in response.tool_calls
         ]
         return self.format.observation_message(unanswered)
-
-    @property
-    def _local_names(self) -> set[str]:
-        return {spec["name"] for spec in self._tool_specs} - self._mcp_names
 
     def _final_answer(self, action: Action) -> str:
         params = action.parameters
