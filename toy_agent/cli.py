@@ -23,7 +23,6 @@ OUTCOME_EXIT_CODES = {
     "cancelled": EXIT_INTERRUPTED,
 }
 PROVIDERS = ("claude", "gemini", "openai", "replay")
-KEY_VARIABLES = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -103,12 +102,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dotenv import load_dotenv
+    from toy_agent.environment import KEY_VARIABLES, load_dotenv_file
 
-    load_dotenv(Path.cwd() / ".env", override=False)  # never the target repo's .env
     repo = _repo(args.repo)
     live = args.output == "text" and not args.quiet and sys.stdout.isatty()
     redactor, handlers = _setup_logging(args, live)
+    for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():
+        os.environ[name] = value
+        if name in KEY_VARIABLES:
+            redactor.add_secret(value)
     mcp = None
     try:
         task = None if args.list_tools else _task(args.task)
@@ -208,6 +210,7 @@ def _mcp_tools(args: argparse.Namespace, redactor):
 
 def _setup_logging(args: argparse.Namespace, live: bool):
     """Console at --log-level, --log-file at DEBUG; both redacted. Returns the handlers."""
+    from toy_agent.environment import KEY_VARIABLES
     from toy_agent.redaction import RedactingFilter, Redactor
 
     redactor = Redactor(secrets=[os.environ[k] for k in KEY_VARIABLES if os.environ.get(k)])

@@ -1,0 +1,102 @@
+"""The process environment: what a `.env` file may set, and what child processes get.
+
+A repository the agent works on is untrusted input. Its `.env` must not be able to redirect the
+user's key to another server (`ANTHROPIC_BASE_URL`) or run code in our subprocesses
+(`LD_PRELOAD`, `PATH`), and the processes the tools start (grep, rg, git, shell commands) must
+never hold the user's keys, so no command can print one in a form redaction misses.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+KEY_VARIABLES = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY")
+BASE_URL_VARIABLES = ("ANTHROPIC_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OPENAI_BASE_URL")
+OWN_PREFIX = "TOY_AGENT_"  # this project's own settings
+SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+# Variables a child keeps even though a part of the name looks secret: sockets and paths.
+_SAFE_SECRETISH = frozenset({"SSH_AUTH_SOCK", "XAUTHORITY", "GPG_AGENT_INFO"})
+# Variables that change how programs load code or where they look for it.
+_LOADER_PREFIXES = ("LD_", "DYLD_")
+_LOADER_NAMES = frozenset(
+    {"PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PERL5LIB", "PERL5OPT", "RUBYOPT", "RUBYLIB",
+     "NODE_OPTIONS", "BASH_ENV", "ENV", "PROMPT_COMMAND", "GIT_CONFIG_PARAMETERS",
+     "GIT_EXEC_PATH", "GIT_SSH_COMMAND", "GIT_ASKPASS", "SSH_ASKPASS", "GREP_OPTIONS",
+     "RIPGREP_CONFIG_PATH"}
+)  # fmt: skip
+
+
+def is_agent_variable(name: str) -> bool:
+    """The variables toy_agent itself reads: the only ones a `.env` file may set."""
+    return name in KEY_VARIABLES or name in BASE_URL_VARIABLES or name.startswith(OWN_PREFIX)
+
+
+def load_dotenv_file(
+    path: Path, repo: Path | None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The variables to take from the `.env` at `path`: toy_agent's own only, never one that is
+    already exported, and no base URL when the file lies inside the target repository `repo`
+    (each such base URL is dropped with one warning). Returns what should be set; the caller
+    applies it to os.environ. A missing or unreadable file gives nothing."""
+    from dotenv import dotenv_values
+
+    environ = os.environ if environ is None else environ
+    try:
+        if not path.is_file():
+            return {}
+        values = dotenv_values(path, interpolate=False)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        logger.warning("ignoring %s: %s", path, exc)
+        return {}
+    inside_repo = repo is not None and _is_inside(path, repo)
+    taken: dict[str, str] = {}
+    for name, value in values.items():
+        if value is None or name in environ or not is_agent_variable(name):
+            continue
+        if inside_repo and name in BASE_URL_VARIABLES:
+            logger.warning(
+                "ignoring %s from %s: a base URL is never taken from a .env inside the "
+                "repository being worked on (export it or pass --base-url instead)",
+                name,
+                path,
+            )
+            continue
+        taken[name] = value
+    return taken
+
+
+def child_environment(
+    extra: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment for a process a tool starts: the user's, less provider keys, anything
+    whose name says KEY/TOKEN/SECRET/PASSWORD/CREDENTIAL/AUTH, and loader variables (LD_*,
+    PYTHONPATH, ...), plus `extra`."""
+    environ = os.environ if environ is None else environ
+    clean = {name: value for name, value in environ.items() if not is_unsafe_for_child(name)}
+    clean.update(extra or {})
+    return clean
+
+
+def is_unsafe_for_child(name: str) -> bool:
+    upper = name.upper()
+    if upper.startswith(_LOADER_PREFIXES) or upper in _LOADER_NAMES:
+        return True
+    if upper in _SAFE_SECRETISH:
+        return False
+    return (
+        name in KEY_VARIABLES
+        or name in BASE_URL_VARIABLES
+        or any(part in upper for part in SECRET_NAME_PARTS)
+    )
+
+
+def _is_inside(path: Path, repo: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(repo.resolve())
+    except (OSError, RuntimeError):
+        return False
