@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import difflib
+import errno
 import inspect
 import itertools
 import logging
@@ -22,17 +23,17 @@ import subprocess
 import threading
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from toy_agent.redaction import Redactor
 from toy_agent.search import (
     BINARY_SNIFF_BYTES,
     SEARCH_BACKENDS,
     SearchError,
     format_matches,
-    is_binary,
     is_ignored,
     search,
     walk,
@@ -49,6 +50,26 @@ OUTPUT_HEAD_BYTES = 8_000
 OUTPUT_TAIL_BYTES = 8_000
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO never blocks
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_SWAPPED = "{} changed into a symlink while it was being opened; refused."
+_SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "char device"),
+    (stat.S_ISBLK, "block device"),
+)  # fmt: skip
+
+
+def special_kind(mode: int) -> str | None:
+    """'fifo', 'socket', 'char device' or 'block device' for a special file, else None."""
+    return next((word for test, word in _SPECIAL_KINDS if test(mode)), None)
+
+
+def _special_message(rel: str, mode: int) -> str:
+    kind = special_kind(mode) or "special file"
+    return f"{rel} is a {kind}, not a regular file; special files are never opened."
+
+
 class ToolError(Exception):
     """A tool could not do what was asked; the message becomes the LLM's observation."""
 
@@ -62,12 +83,14 @@ class CodeRepositoryTools:
         *,
         allow_commands: bool = False,
         search_backend: str = "auto",
+        redactor: Redactor | None = None,
     ):
         if search_backend not in ("auto", *SEARCH_BACKENDS):
             raise ValueError(f"search_backend must be auto, rg, grep or python: {search_backend}")
         self.repo_path = Path(repo_path).resolve()
         self.allow_commands = allow_commands
         self.search_backend = search_backend
+        self.redactor = redactor or Redactor()  # applied before long lines are cut
 
     # ----------------------------------------------------------------------------- dispatch
     def execute(self, name: str, parameters: dict[str, Any] | None) -> str:
@@ -125,7 +148,9 @@ class CodeRepositoryTools:
             raise ToolError(f"end_line ({end_line}) is before start_line ({start}).")
         target = self._existing_file(path)
         rel = self._rel(target)
-        shown, total, next_line, lossy = _read_window(target, start, end_line)
+        with self._open_regular(target) as f:
+            shown, total, next_line, lossy = _read_window(f, rel, start, end_line)
+        shown = [(n, self._cut_line(text)) for n, text in shown]
         logger.info("read %s: %d of %d lines from line %d", rel, len(shown), total, start)
         if total == 0:
             return f"{rel} is empty (0 lines)."
@@ -149,12 +174,11 @@ class CodeRepositoryTools:
         """Create or replace a whole file, atomically."""
         target = self._writable(path)
         rel = self._rel(target)
-        old_size = target.stat().st_size if target.exists() else None
         try:
             data = content.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ToolError(f"content cannot be written as UTF-8: {exc.reason}") from exc
-        _atomic_write(target, data)
+        old_size = self._atomic_write(target, data)
         lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
         logger.info("wrote %s: %d bytes, %d lines", rel, len(data), lines)
         done = f"Wrote {rel}: {len(data):,} bytes, {lines} lines"
@@ -170,9 +194,9 @@ class CodeRepositoryTools:
             raise ToolError("old_str and new_str are identical; nothing would change.")
         target = self._writable(path)
         rel = self._rel(target)
-        if not target.is_file():
-            raise self._not_found(path, target)
-        data = target.read_bytes()
+        self._existing_file(path)
+        with self._open_regular(target) as f:
+            data = f.read()
         if b"\0" in data[:BINARY_SNIFF_BYTES]:
             raise ToolError(f"{rel} is a binary file; edit_file only edits text.")
         text = data.decode("utf-8", "surrogateescape")  # undecodable bytes survive the round trip
@@ -191,7 +215,7 @@ class CodeRepositoryTools:
         pos = positions[0]
         new_text = text[:pos] + new_str + text[pos + len(old_str) :]
         disk_text = new_text.replace("\n", "\r\n") if crlf else new_text
-        _atomic_write(target, disk_text.encode("utf-8", "surrogateescape"))
+        self._atomic_write(target, disk_text.encode("utf-8", "surrogateescape"))
         first = new_text.count("\n", 0, pos) + 1
         last = first + new_str.count("\n")
         logger.info("edited %s at line %d (%d bytes)", rel, first, len(disk_text))
@@ -238,7 +262,7 @@ class CodeRepositoryTools:
         target = self._resolve(path)
         if not target.exists():
             raise self._not_found(path, target)
-        st = target.stat()
+        st = target.lstat()
         mtime = datetime.fromtimestamp(st.st_mtime, tz=timezone.utc).isoformat(timespec="seconds")
         info = [f"path: {self._rel(target)}"]
         if target.is_dir():
@@ -250,8 +274,15 @@ class CodeRepositoryTools:
                 f"entries: {len(children)} ({len(children) - n_dirs} files, {n_dirs} "
                 "directories, hidden and ignored ones included)",
             ]
+        elif special_kind(st.st_mode):
+            info.append(f"type: {special_kind(st.st_mode)} (a special file: never read or written)")
+        elif self._links_inside(st) < st.st_nlink:
+            info.append(f"type: file with {st.st_nlink} hard links, some outside the repository "
+                        "(its content is not examined)")
+            info.append(f"size: {st.st_size:,} bytes")
         else:
-            info += _file_kind(target)
+            with self._open_regular(target) as f:
+                info += _file_kind(f, target.name)
             info.append(f"size: {st.st_size:,} bytes")
         info += [
             f"modified: {mtime}",
@@ -313,8 +344,135 @@ class CodeRepositoryTools:
         if stat.S_ISDIR(mode):
             raise ToolError(f"{rel} is a directory; use list_files(path={rel!r}) to see inside.")
         if not stat.S_ISREG(mode):
-            raise ToolError(f"{rel} is not a regular file (a device, socket or pipe).")
+            raise ToolError(_special_message(rel, mode))
         return target
+
+    # ----------------------------------------------------------------------------- file I/O
+    # Files are opened relative to a descriptor of their folder, walked from the repository
+    # root one component at a time with O_NOFOLLOW: a folder swapped for a symlink between
+    # the path check and the open is refused, never followed.
+
+    def _cut_line(self, text: str) -> str:
+        """Redact, then cut: a cut must never leave the visible head of a secret behind."""
+        text = self.redactor.redact(text)
+        if len(text) <= READ_MAX_LINE_CHARS:
+            return text
+        return f"{text[:READ_MAX_LINE_CHARS]} … [line cut: it has {len(text):,} characters]"
+
+    def _open_dir(self, parts: tuple[str, ...], *, create: bool = False) -> int:
+        """A descriptor of the folder repo/parts, created if `create`; the caller closes it."""
+        fd = os.open(self.repo_path, _DIR_FLAGS)
+        try:
+            for i, part in enumerate(parts):
+                try:
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    os.mkdir(part, 0o777, dir_fd=fd)
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                        raise
+                    where = "/".join(parts[: i + 1])
+                    if stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
+                        raise ToolError(_SWAPPED.format(where)) from exc
+                    raise ToolError(f"Cannot create folder {where}: a file is in the way.") from exc
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextlib.contextmanager
+    def _open_regular(self, target: Path) -> Iterator[typing.BinaryIO]:
+        """The regular file at `target` (a resolved path inside the repository), for reading.
+        Special files are refused unopened; see _check_links for hard links."""
+        parts = target.relative_to(self.repo_path).parts
+        rel = "/".join(parts)
+        dir_fd = self._open_dir(parts[:-1])
+        try:
+            mode = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False).st_mode
+            if stat.S_ISLNK(mode):
+                raise ToolError(_SWAPPED.format(rel))
+            if not stat.S_ISREG(mode):
+                raise ToolError(_special_message(rel, mode))
+            try:
+                fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise ToolError(_SWAPPED.format(rel)) from exc
+                raise
+        finally:
+            os.close(dir_fd)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # swapped between the stat and the open
+                raise ToolError(_special_message(rel, st.st_mode))
+            os.set_blocking(fd, True)
+            inside = self._links_inside(st)
+            if inside < st.st_nlink:
+                raise ToolError(
+                    f"{rel} has {st.st_nlink} hard links and only {inside} of them are inside "
+                    "the repository, so it may be a file from outside; it is not read."
+                )
+            yield f
+
+    def _links_inside(self, st: os.stat_result) -> int:
+        """How many of a file's hard links are inside the repository (counting stops at all of
+        them). A file is read only when every link is inside: otherwise it may be a file from
+        outside (a key, a password store) linked in. Writes never reach another link: they
+        replace the file with a new one."""
+        if st.st_nlink <= 1:
+            return st.st_nlink
+        inside = 0
+        for folder, dirs, files in os.walk(self.repo_path):
+            for name in itertools.chain(files, dirs):
+                with contextlib.suppress(OSError):
+                    other = os.stat(os.path.join(folder, name), follow_symlinks=False)
+                    inside += (other.st_ino, other.st_dev) == (st.st_ino, st.st_dev)
+            if inside >= st.st_nlink:
+                break
+        return inside
+
+    def _atomic_write(self, target: Path, data: bytes) -> int | None:
+        """Temp file in the same folder + rename: the file is either old or new, never half
+        written, and a failure leaves no temp file behind. An existing file keeps its mode.
+        Returns the previous size, or None for a new file."""
+        parts = target.relative_to(self.repo_path).parts
+        rel, name = "/".join(parts), parts[-1]
+        dir_fd = self._open_dir(parts[:-1], create=True)
+        tmp = f".{name[:100]}.{secrets.token_hex(4)}.tmp"
+        try:
+            try:
+                old = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                old = None
+            if old is not None and stat.S_ISDIR(old.st_mode):
+                raise ToolError(f"{rel} is a directory; give a file path.")
+            if old is not None and stat.S_ISLNK(old.st_mode):
+                raise ToolError(_SWAPPED.format(rel))
+            if old is not None and not stat.S_ISREG(old.st_mode):
+                raise ToolError(_special_message(rel, old.st_mode))
+            fd = os.open(tmp, _CREATE_FLAGS, 0o666, dir_fd=dir_fd)  # umask applies
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+                if old is not None:
+                    os.fchmod(fd, stat.S_IMODE(old.st_mode))
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            return None if old is None else old.st_size
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            if isinstance(exc, OSError):
+                reason = exc.strerror or str(exc)
+                raise ToolError(f"Could not write {rel}: {reason}; it is unchanged.") from exc
+            raise
+        finally:
+            os.close(dir_fd)
 
     def _writable(self, path: str) -> Path:
         target = self._resolve(path)
@@ -337,45 +495,41 @@ class CodeRepositoryTools:
 
 # --------------------------------------------------------------------------------- files
 def _read_window(
-    target: Path, start: int, end: int | None
+    f: typing.BinaryIO, rel: str, start: int, end: int | None
 ) -> tuple[list[tuple[int, str]], int, int | None, bool]:
     """Lines start..end within the caps, the file's line count, the first line not shown
     because of the caps, and whether any shown byte was not UTF-8. Streams: big files are fine."""
     shown: list[tuple[int, str]] = []
     chars, total, next_line, lossy = 0, 0, None, False
-    with target.open("rb") as f:
-        if b"\0" in f.read(BINARY_SNIFF_BYTES):
-            size = target.stat().st_size
-            raise ToolError(
-                f"{target.name} is a binary file ({size:,} bytes); read_file shows text only. "
-                "get_file_info gives its metadata."
-            )
-        f.seek(0)
-        for total, raw in enumerate(f, 1):
-            if total < start:
-                continue
-            if end is not None and total > end:
-                break
-            if len(shown) >= READ_MAX_LINES or (shown and chars + len(raw) > READ_MAX_CHARS):
-                next_line = total
-                break
-            text, bad = _decode_line(raw)
-            shown.append((total, text))
-            chars, lossy = chars + len(text), lossy or bad
-        else:
-            return shown, total, None, lossy
-        return shown, total + _count_lines(f), next_line, lossy
+    if b"\0" in f.read(BINARY_SNIFF_BYTES):
+        size = os.fstat(f.fileno()).st_size
+        raise ToolError(
+            f"{rel} is a binary file ({size:,} bytes); read_file shows text only. "
+            "get_file_info gives its metadata."
+        )
+    f.seek(0)
+    for total, raw in enumerate(f, 1):
+        if total < start:
+            continue
+        if end is not None and total > end:
+            break
+        if len(shown) >= READ_MAX_LINES or (shown and chars + len(raw) > READ_MAX_CHARS):
+            next_line = total
+            break
+        text, bad = _decode_line(raw)
+        shown.append((total, text))
+        chars, lossy = chars + min(len(text), READ_MAX_LINE_CHARS), lossy or bad
+    else:
+        return shown, total, None, lossy
+    return shown, total + _count_lines(f), next_line, lossy
 
 
 def _decode_line(raw: bytes) -> tuple[str, bool]:
     raw = raw.rstrip(b"\n").rstrip(b"\r")
     try:
-        text, bad = raw.decode("utf-8"), False
+        return raw.decode("utf-8"), False
     except UnicodeDecodeError:
-        text, bad = raw.decode("utf-8", "replace"), True
-    if len(text) > READ_MAX_LINE_CHARS:
-        text = f"{text[:READ_MAX_LINE_CHARS]} … [line cut: it has {len(text):,} characters]"
-    return text, bad
+        return raw.decode("utf-8", "replace"), True
 
 
 def _count_lines(f: typing.BinaryIO) -> int:
@@ -427,33 +581,6 @@ def _no_match_message(rel: str, text: str, old_str: str) -> str:
     )
 
 
-def _atomic_write(target: Path, data: bytes) -> None:
-    """Temp file in the same directory + os.replace: the file is either old or new, never half
-    written, and a failure leaves no temp file behind. An existing file keeps its mode."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as exc:
-        raise ToolError(f"Cannot create folder for {target.name}: a file is in the way.") from exc
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else None
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            reason = exc.strerror or str(exc)
-            raise ToolError(f"Could not write {target.name}: {reason}; it is unchanged.") from exc
-        raise
-
-
 _LANGUAGES = {
     ".py": "Python", ".pyi": "Python", ".js": "JavaScript", ".mjs": "JavaScript",
     ".cjs": "JavaScript", ".jsx": "JavaScript (JSX)", ".ts": "TypeScript",
@@ -470,22 +597,23 @@ _LANGUAGES = {
 }  # fmt: skip
 
 
-def _file_kind(path: Path) -> list[str]:
-    """type/language/lines for a file, read in chunks so huge files cost no memory."""
-    language = _LANGUAGES.get(path.name) or _LANGUAGES.get(path.suffix.lower(), "unknown")
-    if is_binary(path):
+def _file_kind(f: typing.BinaryIO, name: str) -> list[str]:
+    """type/language/lines for an open file, read in chunks so huge files cost no memory."""
+    suffix = os.path.splitext(name)[1].lower()
+    language = _LANGUAGES.get(name) or _LANGUAGES.get(suffix, "unknown")
+    if b"\0" in f.read(BINARY_SNIFF_BYTES):
         return ["type: file (binary)"]
+    f.seek(0)
     decoder = codecs.getincrementaldecoder("utf-8")()
-    with path.open("rb") as f:
-        try:
-            while chunk := f.read(1 << 20):
-                decoder.decode(chunk)
-            decoder.decode(b"", final=True)
-            utf8 = True
-        except UnicodeDecodeError:
-            utf8 = False
-        f.seek(0)
-        lines = _count_lines(f)
+    try:
+        while chunk := f.read(1 << 20):
+            decoder.decode(chunk)
+        decoder.decode(b"", final=True)
+        utf8 = True
+    except UnicodeDecodeError:
+        utf8 = False
+    f.seek(0)
+    lines = _count_lines(f)
     encoding = "UTF-8" if utf8 else "not valid UTF-8 (read_file shows bad bytes as \ufffd)"
     return [f"type: file (text, {encoding})", f"language: {language}", f"lines: {lines:,}"]
 

@@ -1,0 +1,264 @@
+"""A repository is hostile input: each test here is an attack a cloned repository can make.
+
+Every test sets the attack up for real (a `.env` in the repository, a FIFO, a device node, a
+hard link, a racing thread) and checks that nothing left the repository and the run went on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from fake_providers import FakeProvider, openai_reply
+from fakes import ScriptedLlm, xml_action
+
+from toy_agent.agent import ReactAgent
+from toy_agent.environment import child_environment, load_dotenv_file
+from toy_agent.tools import CodeRepositoryTools, ToolError
+
+ROOT = Path(__file__).resolve().parents[1]
+PROVIDER_VARIABLES = (
+    "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY",
+    "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL",
+)  # fmt: skip
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "inside.txt").write_text("inside\n")
+    (root / "app.py").write_text("print('hi')\n")
+    return root
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    (folder / "inside.txt").write_text("OUTSIDE SECRET\n")
+    return folder
+
+
+def finishes(call, seconds: float = 20.0):
+    """Run `call` in a thread; fail (instead of hanging the suite) if it does not return.
+    The bound is generous: these calls take milliseconds when they do not hang."""
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed back to the test
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"{call} hung"
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box.get("value")
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in PROVIDER_VARIABLES}
+    return subprocess.run(
+        [sys.executable, str(ROOT / "main.py"), *args], cwd=cwd, capture_output=True, text=True,
+        timeout=120, env={**base, "NO_COLOR": "1", **env},
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- .env
+def test_repo_dotenv_cannot_send_the_exported_key_to_its_base_url(repo: Path):
+    """The attack: `--repo .` in a cloned repository whose .env points the provider at the
+    attacker. The base URL is dropped with a warning; the key never reaches that server.
+    (A closed local proxy keeps the run, now aimed at the real API, off the internet.)"""
+    with FakeProvider() as attacker:
+        attacker.enqueue(openai_reply(xml_action("task_complete", result="pwned")))
+        (repo / ".env").write_text(f"OPENAI_BASE_URL={attacker.url}/v1\n")
+        done = cli(
+            "--task", "look around", "--llm-provider", "openai", "--max-retries", "0",
+            "--timeout", "5", cwd=repo,
+            env={"OPENAI_API_KEY": "sk-user-exported-key-0123456789abcdef",
+                 "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"},
+        )  # fmt: skip
+        assert attacker.requests == []
+    assert done.returncode == 3, done.stderr
+    assert f"ignoring OPENAI_BASE_URL from {repo / '.env'}" in done.stderr
+    assert "sk-user-exported-key" not in done.stderr + done.stdout
+
+
+def test_dotenv_sets_only_the_agents_own_variables_and_never_overrides(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "exported-wins")
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "LD_PRELOAD=./evil.so\nPATH=/evil\nPYTHONPATH=/evil\nOPENAI_API_KEY=from-file\n"
+        "GEMINI_API_KEY=gemini-from-file\nTOY_AGENT_MODEL=x\nOPENAI_BASE_URL=http://mine\n"
+    )
+    taken = load_dotenv_file(env_file, repo=tmp_path / "elsewhere")
+    assert taken == {
+        "GEMINI_API_KEY": "gemini-from-file",
+        "TOY_AGENT_MODEL": "x",
+        "OPENAI_BASE_URL": "http://mine",  # the user's own .env, outside the repository
+    }
+
+
+def test_child_processes_get_no_keys_no_secrets_and_no_loader_variables():
+    env = child_environment(
+        {"LC_ALL": "C.UTF-8"},
+        environ={
+            "PATH": "/usr/bin", "HOME": "/home/u", "LANG": "C", "SSH_AUTH_SOCK": "/tmp/s",
+            "OPENAI_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://x", "DB_PASSWORD": "p",
+            "GITHUB_TOKEN": "t", "AWS_SECRET_ACCESS_KEY": "s", "MY_CREDENTIALS": "c",
+            "LD_PRELOAD": "evil.so", "LD_LIBRARY_PATH": "/evil", "PYTHONPATH": "/evil",
+            "BASH_ENV": "/evil",
+        },
+    )  # fmt: skip
+    assert env == {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "LANG": "C",
+        "SSH_AUTH_SOCK": "/tmp/s",
+        "LC_ALL": "C.UTF-8",
+    }
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build the .so")
+def test_repo_dotenv_ld_preload_runs_no_code_in_search(repo: Path, tmp_path: Path):
+    marker = tmp_path / "preloaded"
+    source = tmp_path / "evil.c"
+    source.write_text(
+        "#include <stdio.h>\n__attribute__((constructor)) static void evil(void) {\n"
+        f'  FILE *f = fopen("{marker}", "a"); if (f) {{ fputs("ran\\n", f); fclose(f); }}\n}}\n'
+    )
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(repo / "evil.so"), str(source)], check=True)
+    (repo / ".env").write_text(f"LD_PRELOAD={repo / 'evil.so'}\n")
+    replay = tmp_path / "replay.json"
+    replay.write_text(
+        _replay_json(
+            xml_action("search_in_files", pattern="hi"), xml_action("task_complete", result="done")
+        )
+    )
+    done = cli("--task", "search", "--replay", str(replay), "--output", "json", cwd=repo, env={})
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists(), "the repository's LD_PRELOAD ran code in a child process"
+
+
+def _replay_json(*replies: str) -> str:
+    import json
+
+    return json.dumps({"steps": [{"response": {"text": text}} for text in replies]})
+
+
+# ----------------------------------------------------------------------------- special files
+def special_files(repo: Path) -> dict[str, str]:
+    os.mkfifo(repo / "pipe")
+    made = {"pipe": "fifo"}
+    if IS_ROOT:
+        os.mknod(repo / "zero", stat.S_IFCHR | 0o666, os.makedev(1, 5))  # a copy of /dev/zero
+        made["zero"] = "char device"
+    return made
+
+
+def test_special_files_are_refused_by_name_never_opened(repo: Path):
+    tools = CodeRepositoryTools(repo)
+    for name, kind in special_files(repo).items():
+        for call in (
+            lambda n=name: tools.read_file(n),
+            lambda n=name: tools.write_file(n, "x"),
+            lambda n=name: tools.edit_file(n, "a", "b"),
+        ):
+            with pytest.raises(ToolError, match=f"{name} is a {kind}"):
+                finishes(call)
+        info = finishes(lambda n=name: tools.get_file_info(n))
+        assert f"type: {kind}" in info
+    assert stat.S_ISFIFO((repo / "pipe").lstat().st_mode)  # not replaced by a regular file
+
+
+def test_a_run_over_special_files_finishes(repo: Path):
+    special_files(repo)
+    llm = ScriptedLlm(
+        xml_action("get_file_info", path="pipe"),
+        xml_action("read_file", path="pipe"),
+        xml_action("task_complete", result="done"),
+    )
+    result = finishes(lambda: ReactAgent(llm, repo).run("look at the pipe"))
+    assert result["outcome"] == "completed"
+    assert "fifo" in llm.sent_text()
+
+
+# ----------------------------------------------------------------------------- hard links
+def test_hard_link_to_a_file_outside_is_not_read(repo: Path, outside: Path):
+    os.link(outside / "inside.txt", repo / "linked.txt")
+    tools = CodeRepositoryTools(repo)
+    with pytest.raises(ToolError, match="hard links"):
+        tools.read_file("linked.txt")
+    assert "OUTSIDE SECRET" not in tools.get_file_info("linked.txt")  # metadata only
+
+
+def test_hard_links_within_the_repository_are_read(repo: Path):
+    os.link(repo / "app.py", repo / "sub" / "same.py")
+    assert "print('hi')" in CodeRepositoryTools(repo).read_file("sub/same.py")
+
+
+def test_writing_through_a_hard_link_never_changes_the_outside_file(repo: Path, outside: Path):
+    os.link(outside / "inside.txt", repo / "linked.txt")
+    CodeRepositoryTools(repo).write_file("linked.txt", "replaced\n")
+    assert (outside / "inside.txt").read_text() == "OUTSIDE SECRET\n"
+    assert (repo / "linked.txt").read_text() == "replaced\n"
+
+
+# ----------------------------------------------------------------------------- symlink race
+def exchange(a: Path, b: Path) -> None:
+    """renameat2(RENAME_EXCHANGE): swap two names atomically, with no gap between."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), rename_exchange) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2")
+
+
+def test_swapping_a_folder_for_a_symlink_mid_call_is_never_followed(repo: Path, outside: Path):
+    """A racing process flips repo/sub between a real folder and a symlink to the outside
+    folder while the agent reads and writes under it."""
+    if not hasattr(ctypes.CDLL(None), "renameat2"):
+        pytest.skip("needs renameat2 (Linux, glibc 2.28+)")
+    tools = CodeRepositoryTools(repo)
+    real = repo / "sub"
+    link = repo / "link"
+    link.symlink_to(outside)
+    stop = threading.Event()
+    swaps = 0
+
+    def swapper() -> None:  # sub and link trade places atomically, over and over
+        nonlocal swaps
+        while not stop.is_set():
+            exchange(real, link)
+            swaps += 1
+
+    racer = threading.Thread(target=swapper, daemon=True)
+    racer.start()
+    leaked = 0
+    try:
+        for i in range(3000):
+            with contextlib.suppress(ToolError):  # through execute, as the agent calls it
+                leaked += "OUTSIDE" in tools.execute("read_file", {"path": "sub/inside.txt"})
+            with contextlib.suppress(ToolError):
+                tools.execute("write_file", {"path": f"sub/new{i}.txt", "content": "x"})
+                tools.execute("write_file", {"path": "sub/inside.txt", "content": "inside\n"})
+    finally:
+        stop.set()
+        racer.join()
+    assert swaps > 100  # the race really ran
+    assert leaked == 0
+    assert sorted(p.name for p in outside.iterdir()) == ["inside.txt"]
+    assert (outside / "inside.txt").read_text() == "OUTSIDE SECRET\n"
