@@ -15,7 +15,8 @@ from pathlib import Path
 
 from toy_agent import ReactAgent
 from toy_agent.events import TrajectoryRecorder
-from toy_agent.llm import LlmClient, LlmResponse
+from toy_agent.llm import LlmClient
+from toy_agent.messages import LlmResponse
 
 HERE = Path(__file__).parent
 TASK = "Fix median() in stats.py so that tests/test_stats.py passes"

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from toy_agent.llm import BASE_URL_ENVS, KEY_ENVS, ToolCall, Usage
+from toy_agent.llm import BASE_URL_ENVS, KEY_ENVS
+from toy_agent.messages import ToolCall, Usage
 
 __all__ = [
     "FakeProvider",

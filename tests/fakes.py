@@ -7,7 +7,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from toy_agent.llm import LlmClient, LlmError, LlmResponse, Message, ToolCall
+from toy_agent.llm import LlmClient, LlmError
+from toy_agent.messages import LlmResponse, Message, ToolCall
 
 
 def xml_action(tool: str, thought: str = "", **params: Any) -> str:
@@ -34,11 +35,10 @@ class ScriptedLlm(LlmClient):
         self.replies = list(replies)
         self.requests: list[dict[str, Any]] = []
 
-    def call_llm(self, system_prompt: str, messages: Sequence[Message], *, tools=None,
-                 on_text=None) -> LlmResponse:
-        self.requests.append(
-            {"system": system_prompt, "messages": list(messages), "tools": tools}
-        )
+    def call_llm(
+        self, system_prompt: str, messages: Sequence[Message], *, tools=None, on_text=None
+    ) -> LlmResponse:
+        self.requests.append({"system": system_prompt, "messages": list(messages), "tools": tools})
         if not self.replies:
             raise AssertionError("the agent asked for more replies than the script has")
         reply = self.replies.pop(0)

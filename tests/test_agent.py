@@ -16,7 +16,8 @@ from toy_agent.events import (
     ToolFinished,
     TrajectoryRecorder,
 )
-from toy_agent.llm import LlmError, LlmResponse, ReplayLlmClient, Usage
+from toy_agent.llm import LlmError, ReplayLlmClient
+from toy_agent.messages import LlmResponse, Usage
 from toy_agent.redaction import Redactor
 
 
@@ -57,8 +58,14 @@ def test_system_prompt_lists_every_tool_in_the_spec_format(repo):
 
     prompt = llm.requests[0]["system"]
     assert "Available Tools:" in prompt
-    for name in ("list_files", "read_file", "write_file", "search_in_files", "get_file_info",
-                 "task_complete"):
+    for name in (
+        "list_files",
+        "read_file",
+        "write_file",
+        "search_in_files",
+        "get_file_info",
+        "task_complete",
+    ):
         block = prompt.split(f"<tool><name>{name}</name>", 1)[1].split("</tool>", 1)[0]
         schema = json.loads(block.split("<parameters>", 1)[1].split("</parameters>", 1)[0])
         assert schema["type"] == "object"
@@ -67,8 +74,9 @@ def test_system_prompt_lists_every_tool_in_the_spec_format(repo):
 
 
 def test_unparseable_reply_becomes_an_observation_and_the_loop_goes_on(repo):
-    llm = ScriptedLlm("I think I should look around first.",
-                      xml_action("task_complete", result="ok"))
+    llm = ScriptedLlm(
+        "I think I should look around first.", xml_action("task_complete", result="ok")
+    )
     result = ReactAgent(llm, repo).run("task")
 
     assert result["success"] is True and result["iterations"] == 2
@@ -77,8 +85,9 @@ def test_unparseable_reply_becomes_an_observation_and_the_loop_goes_on(repo):
 
 
 def test_unknown_tool_is_reported_with_the_available_ones(repo):
-    llm = ScriptedLlm(xml_action("read_fil", path="README.md"),
-                      xml_action("task_complete", result="ok"))
+    llm = ScriptedLlm(
+        xml_action("read_fil", path="README.md"), xml_action("task_complete", result="ok")
+    )
     ReactAgent(llm, repo).run("task")
 
     observation = llm.requests[1]["messages"][-1].content
@@ -88,9 +97,11 @@ def test_unknown_tool_is_reported_with_the_available_ones(repo):
 
 
 def test_path_outside_the_repository_is_refused_and_nothing_is_written(repo, tmp_path):
-    llm = ScriptedLlm(xml_action("write_file", path="../escaped.txt", content="x"),
-                      xml_action("read_file", path=str(tmp_path / "secret.txt")),
-                      xml_action("task_complete", result="ok"))
+    llm = ScriptedLlm(
+        xml_action("write_file", path="../escaped.txt", content="x"),
+        xml_action("read_file", path=str(tmp_path / "secret.txt")),
+        xml_action("task_complete", result="ok"),
+    )
     (tmp_path / "secret.txt").write_text("TOP SECRET")
     ReactAgent(llm, repo).run("task")
 
@@ -118,8 +129,9 @@ def test_provider_failure_ends_the_run_with_its_message(repo):
 
 
 def test_reply_cut_off_by_the_token_limit_is_not_executed(repo):
-    cut = LlmResponse(xml_action("write_file", path="big.txt", content="partial"),
-                      stop_reason="max_tokens")
+    cut = LlmResponse(
+        xml_action("write_file", path="big.txt", content="partial"), stop_reason="max_tokens"
+    )
     llm = ScriptedLlm(cut, xml_action("task_complete", result="ok"))
     ReactAgent(llm, repo).run("task")
 
@@ -129,10 +141,13 @@ def test_reply_cut_off_by_the_token_limit_is_not_executed(repo):
 
 def test_secrets_in_files_never_reach_the_llm(repo, monkeypatch):
     monkeypatch.setenv("DEPLOY_TOKEN", "s3cr3t-deploy-value-123")
-    (repo / "config.env").write_text("DEPLOY_TOKEN=s3cr3t-deploy-value-123\n"
-                                     "OPENAI=sk-proj-abcdefghijklmnopqrstuvwxyz0123456789\n")
-    llm = ScriptedLlm(xml_action("read_file", path="config.env"),
-                      xml_action("task_complete", result="ok"))
+    (repo / "config.env").write_text(
+        "DEPLOY_TOKEN=s3cr3t-deploy-value-123\n"
+        "OPENAI=sk-proj-abcdefghijklmnopqrstuvwxyz0123456789\n"
+    )
+    llm = ScriptedLlm(
+        xml_action("read_file", path="config.env"), xml_action("task_complete", result="ok")
+    )
     ReactAgent(llm, repo, redactor=Redactor()).run("task")
 
     sent = llm.sent_text()
@@ -142,8 +157,9 @@ def test_secrets_in_files_never_reach_the_llm(repo, monkeypatch):
 
 
 def test_the_same_action_three_times_in_a_row_gets_a_warning(repo):
-    llm = ScriptedLlm(*[xml_action("read_file", path="README.md")] * 3,
-                      xml_action("task_complete", result="ok"))
+    llm = ScriptedLlm(
+        *[xml_action("read_file", path="README.md")] * 3, xml_action("task_complete", result="ok")
+    )
     ReactAgent(llm, repo).run("task")
 
     observations = [llm.requests[i]["messages"][-1].content for i in (1, 2, 3)]
@@ -153,15 +169,22 @@ def test_the_same_action_three_times_in_a_row_gets_a_warning(repo):
 
 def test_events_arrive_in_order_for_a_scripted_run(repo):
     events = []
-    llm = ScriptedLlm(xml_action("read_file", path="README.md"),
-                      xml_action("task_complete", result="ok"))
+    llm = ScriptedLlm(
+        xml_action("read_file", path="README.md"), xml_action("task_complete", result="ok")
+    )
     ReactAgent(llm, repo, on_event=events.append).run("task")
 
     kinds = [type(e).__name__ for e in events if type(e).__name__ != "LlmRequested"]
     assert kinds == [
         "RunStarted",
-        "StepStarted", "LlmResponded", "ToolStarted", "ToolFinished", "StepFinished",
-        "StepStarted", "LlmResponded", "StepFinished",
+        "StepStarted",
+        "LlmResponded",
+        "ToolStarted",
+        "ToolFinished",
+        "StepFinished",
+        "StepStarted",
+        "LlmResponded",
+        "StepFinished",
         "RunFinished",
     ]
     assert isinstance(events[0], RunStarted) and events[0].task == "task"
@@ -189,8 +212,10 @@ def test_cancel_from_another_thread_stops_the_call_in_flight(repo):
 
 def test_refused_confirmation_becomes_an_observation(repo):
     asked = []
-    llm = ScriptedLlm(xml_action("write_file", path="new.txt", content="hi"),
-                      xml_action("task_complete", result="ok"))
+    llm = ScriptedLlm(
+        xml_action("write_file", path="new.txt", content="hi"),
+        xml_action("task_complete", result="ok"),
+    )
     agent = ReactAgent(llm, repo, confirm=lambda action: asked.append(action) or False)
     agent.run("task")
 
@@ -224,16 +249,18 @@ def test_usage_is_summed_over_the_run(repo):
 
 def test_a_recorded_trajectory_replays_the_same_run(repo, tmp_path):
     trajectory = tmp_path / "run.json"
-    script = [xml_action("write_file", path="notes.txt", content="first"),
-              xml_action("task_complete", result="wrote notes")]
-    recorded = ReactAgent(ScriptedLlm(*script), repo,
-                          on_event=TrajectoryRecorder(trajectory)).run("write notes")
+    script = [
+        xml_action("write_file", path="notes.txt", content="first"),
+        xml_action("task_complete", result="wrote notes"),
+    ]
+    recorded = ReactAgent(ScriptedLlm(*script), repo, on_event=TrajectoryRecorder(trajectory)).run(
+        "write notes"
+    )
     (repo / "notes.txt").unlink()
 
     data = json.loads(trajectory.read_text())
     assert data["task"] == "write notes"
-    assert [s["actions"][0]["tool_name"] for s in data["steps"]] == ["write_file",
-                                                                    "task_complete"]
+    assert [s["actions"][0]["tool_name"] for s in data["steps"]] == ["write_file", "task_complete"]
     assert data["steps"][0]["observations"][0]["is_error"] is False
     replayed = ReactAgent(ReplayLlmClient(trajectory), repo).run("write notes")
 
@@ -268,8 +295,11 @@ def test_react_final_answer_ends_the_run(repo):
 
 
 def test_only_the_first_of_several_xml_actions_runs_and_the_llm_is_told(repo):
-    two = (xml_action("write_file", path="one.txt", content="1") + "\n"
-           + xml_action("write_file", path="two.txt", content="2"))
+    two = (
+        xml_action("write_file", path="one.txt", content="1")
+        + "\n"
+        + xml_action("write_file", path="two.txt", content="2")
+    )
     llm = ScriptedLlm(two, xml_action("task_complete", result="ok"))
     ReactAgent(llm, repo).run("task")
 
@@ -280,16 +310,20 @@ def test_only_the_first_of_several_xml_actions_runs_and_the_llm_is_told(repo):
 def test_streaming_hands_text_deltas_to_subscribers(repo):
     deltas = []
     llm = ScriptedLlm(xml_action("task_complete", result="ok"))
-    ReactAgent(llm, repo, stream=True,
-               on_event=lambda e: deltas.append(e.text) if isinstance(e, TextDelta) else None
-               ).run("task")
+    ReactAgent(
+        llm,
+        repo,
+        stream=True,
+        on_event=lambda e: deltas.append(e.text) if isinstance(e, TextDelta) else None,
+    ).run("task")
 
     assert "".join(deltas).startswith("<THOUGHT>")
 
 
 def test_without_streaming_no_text_deltas_are_emitted(repo):
     events = []
-    ReactAgent(ScriptedLlm(xml_action("task_complete", result="ok")), repo,
-               on_event=events.append).run("task")
+    ReactAgent(
+        ScriptedLlm(xml_action("task_complete", result="ok")), repo, on_event=events.append
+    ).run("task")
 
     assert not any(isinstance(e, TextDelta) for e in events)

@@ -20,11 +20,18 @@ from fakes import xml_action
 
 from toy_agent import __version__
 from toy_agent.cli import main
-from toy_agent.llm import LlmResponse, Usage
+from toy_agent.messages import LlmResponse, Usage
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY",
-        "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL")
+KEYS = (
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_BASE_URL",
+    "GOOGLE_GEMINI_BASE_URL",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -53,9 +60,15 @@ def write_replay(path: Path, *replies: str) -> Path:
 
 
 def run_cli(*args: str, stdin: str = "", env: dict | None = None, **kwargs):
-    return subprocess.run([sys.executable, str(ROOT / "main.py"), *args], input=stdin,
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "NO_COLOR": "1", **(env or {})}, **kwargs)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "main.py"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1", **(env or {})},
+        **kwargs,
+    )
 
 
 def test_help_lists_the_seed_flags_without_importing_provider_sdks():
@@ -65,20 +78,43 @@ def test_help_lists_the_seed_flags_without_importing_provider_sdks():
         "heavy = [m for m in ('anthropic', 'openai', 'google.genai', 'mcp') if m in sys.modules]\n"
         "print('HEAVY', heavy)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    ).stdout
     assert "HEAVY []" in out
-    for flag in ("--task", "--repo", "--max-iterations", "--llm-provider", "--log-level",
-                 "--log-file", "--mcp-server", "--model", "--trajectory", "--output"):
+    for flag in (
+        "--task",
+        "--repo",
+        "--max-iterations",
+        "--llm-provider",
+        "--log-level",
+        "--log-file",
+        "--mcp-server",
+        "--model",
+        "--trajectory",
+        "--output",
+    ):
         assert flag in out
 
 
 def test_replay_run_completes_with_exit_code_zero_and_a_summary(repo, tmp_path, capsys):
-    replay = write_replay(tmp_path / "r.json",
-                          xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello"),
-                          xml_action("task_complete", result="Fixed the greeting."))
-    code = main(["--task", "fix the greeting", "--repo", str(repo),
-                 "--llm-provider", "replay", "--replay", str(replay)])
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello"),
+        xml_action("task_complete", result="Fixed the greeting."),
+    )
+    code = main(
+        [
+            "--task",
+            "fix the greeting",
+            "--repo",
+            str(repo),
+            "--llm-provider",
+            "replay",
+            "--replay",
+            str(replay),
+        ]
+    )
 
     out = capsys.readouterr().out
     assert code == 0
@@ -89,10 +125,25 @@ def test_replay_run_completes_with_exit_code_zero_and_a_summary(repo, tmp_path, 
 
 
 def test_json_output_is_one_object_on_stdout_for_scripts(repo, tmp_path, capsys):
-    replay = write_replay(tmp_path / "r.json", xml_action("list_files"),
-                          xml_action("list_files", path="nowhere"))
-    code = main(["--task", "loop", "--repo", str(repo), "--max-iterations", "2",
-                 "--llm-provider", "replay", "--replay", str(replay), "--output", "json"])
+    replay = write_replay(
+        tmp_path / "r.json", xml_action("list_files"), xml_action("list_files", path="nowhere")
+    )
+    code = main(
+        [
+            "--task",
+            "loop",
+            "--repo",
+            str(repo),
+            "--max-iterations",
+            "2",
+            "--llm-provider",
+            "replay",
+            "--replay",
+            str(replay),
+            "--output",
+            "json",
+        ]
+    )
 
     captured = capsys.readouterr()
     result = json.loads(captured.out)
@@ -103,9 +154,11 @@ def test_json_output_is_one_object_on_stdout_for_scripts(repo, tmp_path, capsys)
 
 
 def test_trajectory_file_records_the_run_and_replays_it(repo, tmp_path, capsys):
-    replay = write_replay(tmp_path / "r.json",
-                          xml_action("write_file", path="notes.md", content="# notes"),
-                          xml_action("task_complete", result="done"))
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("write_file", path="notes.md", content="# notes"),
+        xml_action("task_complete", result="done"),
+    )
     trajectory = tmp_path / "out" / "trajectory.json"
     args = ["--task", "write notes", "--repo", str(repo)]  # --replay implies the provider
     assert main([*args, "--replay", str(replay), "--trajectory", str(trajectory)]) == 0
@@ -150,15 +203,20 @@ def test_dotenv_comes_from_the_working_directory_never_the_repo(repo, clean_env,
         (["--repo", "does/not/exist"], "--repo does/not/exist does not exist"),
         (["--llm-provider", "replay"], "--llm-provider replay needs --replay FILE"),
         (["--llm-provider", "replay", "--replay", "missing.json"], "replay file not found"),
-        (["--llm-provider", "gemini", "--replay", "run.json"],
-         "--replay is for --llm-provider replay, not gemini"),
-        (["--replay", "r.json", "--trajectory", "/proc/nope/t.json"],
-         "cannot write --trajectory /proc/nope/t.json"),
+        (
+            ["--llm-provider", "gemini", "--replay", "run.json"],
+            "--replay is for --llm-provider replay, not gemini",
+        ),
+        (
+            ["--replay", "r.json", "--trajectory", "/proc/nope/t.json"],
+            "cannot write --trajectory /proc/nope/t.json",
+        ),
         (["--task", "-", "--confirm", "--replay", "r.json"], "--confirm reads answers from stdin"),
     ],
 )
-def test_configuration_mistakes_are_one_line_and_exit_code_two(args, message, capsys,
-                                                              monkeypatch, tmp_path):
+def test_configuration_mistakes_are_one_line_and_exit_code_two(
+    args, message, capsys, monkeypatch, tmp_path
+):
     write_replay(Path("r.json"), xml_action("task_complete", result="never"))
     monkeypatch.setattr("sys.stdin", io.StringIO("a task from stdin"))
     code = main(["--task", "x", *args])
@@ -178,9 +236,19 @@ def test_bad_flag_values_exit_with_code_two(capsys):
 def test_task_dash_reads_the_task_from_stdin(repo, tmp_path):
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
     trajectory = tmp_path / "t.json"
-    proc = run_cli("--task", "-", "--repo", str(repo), "--llm-provider", "replay",
-                   "--replay", str(replay), "--trajectory", str(trajectory),
-                   stdin="Explain hello.py\nin one line\n")
+    proc = run_cli(
+        "--task",
+        "-",
+        "--repo",
+        str(repo),
+        "--llm-provider",
+        "replay",
+        "--replay",
+        str(replay),
+        "--trajectory",
+        str(trajectory),
+        stdin="Explain hello.py\nin one line\n",
+    )
 
     assert proc.returncode == 0, proc.stderr
     assert json.loads(trajectory.read_text())["task"] == "Explain hello.py\nin one line"
@@ -190,18 +258,33 @@ def test_list_tools_prints_every_tool_and_exits_zero(repo, capsys):
     assert main(["--list-tools", "--repo", str(repo), "--allow-commands"]) == 0
 
     out = capsys.readouterr().out
-    for line in ("read_file(path, start_line?, end_line?)", "run_command(command, timeout?)",
-                 "task_complete(result)"):
+    for line in (
+        "read_file(path, start_line?, end_line?)",
+        "run_command(command, timeout?)",
+        "task_complete(result)",
+    ):
         assert line in out
 
 
 def test_confirm_is_driven_through_stdin(repo, tmp_path):
-    replay = write_replay(tmp_path / "r.json",
-                          xml_action("write_file", path="a.txt", content="A"),
-                          xml_action("write_file", path="b.txt", content="B"),
-                          xml_action("task_complete", result="ok"))
-    proc = run_cli("--task", "write", "--repo", str(repo), "--llm-provider", "replay",
-                   "--replay", str(replay), "--confirm", stdin="n\ny\n")
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("write_file", path="a.txt", content="A"),
+        xml_action("write_file", path="b.txt", content="B"),
+        xml_action("task_complete", result="ok"),
+    )
+    proc = run_cli(
+        "--task",
+        "write",
+        "--repo",
+        str(repo),
+        "--llm-provider",
+        "replay",
+        "--replay",
+        str(replay),
+        "--confirm",
+        stdin="n\ny\n",
+    )
 
     assert proc.returncode == 0, proc.stderr
     assert not (repo / "a.txt").exists()
@@ -210,10 +293,12 @@ def test_confirm_is_driven_through_stdin(repo, tmp_path):
 
 
 def test_non_tty_output_has_no_spinner_or_escape_codes(repo, tmp_path):
-    replay = write_replay(tmp_path / "r.json", xml_action("list_files"),
-                          xml_action("task_complete", result="ok"))
-    proc = run_cli("--task", "look", "--repo", str(repo), "--llm-provider", "replay",
-                   "--replay", str(replay))
+    replay = write_replay(
+        tmp_path / "r.json", xml_action("list_files"), xml_action("task_complete", result="ok")
+    )
+    proc = run_cli(
+        "--task", "look", "--repo", str(repo), "--llm-provider", "replay", "--replay", str(replay)
+    )
 
     assert proc.returncode == 0
     assert "\r" not in proc.stdout and "\033[" not in proc.stdout
@@ -221,12 +306,26 @@ def test_non_tty_output_has_no_spinner_or_escape_codes(repo, tmp_path):
 
 
 def test_terminal_view_in_a_pseudo_terminal_shows_each_step(repo, tmp_path):
-    replay = write_replay(tmp_path / "r.json", xml_action("read_file", path="hello.py",
-                                                          thought="Read the script first."),
-                          xml_action("read_file", path="missing.py"),
-                          xml_action("task_complete", result="ok"))
-    output = run_in_pty([sys.executable, str(ROOT / "main.py"), "--task", "look", "--repo",
-                         str(repo), "--llm-provider", "replay", "--replay", str(replay)])
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("read_file", path="hello.py", thought="Read the script first."),
+        xml_action("read_file", path="missing.py"),
+        xml_action("task_complete", result="ok"),
+    )
+    output = run_in_pty(
+        [
+            sys.executable,
+            str(ROOT / "main.py"),
+            "--task",
+            "look",
+            "--repo",
+            str(repo),
+            "--llm-provider",
+            "replay",
+            "--replay",
+            str(replay),
+        ]
+    )
 
     plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", output)
     assert "\033[32m" in output  # coloured on a terminal
@@ -238,10 +337,23 @@ def test_terminal_view_in_a_pseudo_terminal_shows_each_step(repo, tmp_path):
 
 @pytest.mark.parametrize(("flag", "env"), [("--quiet", {}), ("--stream", {"NO_COLOR": "1"})])
 def test_quiet_and_no_color_are_honoured_on_a_terminal(flag, env, repo, tmp_path):
-    replay = write_replay(tmp_path / "r.json", xml_action("list_files"),
-                          xml_action("task_complete", result="ok"))
-    output = run_in_pty([sys.executable, str(ROOT / "main.py"), "--task", "look", "--repo",
-                         str(repo), "--replay", str(replay), flag], env)
+    replay = write_replay(
+        tmp_path / "r.json", xml_action("list_files"), xml_action("task_complete", result="ok")
+    )
+    output = run_in_pty(
+        [
+            sys.executable,
+            str(ROOT / "main.py"),
+            "--task",
+            "look",
+            "--repo",
+            str(repo),
+            "--replay",
+            str(replay),
+            flag,
+        ],
+        env,
+    )
 
     assert "✓ completed" in output
     if flag == "--quiet":  # no live view, no INFO log: just the summary
@@ -254,8 +366,14 @@ def test_quiet_and_no_color_are_honoured_on_a_terminal(flag, env, repo, tmp_path
 def run_in_pty(argv: list[str], extra_env: dict[str, str] | None = None) -> str:
     controller, terminal = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    proc = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal,
-                            env={**env, "TERM": "xterm", **(extra_env or {})}, close_fds=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env={**env, "TERM": "xterm", **(extra_env or {})},
+        close_fds=True,
+    )
     os.close(terminal)
     chunks = []
     while True:
@@ -279,13 +397,24 @@ def test_a_run_with_claude_through_the_real_sdk_on_a_loopback_server(repo, monke
         server.enqueue(
             anthropic_reply(xml_action("read_file", path="hello.py"), usage=Usage(120, 30)),
             error_reply(529, "overloaded", retry_after="0"),
-            anthropic_reply(xml_action("task_complete", result="It prints helo."),
-                            usage=Usage(200, 20, 100)),
+            anthropic_reply(
+                xml_action("task_complete", result="It prints helo."), usage=Usage(200, 20, 100)
+            ),
         )
         for name, value in server.env("claude", key="sk-ant-test-secret-key-123456").items():
             monkeypatch.setenv(name, value)
-        code = main(["--task", "what does hello.py print?", "--repo", str(repo),
-                     "--output", "json", "--max-retries", "2"])
+        code = main(
+            [
+                "--task",
+                "what does hello.py print?",
+                "--repo",
+                str(repo),
+                "--output",
+                "json",
+                "--max-retries",
+                "2",
+            ]
+        )
 
     result = json.loads(capsys.readouterr().out)
     assert code == 0
@@ -314,12 +443,24 @@ def test_a_rejected_key_exits_with_code_three_and_one_line(repo, monkeypatch, ca
 def test_ctrl_c_during_an_llm_call_writes_the_trajectory_and_exits_130(repo, tmp_path):
     trajectory = tmp_path / "t.json"
     with FakeProvider() as server:
-        server.enqueue(anthropic_reply(xml_action("list_files")),
-                       Reply(delay=30, body=anthropic_reply("late").body))
+        server.enqueue(
+            anthropic_reply(xml_action("list_files")),
+            Reply(delay=30, body=anthropic_reply("late").body),
+        )
         proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "main.py"), "--task", "look", "--repo", str(repo),
-             "--trajectory", str(trajectory)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                str(ROOT / "main.py"),
+                "--task",
+                "look",
+                "--repo",
+                str(repo),
+                "--trajectory",
+                str(trajectory),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             env={**os.environ, **server.env("claude")},
         )
         deadline = time.monotonic() + 30
@@ -335,17 +476,32 @@ def test_ctrl_c_during_an_llm_call_writes_the_trajectory_and_exits_130(repo, tmp
     assert [s["actions"][0]["tool_name"] for s in data["steps"]] == ["list_files"]
 
 
-def test_secrets_stay_out_of_the_log_file_and_the_trajectory(repo, tmp_path, monkeypatch,
-                                                             capsys):
+def test_secrets_stay_out_of_the_log_file_and_the_trajectory(repo, tmp_path, monkeypatch, capsys):
     secret = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
     monkeypatch.setenv("GITHUB_TOKEN", secret)
     (repo / "ci.env").write_text(f"GITHUB_TOKEN={secret}\n")
-    replay = write_replay(tmp_path / "r.json", xml_action("read_file", path="ci.env"),
-                          xml_action("task_complete", result="read it"))
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("read_file", path="ci.env"),
+        xml_action("task_complete", result="read it"),
+    )
     log, trajectory = tmp_path / "run.log", tmp_path / "run.json"
-    code = main(["--task", f"check the token {secret}", "--repo", str(repo),
-                 "--llm-provider", "replay", "--replay", str(replay),
-                 "--log-file", str(log), "--trajectory", str(trajectory)])
+    code = main(
+        [
+            "--task",
+            f"check the token {secret}",
+            "--repo",
+            str(repo),
+            "--llm-provider",
+            "replay",
+            "--replay",
+            str(replay),
+            "--log-file",
+            str(log),
+            "--trajectory",
+            str(trajectory),
+        ]
+    )
 
     captured = capsys.readouterr()
     assert code == 0
@@ -356,12 +512,28 @@ def test_secrets_stay_out_of_the_log_file_and_the_trajectory(repo, tmp_path, mon
 
 
 def test_show_diff_prints_the_full_diff_of_changed_files(repo, tmp_path, capsys):
-    replay = write_replay(tmp_path / "r.json",
-                          xml_action("edit_file", path="hello.py", old_str="helo", new_str="hi"),
-                          xml_action("write_file", path="new.txt", content="fresh\n"),
-                          xml_action("task_complete", result="ok"))
-    assert main(["--task", "x", "--repo", str(repo), "--llm-provider", "replay",
-                 "--replay", str(replay), "--show-diff"]) == 0
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("edit_file", path="hello.py", old_str="helo", new_str="hi"),
+        xml_action("write_file", path="new.txt", content="fresh\n"),
+        xml_action("task_complete", result="ok"),
+    )
+    assert (
+        main(
+            [
+                "--task",
+                "x",
+                "--repo",
+                str(repo),
+                "--llm-provider",
+                "replay",
+                "--replay",
+                str(replay),
+                "--show-diff",
+            ]
+        )
+        == 0
+    )
 
     out = capsys.readouterr().out
     assert "-print('helo')" in out and "+print('hi')" in out
@@ -371,8 +543,9 @@ def test_show_diff_prints_the_full_diff_of_changed_files(repo, tmp_path, capsys)
 
 @pytest.mark.parametrize("entry", [["-m", "toy_agent"], [str(ROOT / "main.py")]])
 def test_module_and_script_entry_points_print_the_version(entry):
-    proc = subprocess.run([sys.executable, *entry, "--version"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, *entry, "--version"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
 
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"toy-agent {__version__}"

@@ -13,7 +13,8 @@ from fake_providers import FakeProvider, anthropic_reply, gemini_reply, openai_r
 from fakes import xml_action
 
 from toy_agent import ReactAgent
-from toy_agent.llm import ToolCall, create_llm_client
+from toy_agent.llm import create_llm_client
+from toy_agent.messages import ToolCall
 
 REPLY_BUILDERS = {"claude": anthropic_reply, "gemini": gemini_reply, "openai": openai_reply}
 
@@ -36,8 +37,11 @@ def sent_tool_names(provider: str, body: dict) -> list[str]:
         return [t["name"] for t in body["tools"]]
     if provider == "openai":
         return [t["function"]["name"] for t in body["tools"]]
-    return [d["name"] for t in body["tools"] for d in t.get("functionDeclarations",
-                                                            t.get("function_declarations", []))]
+    return [
+        d["name"]
+        for t in body["tools"]
+        for d in t.get("functionDeclarations", t.get("function_declarations", []))
+    ]
 
 
 def answered_call_ids(provider: str, body: dict) -> list[str]:
@@ -54,14 +58,18 @@ def answered_call_ids(provider: str, body: dict) -> list[str]:
 @pytest.mark.parametrize("provider", ["claude", "gemini", "openai"])
 def test_native_tool_calls_round_trip_through_each_provider(provider, repo):
     reply = REPLY_BUILDERS[provider]
-    calls = (ToolCall("read_file", {"path": "README.md"}, "call_a"),
-             ToolCall("list_files", {"path": "src"}, "call_b"))
+    calls = (
+        ToolCall("read_file", {"path": "README.md"}, "call_a"),
+        ToolCall("list_files", {"path": "src"}, "call_b"),
+    )
     with FakeProvider() as server:
-        server.enqueue(reply("Looking around.", tool_calls=calls),
-                       reply("", tool_calls=(ToolCall("task_complete", {"result": "seen"},
-                                                      "call_c"),)))
-        result = ReactAgent(client_for(provider, server), repo,
-                            tool_format="native").run("look around")
+        server.enqueue(
+            reply("Looking around.", tool_calls=calls),
+            reply("", tool_calls=(ToolCall("task_complete", {"result": "seen"}, "call_c"),)),
+        )
+        result = ReactAgent(client_for(provider, server), repo, tool_format="native").run(
+            "look around"
+        )
 
     assert result["success"] and result["result"] == "seen"
     first, second = server.requests[0].body, server.requests[1].body
@@ -75,8 +83,10 @@ def test_native_tool_calls_round_trip_through_each_provider(provider, repo):
 def test_text_formats_send_no_tool_schemas_and_parse_plain_text(provider, repo):
     reply = REPLY_BUILDERS[provider]
     with FakeProvider() as server:
-        server.enqueue(reply(xml_action("read_file", path="src/main.py")),
-                       reply(xml_action("task_complete", result="prints hi")))
+        server.enqueue(
+            reply(xml_action("read_file", path="src/main.py")),
+            reply(xml_action("task_complete", result="prints hi")),
+        )
         result = ReactAgent(client_for(provider, server), repo).run("what does main print?")
 
     assert result["result"] == "prints hi"
@@ -99,10 +109,17 @@ def test_react_format_through_a_provider_ends_on_final_answer(repo):
 def test_native_call_with_broken_json_arguments_is_answered_with_an_error(repo):
     with FakeProvider() as server:
         server.enqueue(
-            openai_reply(None, tool_calls=(ToolCall("read_file", {}, "call_x"),),
-                         finish_reason="tool_calls", raw_arguments=['{"path": "README.md"']),
-            openai_reply(None, tool_calls=(ToolCall("task_complete", {"result": "ok"}, "c2"),),
-                         finish_reason="tool_calls"),
+            openai_reply(
+                None,
+                tool_calls=(ToolCall("read_file", {}, "call_x"),),
+                finish_reason="tool_calls",
+                raw_arguments=['{"path": "README.md"'],
+            ),
+            openai_reply(
+                None,
+                tool_calls=(ToolCall("task_complete", {"result": "ok"}, "c2"),),
+                finish_reason="tool_calls",
+            ),
         )
         ReactAgent(client_for("openai", server), repo, tool_format="native").run("read")
 

@@ -12,15 +12,11 @@ import pytest
 
 from toy_agent.llm import (
     DEFAULT_MODELS,
-    INVALID_ARGUMENTS_KEY,
     MAX_RETRY_WAIT,
     ClaudeLlmClient,
     GeminiLlmClient,
     LlmConfigError,
-    Message,
     OpenAICompatibleLlmClient,
-    ToolCall,
-    ToolResult,
     create_llm_client,
     from_anthropic_response,
     from_gemini_response,
@@ -38,6 +34,7 @@ from toy_agent.llm import (
     to_openai_messages,
     to_openai_tools,
 )
+from toy_agent.messages import Message, ToolCall, ToolResult
 
 READ_FILE = {
     "name": "read_file",
@@ -349,10 +346,10 @@ def test_openai_messages_put_each_tool_result_in_a_tool_message():
 
 
 def test_openai_arguments_that_are_not_a_json_object_are_kept_raw():
-    assert parse_tool_arguments('{"path": "a"}') == {"path": "a"}
-    assert parse_tool_arguments("") == {}
-    assert parse_tool_arguments('{"path": ') == {INVALID_ARGUMENTS_KEY: '{"path": '}
-    assert parse_tool_arguments("[1]") == {INVALID_ARGUMENTS_KEY: "[1]"}
+    assert parse_tool_arguments('{"path": "a"}') == ({"path": "a"}, "")
+    assert parse_tool_arguments("") == ({}, "")
+    assert parse_tool_arguments('{"path": ') == ({}, '{"path": ')
+    assert parse_tool_arguments("[1]") == ({}, "[1]")
 
 
 @pytest.mark.parametrize(

@@ -18,17 +18,13 @@ from fake_providers import (
 )
 
 from toy_agent.llm import (
-    INVALID_ARGUMENTS_KEY,
     ClaudeLlmClient,
     GeminiLlmClient,
     LlmError,
-    Message,
     OpenAICompatibleLlmClient,
-    ToolCall,
-    ToolResult,
-    Usage,
     create_llm_client,
 )
+from toy_agent.messages import Message, ToolCall, ToolResult, Usage
 
 KEY = "sk-test-secret-1234"
 PROVIDERS = {
@@ -414,7 +410,7 @@ def test_openai_invalid_arguments_reach_the_agent_raw(server):
         )
     )
     (call,) = make_client("openai", server).call_llm("sys", NATIVE_TURNS).tool_calls
-    assert call.arguments == {INVALID_ARGUMENTS_KEY: '{"path": "a.py'}
+    assert (call.arguments, call.arguments_error) == ({}, '{"path": "a.py')
 
 
 def test_openai_local_server_needs_no_key(server, monkeypatch):

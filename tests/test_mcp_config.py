@@ -1,4 +1,4 @@
-"""Pure parts of toy_agent.mcp_tools: server arguments, config files, naming, result text."""
+"""toy_agent.mcp_config, the pure MCP parts: server arguments, config files, naming, result text."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from mcp_types import (
     TextResourceContents,
 )
 
-from toy_agent.mcp_tools import (
+from toy_agent.mcp_config import (
     McpError,
     McpServerConfig,
-    _assign_names,
-    _result_text,
+    assign_names,
     load_mcp_config,
     parse_server_arg,
+    result_text,
 )
 
 
@@ -148,21 +148,18 @@ def test_missing_config_file_is_reported(tmp_path: Path) -> None:
 
 
 def test_unique_names_stay_and_clashes_get_the_server_prefix() -> None:
-    names = _assign_names(
-        [("git", ["status", "log"]), ("fs", ["log", "read_file"])],
-        reserved=["read_file", "task_complete"],
-    )
-    assert names == [["status", "git__log"], ["fs__log", "fs__read_file"]]
+    names = assign_names([("git", ["status", "log"]), ("fs", ["log", "read_file"])])
+    assert names == [["status", "git__log"], ["fs__log", "read_file"]]  # see test_routes
 
 
 def test_names_are_sanitised_for_providers() -> None:
     long = "x" * 80
-    names = _assign_names([("my.server", ["get.weather", long, "a.b", "a_b"])])
+    names = assign_names([("my.server", ["get.weather", long, "a.b", "a_b"])])
     assert names == [["get_weather", "x" * 64, "my_server__a_b", "my_server__a_b_2"]]
 
 
 def test_a_prefixed_name_already_taken_gets_a_number() -> None:
-    names = _assign_names([("s", ["x", "s__x"]), ("t", ["x"])])
+    names = assign_names([("s", ["x", "s__x"]), ("t", ["x"])])
     assert names == [["s__x", "s__x_2"], ["t__x"]]
 
 
@@ -182,7 +179,7 @@ def test_result_text_joins_text_and_summarises_the_rest() -> None:
             ),
         ]
     )
-    assert _result_text(result).splitlines() == [
+    assert result_text(result).splitlines() == [
         "first",
         "[image: image/png, 3 bytes]",
         "inline",
@@ -192,7 +189,7 @@ def test_result_text_joins_text_and_summarises_the_rest() -> None:
 
 def test_structured_content_is_json_when_there_is_no_text() -> None:
     result = CallToolResult(content=[], structured_content={"temp": 21.5, "unit": "°C"})
-    assert json.loads(_result_text(result)) == {"temp": 21.5, "unit": "°C"}
+    assert json.loads(result_text(result)) == {"temp": 21.5, "unit": "°C"}
 
 
 def test_the_readme_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,10 +52,26 @@ def test_agent_offers_and_runs_mcp_tools_next_to_local_ones(repo):
 
 def test_cli_lists_tools_of_flag_and_config_servers(repo, tmp_path, capsys):
     config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {
-        "second": {"command": sys.executable, "args": [str(SERVER), "--only", "echo"]}}}))
-    code = main(["--list-tools", "--repo", str(repo), "--mcp-server", SERVER_COMMAND,
-                 "--mcp-config", str(config)])
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "second": {"command": sys.executable, "args": [str(SERVER), "--only", "echo"]}
+                }
+            }
+        )
+    )
+    code = main(
+        [
+            "--list-tools",
+            "--repo",
+            str(repo),
+            "--mcp-server",
+            SERVER_COMMAND,
+            "--mcp-config",
+            str(config),
+        ]
+    )
 
     out = capsys.readouterr().out
     assert code == 0
@@ -64,12 +80,28 @@ def test_cli_lists_tools_of_flag_and_config_servers(repo, tmp_path, capsys):
 
 
 def test_cli_runs_an_mcp_tool_in_a_replayed_run(repo, tmp_path, capsys):
-    replay = write_replay(tmp_path / "r.json", xml_action("echo", text="hello over stdio"),
-                          xml_action("task_complete", result="echoed"))
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("echo", text="hello over stdio"),
+        xml_action("task_complete", result="echoed"),
+    )
     trajectory = tmp_path / "t.json"
-    code = main(["--task", "echo", "--repo", str(repo), "--llm-provider", "replay",
-                 "--replay", str(replay), "--mcp-server", SERVER_COMMAND,
-                 "--trajectory", str(trajectory)])
+    code = main(
+        [
+            "--task",
+            "echo",
+            "--repo",
+            str(repo),
+            "--llm-provider",
+            "replay",
+            "--replay",
+            str(replay),
+            "--mcp-server",
+            SERVER_COMMAND,
+            "--trajectory",
+            str(trajectory),
+        ]
+    )
 
     assert code == 0
     step = json.loads(trajectory.read_text())["steps"][0]
@@ -83,9 +115,22 @@ def test_unreachable_mcp_server_stops_before_any_llm_call(repo, tmp_path, capsys
         port = sock.getsockname()[1]
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="never"))
     trajectory = tmp_path / "t.json"
-    code = main(["--task", "x", "--repo", str(repo), "--llm-provider", "replay",
-                 "--replay", str(replay), "--mcp-server", f"http://127.0.0.1:{port}/mcp",
-                 "--trajectory", str(trajectory)])
+    code = main(
+        [
+            "--task",
+            "x",
+            "--repo",
+            str(repo),
+            "--llm-provider",
+            "replay",
+            "--replay",
+            str(replay),
+            "--mcp-server",
+            f"http://127.0.0.1:{port}/mcp",
+            "--trajectory",
+            str(trajectory),
+        ]
+    )
 
     err = capsys.readouterr().err.strip()
     assert code == 2

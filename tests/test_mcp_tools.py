@@ -23,6 +23,8 @@ from toy_agent.mcp_tools import (
     McpTools,
     parse_server_arg,
 )
+from toy_agent.routes import RouteTable
+from toy_agent.tools import CodeRepositoryTools
 
 DEMO = Path(__file__).parent / "mcp_servers" / "demo_server.py"
 LOCAL_TOOLS = [
@@ -110,7 +112,7 @@ def both(http_server: str) -> Iterator[McpTools]:
         demo_stdio("local"),
         McpServerConfig("remote", url=http_server, headers={"X-Demo": "hello"}),
     ]
-    with McpTools(servers, timeout=10, reserved_names=LOCAL_TOOLS) as tools:
+    with McpTools(servers, timeout=10) as tools:
         yield tools
 
 
@@ -134,7 +136,7 @@ def test_clashing_names_get_the_server_prefix_and_others_stay(both: McpTools) ->
         "env",
         "local__header",
         "picture",
-        "local__read_file",
+        "read_file",  # unique among the servers; the route table keeps local names free
         "remote__echo",
         "remote__add",
         "remote__header",
@@ -144,7 +146,21 @@ def test_clashing_names_get_the_server_prefix_and_others_stay(both: McpTools) ->
 def test_calls_reach_the_right_server(both: McpTools) -> None:
     assert both.execute_mcp_tool("local__add", {"a": 2, "b": 40}) == "42"
     assert both.execute_mcp_tool("remote__echo", {"text": "über <&>"}) == "über <&>"
-    assert both.execute_mcp_tool("local__read_file", {"path": "x"}) == "remote read of x"
+    assert both.execute_mcp_tool("read_file", {"path": "x"}) == "remote read of x"
+
+
+def test_a_server_tool_named_like_a_local_one_is_offered_once_qualified(
+    both: McpTools, tmp_path: Path
+) -> None:
+    """McpTools handed to the agent as-is (the README's API) must not put a second read_file
+    in the prompt: providers reject duplicate names in native mode."""
+    (tmp_path / "x").write_text("local text\n")
+    routes = RouteTable.build(CodeRepositoryTools(tmp_path), [both])
+    assert routes.names.count("read_file") == 1
+    assert routes.names[-1] == "task_complete"
+    assert "local__read_file" in routes.names
+    assert routes.call("local__read_file", {"path": "x"}) == "remote read of x"
+    assert "local text" in routes.call("read_file", {"path": "x"})
 
 
 def test_http_headers_are_sent(both: McpTools) -> None:

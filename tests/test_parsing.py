@@ -7,12 +7,13 @@ import re
 
 import pytest
 
-from toy_agent.llm import LlmResponse, ToolCall
+from toy_agent.messages import LlmResponse, ToolCall
 from toy_agent.parsing import (
     FORMAT_NAMES,
     Action,
     NativeFormat,
     Observation,
+    ParsedResponse,
     ParseError,
     ReactFormat,
     XmlFormat,
@@ -57,21 +58,20 @@ def xml_error(text: str, stop_reason: str = "end") -> str:
     return str(info.value)
 
 
-def react_format() -> ReactFormat:
-    fmt = ReactFormat()
-    fmt.prompt_section(TOOLS)
-    return fmt
+def react_parse(response: LlmResponse) -> ParsedResponse:
+    """ReAct parsing needs the offered tools: plain-text input fills a tool's one parameter."""
+    return ReactFormat().parse(response, TOOLS)
 
 
 def react(text: str) -> Action:
-    parsed = react_format().parse(LlmResponse(text))
+    parsed = react_parse(LlmResponse(text))
     assert len(parsed.actions) == 1
     return parsed.actions[0]
 
 
 def react_error(text: str) -> str:
     with pytest.raises(ParseError) as info:
-        react_format().parse(LlmResponse(text))
+        react_parse(LlmResponse(text))
     return str(info.value)
 
 
@@ -385,14 +385,14 @@ def test_react_repairs_literal_newlines_inside_json_strings():
         'Thought: write\nAction: write_file\nAction Input: {"path": "a.py", "content": '
         '"Observation: not a label\nAction: neither\n"}'
     )
-    parsed = react_format().parse(LlmResponse(text))
+    parsed = react_parse(LlmResponse(text))
     content = "Observation: not a label\nAction: neither\n"
     assert parsed.actions == (Action("write_file", {"path": "a.py", "content": content}),)
     assert parsed.dropped_actions == 0
 
 
 def test_react_final_answer_completes_the_task_with_the_whole_answer():
-    parsed = react_format().parse(
+    parsed = react_parse(
         LlmResponse("Thought: all done\nFinal Answer: Fixed the bug.\n\n- one\n- two\n")
     )
     assert parsed.thought == "all done"
@@ -402,7 +402,7 @@ def test_react_final_answer_completes_the_task_with_the_whole_answer():
 
 
 def test_react_prose_without_thought_label_becomes_the_thought():
-    parsed = react_format().parse(LlmResponse("Let me look.\nAction: list_files"))
+    parsed = react_parse(LlmResponse("Let me look.\nAction: list_files"))
     assert parsed.thought == "Let me look."
     assert parsed.actions == (Action("list_files", {}),)
 
@@ -421,7 +421,7 @@ def test_react_actions_after_a_hallucinated_observation_are_not_counted_as_dropp
         'Action: read_file\nAction Input: {"path": "src/app.py"}\nObservation: x = 1\n'
         'Action: write_file\nAction Input: {"path": "a", "content": ""}'
     )
-    parsed = react_format().parse(LlmResponse(text))
+    parsed = react_parse(LlmResponse(text))
     assert parsed.actions == (READ,)
     assert parsed.dropped_actions == 0
 
@@ -436,7 +436,7 @@ def test_react_second_action_is_dropped_and_counted():
         'Action: read_file\nAction Input: {"path": "src/app.py"}\n'
         'Action: read_file\nAction Input: {"path": "b"}\n'
     )
-    parsed = react_format().parse(LlmResponse(text))
+    parsed = react_parse(LlmResponse(text))
     assert parsed.actions == (READ,)
     assert parsed.dropped_actions == 1
 
@@ -465,7 +465,7 @@ def test_react_prompt_lists_tools_and_its_example_parses():
     assert json.dumps(TOOLS[2]["parameters"], separators=(",", ":")) in section
     assert "Observation" in section and "Final Answer:" in section
     example = section.split("Example of a valid reply:\n", 1)[1]
-    assert fmt.parse(LlmResponse(example)).actions == (READ,)
+    assert fmt.parse(LlmResponse(example), TOOLS).actions == (READ,)
 
 
 def test_react_messages_use_observation_lines():
@@ -473,7 +473,7 @@ def test_react_messages_use_observation_lines():
     assert fmt.observation_message([Observation(READ, "code")]).content == "Observation: code"
     error = fmt.error_message(ParseError("No `Action:` line found")).content
     assert error.startswith("Observation: Your reply could not be parsed: No `Action:`")
-    assert fmt.parse(LlmResponse(error.split("when done):\n", 1)[1])).actions == (READ,)
+    assert fmt.parse(LlmResponse(error.split("when done):\n", 1)[1]), TOOLS).actions == (READ,)
 
 
 # --- Native tool calling --------------------------------------------------------------------

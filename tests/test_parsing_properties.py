@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toy_agent.llm import LlmResponse
+from toy_agent.messages import LlmResponse
 from toy_agent.parsing import Action, ParsedResponse, ParseError, ReactFormat, XmlFormat
 
 NASTY = [

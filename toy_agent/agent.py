@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET, cap_text, fit_to_budget, observation_cap
 from toy_agent.events import (
@@ -28,15 +28,9 @@ from toy_agent.events import (
     ToolStarted,
     log_event,
 )
-from toy_agent.llm import (
-    INVALID_ARGUMENTS_KEY,
-    LlmClient,
-    LlmError,
-    LlmResponse,
-    Message,
-    Usage,
-)
+from toy_agent.llm import LlmClient, LlmError
 from toy_agent.mcp_tools import McpToolError, McpTools
+from toy_agent.messages import LlmResponse, Message, Usage
 from toy_agent.parsing import (
     Action,
     ActionFormat,
@@ -46,7 +40,8 @@ from toy_agent.parsing import (
     get_format,
 )
 from toy_agent.redaction import Redactor
-from toy_agent.tools import CodeRepositoryTools, ToolError, get_available_tools
+from toy_agent.routes import RouteTable
+from toy_agent.tools import CodeRepositoryTools, ToolError
 
 SYSTEM_PROMPT_INTRO = """\
 You are toy_agent, an autonomous software engineer working on a local code repository. You \
@@ -65,19 +60,66 @@ Rules:
 CONFIRM_TOOLS = frozenset({"write_file", "edit_file", "run_command"})
 REPEAT_LIMIT = 3
 LLM_POLL_SECONDS = 0.1
+DECLINED = (
+    "The user declined this action; it was not run. Ask yourself why, and try something "
+    "else or finish with task_complete."
+)
 
 Confirm = Callable[[Action], bool]
+Outcome = Literal["completed", "max_iterations", "cancelled", "provider_error"]
 
 
-def collect_tool_specs(allow_commands: bool, mcp_tools: McpTools | None) -> list[dict[str, Any]]:
-    """Every tool offered to the LLM: the local ones, then MCP ones, task_complete last."""
-    local = get_available_tools(allow_commands)
-    remote = mcp_tools.get_mcp_tools() if mcp_tools else []
-    return local[:-1] + remote + local[-1:]
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended. `run()` returns `to_dict()`, the dict the system spec describes."""
+
+    outcome: Outcome
+    iterations: int
+    conversation_length: int
+    result: str = ""
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    elapsed_seconds: float = 0.0
+    files_changed: tuple[dict[str, Any], ...] = ()  # {"path", "added", "removed"} per file
+    diffs: dict[str, str] = field(default_factory=dict)  # path -> unified diff
+    tool_errors: int = 0  # observations that were errors (declined ones included)
+    declined: int = 0  # actions the user declined under --confirm
+
+    @property
+    def success(self) -> bool:
+        return self.outcome == "completed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "success": self.success,
+            "outcome": self.outcome,
+            "iterations": self.iterations,
+            "conversation_length": self.conversation_length,
+            "result": self.result,
+            "error": self.error,
+            "usage": self.usage.to_dict(),
+            "elapsed_seconds": round(self.elapsed_seconds, 3),
+            "files_changed": list(self.files_changed),
+            "tool_errors": self.tool_errors,
+            "declined": self.declined,
+        }
 
 
 class RunCancelled(Exception):
     """Raised inside the loop when cancel() was called; ends the run as 'cancelled'."""
+
+
+@dataclass
+class _Run:
+    """What lives exactly as long as one run: made by run(), dropped when it ends."""
+
+    routes: RouteTable
+    subscribers: list[Subscriber]
+    changes: ChangeTracker
+    last_action_key: str = ""
+    repeats: int = 0
+    tool_errors: int = 0
+    declined: int = 0
 
 
 class ReactAgent:
@@ -85,12 +127,13 @@ class ReactAgent:
 
     `run()` never raises for the model's or the provider's failures: the returned dict says
     how the run ended (`outcome`: completed, max_iterations, cancelled, provider_error).
+    `run_result()` does the same and returns the typed `RunResult`.
     """
 
     def __init__(
         self,
         llm_client: LlmClient,
-        repo_path: str | Path = ".",
+        repo_path: str | Path | None = None,
         max_iterations: int = 10,
         mcp_server_url: str | None = None,
         *,
@@ -98,7 +141,7 @@ class ReactAgent:
         mcp_tools: McpTools | None = None,
         tool_format: str | ActionFormat = "xml",
         context_budget: int = DEFAULT_CONTEXT_BUDGET,
-        allow_commands: bool = False,
+        allow_commands: bool | None = None,
         redactor: Redactor | None = None,
         on_event: Subscriber | Iterable[Subscriber] | None = None,
         confirm: Confirm | None = None,
@@ -106,15 +149,15 @@ class ReactAgent:
     ):
         if max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
+        self.redactor = redactor or Redactor()
+        self.tools = _repository_tools(tools, repo_path, allow_commands, self.redactor)
+        self.repo_path = self.tools.repo_path
         self.llm_client = llm_client
-        self.repo_path = Path(repo_path).resolve()
         self.max_iterations = max_iterations
-        self.tools = tools or CodeRepositoryTools(self.repo_path, allow_commands=allow_commands)
         self.mcp_server_url = mcp_server_url
         self.mcp_tools_client = mcp_tools
         self.format = get_format(tool_format) if isinstance(tool_format, str) else tool_format
         self.context_budget = context_budget
-        self.redactor = redactor or Redactor()
         self.confirm = confirm
         self.stream = stream
         if on_event is None:
@@ -123,49 +166,44 @@ class ReactAgent:
         self._cancel = threading.Event()
         self.conversation_history: list[Message] = []
         self.system_prompt = ""
-        self._tool_specs: list[dict[str, Any]] = []
-        self._local_names = {s["name"] for s in get_available_tools(self.tools.allow_commands)}
-        self._reset()
+        self.usage = Usage()
+        self.iteration = 0
+        self._run: _Run | None = None
 
     # -- public -------------------------------------------------------------------------
 
     def run(self, task: str) -> dict[str, Any]:
         """Work on `task` until task_complete, the iteration limit, cancel() or Ctrl-C."""
-        self._reset()
+        return self.run_result(task).to_dict()
+
+    def run_result(self, task: str) -> RunResult:
+        """`run()`, returning the typed RunResult (with the diffs of the changed files)."""
+        self._cancel.clear()
+        self.usage, self.iteration = Usage(), 0
         started = time.monotonic()
-        changes = ChangeTracker(self.repo_path)
-        self._subscribers[:0] = [log_event, changes]
-        try:
-            with self._mcp_session():
-                self._tool_specs = self.tool_specs()
+        with self._mcp_session() as mcp:
+            routes = RouteTable.build(self.tools, [mcp] if mcp else [])
+            changes = ChangeTracker(self.tools)
+            self._run = _Run(routes, [log_event, changes, *self._subscribers], changes)
+            try:
                 self.system_prompt = self._build_system_prompt()
-                self.conversation_history = [Message("user", task)]
+                self.conversation_history = [Message("user", self.redactor.redact(task))]
                 self._emit(RunStarted(task, self.system_prompt, self.settings()))
                 outcome, answer, error = self._loop()
-            result = {
-                "success": outcome == "completed",
-                "outcome": outcome,
-                "iterations": self.iteration,
-                "conversation_length": len(self.conversation_history),
-                "result": answer,
-                "error": error,
-                "usage": self.usage.to_dict(),
-                "elapsed_seconds": round(time.monotonic() - started, 3),
-                "files_changed": changes.diff_stat(),
-            }
-            self.diffs = changes.diffs()
-            self._emit(RunFinished(result))
-            return result
-        finally:
-            self._subscribers.remove(log_event)
-            self._subscribers.remove(changes)
+                diffs = changes.diffs()
+                result = RunResult(
+                    outcome, self.iteration, len(self.conversation_history), answer, error,
+                    self.usage, time.monotonic() - started, tuple(changes.diff_stat()), diffs,
+                    self._run.tool_errors, self._run.declined,
+                )  # fmt: skip
+                self._emit(RunFinished(result.to_dict()))
+                return result
+            finally:
+                self._run = None
 
     def cancel(self) -> None:
         """Stop the run from another thread: the LLM call in flight is abandoned."""
         self._cancel.set()
-
-    def tool_specs(self) -> list[dict[str, Any]]:
-        return collect_tool_specs(self.tools.allow_commands, self.mcp_tools_client)
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -176,12 +214,12 @@ class ReactAgent:
             "tool_format": self.format.name,
             "context_budget": self.context_budget,
             "allow_commands": self.tools.allow_commands,
-            "tools": [spec["name"] for spec in self._tool_specs],
+            "tools": self._routes.names,
         }
 
     # -- the loop -----------------------------------------------------------------------
 
-    def _loop(self) -> tuple[str, str, str | None]:
+    def _loop(self) -> tuple[Outcome, str, str | None]:
         try:
             for iteration in range(1, self.max_iterations + 1):
                 self.iteration = iteration
@@ -199,13 +237,14 @@ class ReactAgent:
             return "provider_error", "", str(exc)
 
     def _build_system_prompt(self) -> str:
-        return f"{SYSTEM_PROMPT_INTRO}\n\n{self.format.prompt_section(self._tool_specs)}"
+        return f"{SYSTEM_PROMPT_INTRO}\n\n{self.format.prompt_section(self._routes.specs)}"
 
     def _call_llm(self) -> LlmResponse:
-        """Send the history (fitted to the budget), record the reply in the history."""
+        """Send the history (fitted to the budget), record the reply in the history. The
+        reply carries how long the call took (`seconds`)."""
         messages = fit_to_budget(self.conversation_history, self.context_budget)
         self._emit(LlmRequested(self.iteration, messages))
-        tools = self._tool_specs if self.format.native_tools else None
+        tools = list(self._routes.specs) if self.format.native_tools else None
         on_text = (lambda text: self._emit(TextDelta(text))) if self.stream else None
         started = time.monotonic()
         response = self._cancellable(
@@ -213,16 +252,20 @@ class ReactAgent:
                 self.system_prompt, messages, tools=tools, on_text=on_text
             )
         )
-        self._llm_seconds = time.monotonic() - started
+        if isinstance(response, str):  # a client written to the seed spec returns text
+            response = LlmResponse(response)
+        response = replace(response, seconds=time.monotonic() - started)
         self.usage += response.usage
         self.conversation_history.append(
             Message("assistant", response.text, tool_calls=response.tool_calls)
         )
-        self._emit(LlmResponded(self.iteration, response, self._llm_seconds))
+        self._emit(LlmResponded(self.iteration, response, response.seconds))
         return response
 
-    def _parse_response(self, response: LlmResponse) -> ParsedResponse:
+    def _parse_response(self, response: LlmResponse | str) -> ParsedResponse:
         """The spec's parse step; raises ParseError (with a message for the LLM) on failure."""
+        if isinstance(response, str):
+            response = LlmResponse(response)
         if response.stop_reason == "max_tokens":
             raise ParseError(
                 "Your reply was cut off at the output-token limit, so no action was run. "
@@ -234,34 +277,35 @@ class ReactAgent:
                 "Your reply was blocked by the provider's safety filter, so no action was run. "
                 "Continue the task with a different approach or wording."
             )
-        return self.format.parse(response)
+        return self.format.parse(response, self._routes.specs)
 
-    def _process_response(self, response: LlmResponse) -> str | None:
+    def _process_response(self, response: LlmResponse | str) -> str | None:
         """Parse, run each action, record the observations. Returns the final answer, if any."""
+        if isinstance(response, str):
+            response = LlmResponse(response)
         started = time.monotonic()
         try:
             parsed = self._parse_response(response)
         except ParseError as exc:
             self.conversation_history.append(self._error_message(response, exc))
             self._emit(StepFinished(Step(self.iteration, response, parse_error=str(exc),
-                                         llm_seconds=self._llm_seconds)))
+                                         llm_seconds=response.seconds)))  # fmt: skip
             return None
         observations: list[Observation] = []
         final_answer = None
         for action in parsed.actions:
             if action.tool_name == "task_complete":
-                final_answer = self._final_answer(action)
+                final_answer = self._final_answer(action.parameters)
                 break
             observations.append(self._run_action(action))
         if observations and parsed.notice:
             last = observations[-1]
-            observations[-1] = Observation(last.action, f"{last.content}\n\n{parsed.notice}",
-                                           last.is_error)
+            observations[-1] = replace(last, content=f"{last.content}\n\n{parsed.notice}")
         if observations:
             self.conversation_history.append(self.format.observation_message(observations))
         step = Step(self.iteration, response, parsed.thought, parsed.actions,
-                    tuple(observations), llm_seconds=self._llm_seconds,
-                    tool_seconds=time.monotonic() - started)
+                    tuple(observations), llm_seconds=response.seconds,
+                    tool_seconds=time.monotonic() - started)  # fmt: skip
         self._emit(StepFinished(step))
         return final_answer
 
@@ -270,36 +314,52 @@ class ReactAgent:
         started = time.monotonic()
         is_error = True
         if self.confirm and action.tool_name in CONFIRM_TOOLS and not self.confirm(action):
-            content = "The user declined this action; it was not run. Ask yourself why, and "
-            content += "try something else or finish with task_complete."
+            content = DECLINED
+            self._state.declined += 1
         else:
             try:
-                content = self._execute_tool(action.tool_name, action.parameters)
+                content = self._execute_tool(action.tool_name, action.parameters,
+                                             action.arguments_error)  # fmt: skip
                 is_error = False
             except (ToolError, McpToolError) as exc:
                 content = f"Error: {exc}"
+        self._state.tool_errors += is_error
         content = cap_text(self.redactor.redact(content), observation_cap(self.context_budget))
         content += self._repetition_warning(action)
         observation = Observation(action, content, is_error)
         self._emit(ToolFinished(self.iteration, observation, time.monotonic() - started))
         return observation
 
-    def _execute_tool(self, tool_name: str, parameters: dict[str, Any]) -> str:
-        """Run one local or MCP tool by name. Failures raise ToolError or McpToolError."""
-        if INVALID_ARGUMENTS_KEY in parameters:
-            raw = str(parameters[INVALID_ARGUMENTS_KEY])[:500]
+    def _execute_tool(
+        self, tool_name: str, parameters: dict[str, Any], arguments_error: str = ""
+    ) -> str:
+        """Run one tool by name: task_complete gives the final answer; any other goes through
+        the run's route table. Failures raise ToolError or McpToolError."""
+        if arguments_error:
             raise ToolError(f"the arguments of this {tool_name} call are not a JSON object: "
-                            f"{raw!r}. Call it again with valid JSON arguments.")
-        names = [s["name"] for s in self._tool_specs]
-        if tool_name in self._local_names:
-            return self.tools.execute(tool_name, parameters)
-        if self.mcp_tools_client and tool_name in names:  # offered, not local: an MCP tool
-            return self.mcp_tools_client.execute_mcp_tool(tool_name, parameters)
-        close = difflib.get_close_matches(tool_name, names, n=1)
-        hint = f" Did you mean {close[0]}?" if close else ""
-        raise ToolError(f"Unknown tool '{tool_name}'.{hint} Available tools: {', '.join(names)}")
+                            f"{arguments_error[:500]!r}. Call it again with valid JSON "
+                            "arguments.")  # fmt: skip
+        if tool_name == "task_complete":
+            return self._final_answer(parameters)
+        if self._run is None:  # called outside run(): route over this agent's tools
+            return RouteTable.build(self.tools, _list(self.mcp_tools_client)).call(
+                tool_name, parameters
+            )
+        return self._run.routes.call(tool_name, parameters)
 
     # -- helpers ------------------------------------------------------------------------
+
+    @property
+    def _state(self) -> _Run:
+        if self._run is None:
+            raise RuntimeError("only inside run()")
+        return self._run
+
+    @property
+    def _routes(self) -> RouteTable:
+        if self._run is not None:
+            return self._run.routes
+        return RouteTable.build(self.tools, _list(self.mcp_tools_client))
 
     def _error_message(self, response: LlmResponse, error: ParseError) -> Message:
         """Native tool calls must each be answered, even when none of them was run."""
@@ -311,8 +371,8 @@ class ReactAgent:
         ]
         return self.format.observation_message(unanswered)
 
-    def _final_answer(self, action: Action) -> str:
-        params = action.parameters
+    @staticmethod
+    def _final_answer(params: dict[str, Any]) -> str:
         if "result" in params:
             return str(params["result"])
         if len(params) == 1:  # a model that names the parameter "answer" or "summary"
@@ -320,14 +380,15 @@ class ReactAgent:
         return json.dumps(params) if params else ""
 
     def _repetition_warning(self, action: Action) -> str:
+        run = self._state
         key = json.dumps([action.tool_name, action.parameters], sort_keys=True, default=str)
-        self._repeats = self._repeats + 1 if key == self._last_action_key else 1
-        self._last_action_key = key
-        if self._repeats < REPEAT_LIMIT:
+        run.repeats = run.repeats + 1 if key == run.last_action_key else 1
+        run.last_action_key = key
+        if run.repeats < REPEAT_LIMIT:
             return ""
         return (
             f"\n\nWarning: you have called {action.tool_name} with the same parameters "
-            f"{self._repeats} times in a row. Repeating it will not change the result; "
+            f"{run.repeats} times in a row. Repeating it will not change the result; "
             "try a different approach, or call task_complete if you are done."
         )
 
@@ -355,28 +416,39 @@ class ReactAgent:
             raise RunCancelled()
 
     @contextlib.contextmanager
-    def _mcp_session(self) -> Iterator[None]:
-        """Open the MCP servers named by `mcp_server_url` for this run only."""
+    def _mcp_session(self) -> Iterator[McpTools | None]:
+        """The MCP tools for this run: the caller's, or servers named by `mcp_server_url`,
+        opened for this run only."""
         if self.mcp_tools_client or not self.mcp_server_url:
-            yield
+            yield self.mcp_tools_client
             return
-        reserved = [spec["name"] for spec in get_available_tools(allow_commands=True)]
-        self.mcp_tools_client = McpTools(self.mcp_server_url, reserved_names=reserved)
-        try:
-            yield
-        finally:
-            self.mcp_tools_client.close()
-            self.mcp_tools_client = None
+        with McpTools(self.mcp_server_url) as mcp:
+            yield mcp
 
     def _emit(self, event: Event) -> None:
-        for subscriber in self._subscribers:
+        for subscriber in self._state.subscribers:
             subscriber(event)
 
-    def _reset(self) -> None:
-        self._cancel.clear()
-        self.usage = Usage()
-        self.iteration = 0
-        self.diffs: dict[str, str] = {}  # path -> unified diff of the last run's changes
-        self._llm_seconds = 0.0
-        self._last_action_key = ""
-        self._repeats = 0
+
+def _list(mcp: McpTools | None) -> list[McpTools]:
+    return [mcp] if mcp else []
+
+
+def _repository_tools(
+    tools: CodeRepositoryTools | None,
+    repo_path: str | Path | None,
+    allow_commands: bool | None,
+    redactor: Redactor,
+) -> CodeRepositoryTools:
+    """The tools, or tools for `repo_path`; what `tools` already says must not be contradicted
+    (a different repository, or commands asked for but off)."""
+    if tools is None:
+        return CodeRepositoryTools(repo_path or ".", allow_commands=bool(allow_commands),
+                                   redactor=redactor)  # fmt: skip
+    if repo_path is not None and Path(repo_path).resolve() != tools.repo_path:
+        raise ValueError(f"repo_path {repo_path} contradicts tools, which work on "
+                         f"{tools.repo_path}; pass one of them")  # fmt: skip
+    if allow_commands is not None and allow_commands != tools.allow_commands:
+        raise ValueError(f"allow_commands={allow_commands} contradicts tools, built with "
+                         f"allow_commands={tools.allow_commands}")  # fmt: skip
+    return tools

@@ -7,9 +7,12 @@ parsed, so `--help` and `--version` are instant.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +36,14 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     from toy_agent.context import DEFAULT_CONTEXT_BUDGET
     from toy_agent.llm import DEFAULT_MODELS
+    from toy_agent.sandbox import SANDBOX_MODES
 
     models = ", ".join(f"{p}: {m}" for p, m in DEFAULT_MODELS.items())
     parser = argparse.ArgumentParser(
         prog="toy-agent",
         description="A ReAct coding agent: it thinks, calls a tool, observes, until the task "
         "is complete. Exit codes: 0 completed, 1 not completed, 2 usage or configuration "
-        "error, 3 LLM provider failure, 130 interrupted.",
+        "error, 3 LLM provider failure, 130 interrupted (143 SIGTERM, 129 SIGHUP).",
     )
     add = parser.add_argument
     add("--task", metavar="TEXT", help="the task for the agent; '-' reads it from stdin")
@@ -65,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"token budget for what is sent to the LLM (default: {DEFAULT_CONTEXT_BUDGET})")
     add("--allow-commands", action="store_true",
         help="offer the run_command tool (shell commands in the repository)")
+    add("--sandbox", choices=SANDBOX_MODES, default="auto",
+        help="where run_command runs: bwrap (bubblewrap: writes only in the repository and "
+        "/tmp, home hidden, no network, no surviving processes), off, or auto: bwrap when it "
+        "works, else off with a warning (default: auto)")
+    add("--sandbox-network", action="store_true",
+        help="let sandboxed commands use the network (default: no network at all)")
     add("--confirm", action="store_true",
         help="ask before each write_file, edit_file or run_command")
     add("--mcp-server", action="append", default=[], metavar="URL_OR_COMMAND",
@@ -92,13 +102,39 @@ def main(argv: list[str] | None = None) -> int:
     if args.llm_provider is None:
         args.llm_provider = "replay" if args.replay else "claude"
     debug = args.log_level == "DEBUG"
+    stopped_by: list[int] = []
+    with _stop_signals_interrupt(stopped_by):
+        try:
+            code = _run(args)
+        except UsageError as exc:
+            code = _fail(exc, EXIT_USAGE, debug)
+        except KeyboardInterrupt:
+            print("toy-agent: interrupted", file=sys.stderr)
+            code = EXIT_INTERRUPTED
+    return 128 + stopped_by[-1] if stopped_by else code
+
+
+@contextlib.contextmanager
+def _stop_signals_interrupt(received: list[int]):
+    """SIGTERM and SIGHUP stop the run the way Ctrl-C does (KeyboardInterrupt in the main
+    thread: the command running is killed with its processes, the summary and trajectory are
+    written); main then returns 128 + the signal number: 143 for SIGTERM, 129 for SIGHUP."""
+    names = ("SIGTERM", "SIGHUP")
+    signals = [getattr(signal, name) for name in names if hasattr(signal, name)]
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in signals}
     try:
-        return _run(args)
-    except UsageError as exc:
-        return _fail(exc, EXIT_USAGE, debug)
-    except KeyboardInterrupt:
-        print("toy-agent: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -118,11 +154,12 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError("--confirm reads answers from stdin, so the task cannot: "
                              "pass it as --task TEXT")
         _check_writable(args.trajectory, "--trajectory")
+        tools = _local_tools(args, repo, redactor)
         llm = None if args.list_tools else _llm_client(args)
         mcp = _mcp_tools(args, redactor)
         if args.list_tools:
-            return _list_tools(args, repo, mcp)
-        return _run_agent(args, repo, task, llm, mcp, redactor, live)
+            return _list_tools(args, tools, mcp)
+        return _run_agent(args, repo, task, llm, mcp, redactor, live, tools)
     finally:
         if mcp is not None:
             mcp.close()
@@ -131,7 +168,7 @@ def _run(args: argparse.Namespace) -> int:
             handler.close()
 
 
-def _run_agent(args, repo, task, llm, mcp, redactor, live: bool) -> int:
+def _run_agent(args, repo, task, llm, mcp, redactor, live: bool, tools) -> int:
     from toy_agent.agent import ReactAgent
     from toy_agent.events import TrajectoryRecorder
     from toy_agent.view import TerminalView, format_summary, make_confirm, to_json, use_color
@@ -143,26 +180,27 @@ def _run_agent(args, repo, task, llm, mcp, redactor, live: bool) -> int:
         subscribers.append(TrajectoryRecorder(Path(args.trajectory), redactor.redact_obj))
     confirm = make_confirm(repo, _ask, sys.stderr) if args.confirm else None
     agent = ReactAgent(
-        llm, repo, args.max_iterations, mcp_tools=mcp, tool_format=args.tool_format,
+        llm, repo, args.max_iterations, tools=tools, mcp_tools=mcp, tool_format=args.tool_format,
         context_budget=args.context_budget, allow_commands=args.allow_commands,
         redactor=redactor, on_event=subscribers, confirm=confirm, stream=args.stream and live,
     )
-    result = redactor.redact_obj(agent.run(task))
+    outcome = agent.run_result(task)
+    result = {**redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox}
     if args.output == "json":
         print(to_json(result))
     else:
-        diffs = agent.diffs
+        diffs = redactor.redact_obj(outcome.diffs)
         print(format_summary(result, diffs, show_diff=args.show_diff,
                              color=use_color(sys.stdout)))
     return OUTCOME_EXIT_CODES[result["outcome"]]
 
 
-def _list_tools(args, repo: Path, mcp) -> int:
+def _list_tools(args, tools, mcp) -> int:
     import json
 
-    from toy_agent.agent import collect_tool_specs
+    from toy_agent.routes import RouteTable
 
-    specs = collect_tool_specs(args.allow_commands, mcp)
+    specs = RouteTable.build(tools, [mcp] if mcp else []).specs
     if args.output == "json":
         print(json.dumps(specs, indent=2))
         return EXIT_COMPLETED
@@ -173,7 +211,21 @@ def _list_tools(args, repo: Path, mcp) -> int:
         description = (spec.get("description") or "").strip()
         print(f"{spec['name']}({params})")
         print(f"    {description.splitlines()[0] if description else ''}")
+    print(f"sandbox: {tools.sandbox}")
     return EXIT_COMPLETED
+
+
+def _local_tools(args: argparse.Namespace, repo: Path, redactor):
+    """The repository tools, with the sandbox resolved: `--sandbox bwrap` without a working
+    bwrap is a usage error, `auto` without one warns (once, and only when commands run)."""
+    from toy_agent.sandbox import SandboxUnavailable
+    from toy_agent.tools import CodeRepositoryTools
+
+    try:
+        return CodeRepositoryTools(repo, allow_commands=args.allow_commands, redactor=redactor,
+                                   sandbox=args.sandbox, sandbox_network=args.sandbox_network)
+    except SandboxUnavailable as exc:
+        raise UsageError(f"--sandbox bwrap: {exc} (or pass --sandbox off)") from exc
 
 
 def _llm_client(args: argparse.Namespace):
@@ -196,14 +248,12 @@ def _mcp_tools(args: argparse.Namespace, redactor):
     if not args.mcp_server and not args.mcp_config:
         return None
     from toy_agent.mcp_tools import McpError, McpTools, load_mcp_config, parse_server_arg
-    from toy_agent.tools import get_available_tools
 
     try:
         servers = [parse_server_arg(arg) for arg in args.mcp_server]
         if args.mcp_config:
             servers += load_mcp_config(args.mcp_config)
-        reserved = [s["name"] for s in get_available_tools(allow_commands=True)]
-        return McpTools(servers, timeout=args.mcp_timeout, reserved_names=reserved)
+        return McpTools(servers, timeout=args.mcp_timeout)
     except McpError as exc:
         raise UsageError(redactor.redact(str(exc))) from exc
 
@@ -212,6 +262,7 @@ def _setup_logging(args: argparse.Namespace, live: bool):
     """Console at --log-level, --log-file at DEBUG; both redacted. Returns the handlers."""
     from toy_agent.environment import KEY_VARIABLES
     from toy_agent.redaction import RedactingFilter, Redactor
+    from toy_agent.view import VisibleFormatter
 
     redactor = Redactor(secrets=[os.environ[k] for k in KEY_VARIABLES if os.environ.get(k)])
     level = args.log_level or ("WARNING" if live or args.quiet else "INFO")
@@ -219,7 +270,7 @@ def _setup_logging(args: argparse.Namespace, live: bool):
     root.setLevel(logging.DEBUG)
     console = logging.StreamHandler(sys.stderr)
     console.setLevel(level)
-    console.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    console.setFormatter(VisibleFormatter("%(levelname)s %(message)s"))
     handlers: list[logging.Handler] = [console]
     if args.log_file:
         try:

@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toy_agent.llm import LlmResponse, Message
+from toy_agent.messages import LlmResponse, Message
 from toy_agent.parsing import Action, Observation
+from toy_agent.tools import CodeRepositoryTools, ToolError
 
 logger = logging.getLogger("toy_agent.agent")
 
@@ -193,37 +194,35 @@ class TrajectoryRecorder:
 class ChangeTracker:
     """Remembers each file as it was before the run first changed it, to report a diff.
 
-    It sees `write_file`/`edit_file` calls; changes made by `run_command` are not tracked.
+    It sees `write_file`/`edit_file` calls, and names files by `tools.relative`, so `./a.py`
+    and `a.py` are one file; changes made by `run_command` are not tracked.
     """
 
-    repo: Path
+    tools: CodeRepositoryTools
     originals: dict[str, str | None] = field(default_factory=dict)
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ToolStarted) and event.action.tool_name in FILE_CHANGING_TOOLS:
             path = event.action.parameters.get("path")
-            if isinstance(path, str) and path not in self.originals:
-                self.originals[path] = self._read(path)
-
-    def _read(self, path: str) -> str | None:
-        target = (self.repo / path).resolve()
-        if not target.is_relative_to(self.repo) or not target.is_file():
-            return None
-        try:
-            return target.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
+            if not isinstance(path, str):
+                return
+            try:
+                rel = self.tools.relative(path)
+            except ToolError:  # the tool will refuse it too
+                return
+            if rel not in self.originals:
+                self.originals[rel] = self.tools.snapshot(rel)
 
     def diffs(self) -> dict[str, str]:
         """Unified diff per changed file (files whose content did not change are left out)."""
         out: dict[str, str] = {}
         for path, before in self.originals.items():
-            after = self._read(path)
+            after = self.tools.snapshot(path)
             if after == before:
                 continue
             diff = difflib.unified_diff(
-                (before or "").splitlines(keepends=True),
-                (after or "").splitlines(keepends=True),
+                _diff_lines(before),
+                _diff_lines(after),
                 fromfile=f"a/{path}" if before is not None else "/dev/null",
                 tofile=f"b/{path}" if after is not None else "/dev/null",
             )
@@ -238,3 +237,11 @@ class ChangeTracker:
             removed = sum(1 for line in lines if line.startswith("-"))
             stats.append({"path": path, "added": added, "removed": removed})
         return stats
+
+
+def _diff_lines(text: str | None) -> list[str]:
+    """Lines for difflib, marking a last line without a newline the way git does."""
+    lines = (text or "").splitlines(keepends=True)
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        lines[-1] += "\n\\ No newline at end of file\n"
+    return lines

@@ -18,112 +18,21 @@ import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from toy_agent.messages import (
+    LlmResponse,
+    Message,
+    StopReason,
+    TextCallback,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Tokens one call (or a whole run, once summed) consumed."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cached_tokens + other.cached_tokens,
-        )
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A native tool call requested by the model (`--tool-format native`)."""
-
-    name: str
-    arguments: dict[str, Any]
-    id: str = ""
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """The answer to one native `ToolCall`, sent back in the next user message."""
-
-    call_id: str
-    name: str
-    content: str
-    is_error: bool = False
-
-
-@dataclass(frozen=True)
-class Message:
-    """One conversation turn in a provider-neutral shape.
-
-    `tool_calls` only appear on assistant turns and `tool_results` only on user turns, and
-    only in native tool-calling mode; in the text formats both stay empty.
-    """
-
-    role: Literal["user", "assistant"]
-    content: str
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_results: tuple[ToolResult, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"role": self.role, "content": self.content}
-        if self.tool_calls:
-            data["tool_calls"] = [asdict(c) for c in self.tool_calls]
-        if self.tool_results:
-            data["tool_results"] = [asdict(r) for r in self.tool_results]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Message:
-        return cls(
-            role=data["role"],
-            content=data.get("content", ""),
-            tool_calls=tuple(ToolCall(**c) for c in data.get("tool_calls", ())),
-            tool_results=tuple(ToolResult(**r) for r in data.get("tool_results", ())),
-        )
-
-
-# Why a response ended, normalised across providers.
-StopReason = Literal["end", "tool_use", "max_tokens", "safety", "other"]
-
-
-@dataclass(frozen=True)
-class LlmResponse:
-    text: str
-    tool_calls: tuple[ToolCall, ...] = ()
-    usage: Usage = field(default_factory=Usage)
-    stop_reason: StopReason = "end"
-    model: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "tool_calls": [asdict(c) for c in self.tool_calls],
-            "usage": self.usage.to_dict(),
-            "stop_reason": self.stop_reason,
-            "model": self.model,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LlmResponse:
-        return cls(
-            text=data.get("text", ""),
-            tool_calls=tuple(ToolCall(**c) for c in data.get("tool_calls", ())),
-            usage=Usage(**data.get("usage", {})),
-            stop_reason=data.get("stop_reason", "end"),
-            model=data.get("model", ""),
-        )
 
 
 class LlmError(Exception):
@@ -141,11 +50,6 @@ class LlmError(Exception):
 
 class LlmConfigError(Exception):
     """A user configuration mistake found while building a client (exit code 2)."""
-
-
-# A tool as offered to the model: {"name": str, "description": str, "parameters": JSON Schema}.
-ToolSpec = dict[str, Any]
-TextCallback = Callable[[str], None]
 
 
 class LlmClient(ABC):
@@ -234,9 +138,6 @@ LOCAL_SERVER_KEY = "not-needed"
 # Transient statuses: request timeout, rate limit, server errors, Anthropic's 529 "overloaded".
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 MAX_RETRY_WAIT = 60.0  # seconds; caps both Retry-After and the backoff
-# The one argument of a tool call whose arguments were not a JSON object (OpenAI sends a string
-# the model wrote): the agent answers it with an error result, and the model can try again.
-INVALID_ARGUMENTS_KEY = "_invalid_json_arguments"
 _EMPTY = "(empty)"  # providers reject empty text blocks
 _EPHEMERAL = {"type": "ephemeral"}
 _NO_PARAMETERS = {"type": "object", "properties": {}}
@@ -767,18 +668,18 @@ def _openai_call(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": function}
 
 
-def parse_tool_arguments(raw: str | dict[str, Any] | None) -> dict[str, Any]:
-    """Arguments arrive as a JSON string the model wrote. Anything but an object is kept raw
-    under INVALID_ARGUMENTS_KEY, not raised: the model's mistake becomes an observation."""
+def parse_tool_arguments(raw: str | dict[str, Any] | None) -> tuple[dict[str, Any], str]:
+    """Arguments arrive as a JSON string the model wrote: (the object, "") or, for anything but
+    an object, ({}, the raw text), not raised: the model's mistake becomes an observation."""
     if isinstance(raw, dict):
-        return raw
+        return raw, ""
     if not raw or not raw.strip():
-        return {}
+        return {}, ""
     try:
         value = json.loads(raw)
     except ValueError:
         value = None
-    return value if isinstance(value, dict) else {INVALID_ARGUMENTS_KEY: raw}
+    return (value, "") if isinstance(value, dict) else ({}, raw)
 
 
 def merge_openai_chunks(
@@ -819,17 +720,15 @@ def merge_openai_chunks(
     return {**merged, "choices": [choice]}
 
 
+def _openai_tool_call(index: int, call: dict[str, Any]) -> ToolCall:
+    arguments, error = parse_tool_arguments(call["function"].get("arguments"))
+    return ToolCall(call["function"]["name"], arguments, call.get("id") or f"call_{index}", error)
+
+
 def from_openai_response(data: dict[str, Any]) -> LlmResponse:
     choice = data["choices"][0]
     message, usage = choice["message"], data.get("usage") or {}
-    calls = tuple(
-        ToolCall(
-            c["function"]["name"],
-            parse_tool_arguments(c["function"].get("arguments")),
-            c.get("id") or f"call_{i}",
-        )
-        for i, c in enumerate(message.get("tool_calls") or [])
-    )
+    calls = tuple(_openai_tool_call(i, c) for i, c in enumerate(message.get("tool_calls") or []))
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     return LlmResponse(
         text=message.get("content") or "",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import base64
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -27,221 +26,32 @@ import json
 import logging
 import math
 import os
-import re
-import shlex
 import threading
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+
+from toy_agent.mcp_config import (
+    McpError,
+    McpServerConfig,
+    assign_names,
+    load_mcp_config,
+    parse_server_arg,
+    result_text,
+)
+
+__all__ = ["McpError", "McpServerConfig", "McpToolError", "McpTools", "load_mcp_config",
+           "parse_server_arg"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
-_NAME_MAX = 64
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _GRACE = 5.0  # beyond `timeout`, for the SDK's own timeout to fire first
 _CLOSE_TIMEOUT = 10.0  # the SDK's stdio shutdown takes at most ~6.5s (stdin close, TERM, KILL)
 _CONNECTION_CLOSED, _REQUEST_TIMEOUT = -32000, -32001  # mcp_types.CONNECTION_CLOSED, ...TIMEOUT
-_LAUNCHER = re.compile(r"uvx|uv|npx|bunx|pnpx|pnpm|pipx|docker|podman|node|deno|bun|python[\d.]*")
-_SUBCOMMAND = re.compile(r"run|tool|dlx|exec|x")
-# launcher options that take a value, skipped when naming a server after its package
-_VALUE_OPTION = re.compile(r"--(from|with|python|env|volume|name|network|workdir|user)|-[pevwu]")
-
-
-class McpError(Exception):
-    """A server could not be started, reached or initialised at launch (CLI exit code 2)."""
 
 
 class McpToolError(Exception):
     """A tool call failed; the agent shows the message to the LLM as an observation."""
-
-
-@dataclass(frozen=True)
-class McpServerConfig:
-    """One server: a command line (stdio) or an http(s) URL (Streamable HTTP, or SSE)."""
-
-    name: str
-    command: tuple[str, ...] = ()
-    url: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    headers: dict[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    sse: bool = False  # legacy HTTP+SSE transport, only from a config file's "type": "sse"
-
-    def __post_init__(self) -> None:
-        if bool(self.command) == bool(self.url):
-            raise ValueError(f"MCP server {self.name!r}: give exactly one of command or url")
-
-    @property
-    def label(self) -> str:
-        """How errors name the server: `'git' (uvx mcp-server-git)`; headers never shown."""
-        return f"{self.name!r} ({shlex.join(self.command) if self.command else self.url})"
-
-
-def parse_server_arg(arg: str) -> McpServerConfig:
-    """Turn a `--mcp-server` value into a config: an http(s) URL, or a command line (stdio)."""
-    arg = arg.strip()
-    if re.match(r"https?://", arg, re.IGNORECASE):
-        return McpServerConfig(name=urlsplit(arg).hostname or "server", url=arg)
-    try:
-        argv = tuple(shlex.split(arg))
-    except ValueError as exc:
-        raise McpError(f"--mcp-server {arg!r}: cannot split the command line: {exc}") from None
-    if not argv:
-        raise McpError("--mcp-server needs a URL or a command line, got an empty value")
-    return McpServerConfig(name=_command_name(argv), command=argv)
-
-
-def _command_name(argv: Sequence[str]) -> str:
-    """The package or script a launcher runs (`npx -y @scope/pkg` -> pkg), else the program."""
-    program = re.sub(r"\.(exe|cmd|bat)$", "", Path(argv[0]).name, flags=re.IGNORECASE)
-    if not _LAUNCHER.fullmatch(program):
-        return program
-    args = iter(argv[1:])
-    for token in args:
-        if token == "-m":
-            return next(args, program)
-        if _VALUE_OPTION.fullmatch(token):
-            next(args, None)
-        elif not token.startswith("-") and not _SUBCOMMAND.fullmatch(token):
-            base = token.rstrip("/").rsplit("/", 1)[-1]
-            base = re.sub(r"(?<=.)[@:].*$", "", base)  # version or image tag
-            return re.sub(r"\.(py|js|mjs|cjs|ts)$", "", base) or program
-    return program
-
-
-def load_mcp_config(path: str | os.PathLike[str]) -> list[McpServerConfig]:
-    """Read the `mcpServers` JSON shared by Claude Desktop, Cursor and Claude Code.
-
-    `${VAR}` and `${VAR:-default}` are expanded in commands, args, env, url, headers and cwd,
-    so secrets can stay in the environment. Entries with `"disabled": true` are skipped.
-    """
-    where = f"MCP config {os.fspath(path)}"
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise McpError(f"cannot read {where}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise McpError(
-            f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-    servers = data.get("mcpServers", data.get("servers")) if isinstance(data, dict) else None
-    if not isinstance(servers, dict):
-        raise McpError(f'{where}: expected an object with an "mcpServers" object')
-    return [
-        _server_entry(f"{where}: server {name!r}", name, entry)
-        for name, entry in servers.items()
-        if not (isinstance(entry, dict) and entry.get("disabled") is True)
-    ]
-
-
-def _server_entry(where: str, name: str, entry: Any) -> McpServerConfig:
-    if not isinstance(entry, dict):
-        raise McpError(f"{where}: expected an object")
-    kind = entry.get("type") or ("stdio" if "command" in entry else "http")
-    if kind not in ("stdio", "http", "streamable-http", "streamableHttp", "sse"):
-        raise McpError(f"{where}: unknown type {kind!r} (use stdio, http or sse)")
-    if ("command" in entry) == ("url" in entry):
-        raise McpError(f'{where}: give either "command" (stdio) or "url" (http)')
-    expand = _expander(where)
-    env = {key: expand(value) for key, value in _str_map(where, entry, "env").items()}
-    headers = {key: expand(value) for key, value in _str_map(where, entry, "headers").items()}
-    if kind == "stdio":
-        command, args = entry.get("command"), entry.get("args", [])
-        if not isinstance(command, str) or not command.strip():
-            raise McpError(f'{where}: "command" must be a non-empty string')
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise McpError(f'{where}: "args" must be a list of strings')
-        cwd = entry.get("cwd")
-        if cwd is not None and not isinstance(cwd, str):
-            raise McpError(f'{where}: "cwd" must be a string')
-        argv = tuple(expand(part) for part in [command, *args])
-        return McpServerConfig(name, command=argv, env=env, cwd=cwd and expand(cwd))
-    url = entry.get("url")
-    if not isinstance(url, str) or not re.match(r"https?://", url, re.IGNORECASE):
-        raise McpError(f'{where}: "url" must be an http:// or https:// URL')
-    return McpServerConfig(name, url=expand(url), headers=headers, sse=kind == "sse")
-
-
-def _str_map(where: str, entry: dict[str, Any], key: str) -> dict[str, str]:
-    value = entry.get(key, {})
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise McpError(f'{where}: "{key}" must be an object of strings')
-    return value
-
-
-def _expander(where: str) -> Callable[[str], str]:
-    def expand(text: str) -> str:
-        def one(match: re.Match[str]) -> str:
-            value = os.environ.get(match[1], match[2])
-            if value is None:
-                raise McpError(f"{where}: environment variable {match[1]} is not set")
-            return value
-
-        return _ENV_REF.sub(one, text)
-
-    return expand
-
-
-def _sanitize(name: str) -> str:
-    return _UNSAFE.sub("_", name)[:_NAME_MAX] or "_"
-
-
-def _assign_names(
-    offers: Sequence[tuple[str, Sequence[str]]], reserved: Iterable[str] = ()
-) -> list[list[str]]:
-    """Exposed names for each server's tools, by the rule in the module docstring."""
-    reserved = set(reserved)
-    counts = Counter(_sanitize(tool) for _, tools in offers for tool in tools)
-    taken, exposed = set(reserved), []
-    for server, tools in offers:
-        names = []
-        for tool in tools:
-            base = _sanitize(tool)
-            if counts[base] > 1 or base in reserved:
-                base = _sanitize(f"{_sanitize(server)}__{tool}")
-            name, n = base, 2
-            while name in taken:
-                name, n = f"{base[: _NAME_MAX - len(str(n)) - 1]}_{n}", n + 1
-            taken.add(name)
-            names.append(name)
-        exposed.append(names)
-    return exposed
-
-
-def _result_text(result: Any) -> str:
-    """A CallToolResult as text: text joined, other content summarised, else structured JSON."""
-    parts = []
-    for block in result.content:
-        kind = block.type
-        if kind == "text":
-            parts.append(block.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind}: {block.mime_type}, {_b64_size(block.data)} bytes]")
-        elif kind == "resource_link":
-            parts.append(f"[resource link: {block.uri}]")
-        elif kind == "resource":
-            res = block.resource
-            text = getattr(res, "text", None)
-            parts.append(
-                text
-                if text is not None
-                else f"[resource: {res.uri}, {res.mime_type}, {_b64_size(res.blob)} bytes]"
-            )
-        else:
-            parts.append(f"[{kind} content]")
-    if not parts and result.structured_content is not None:
-        return json.dumps(result.structured_content, ensure_ascii=False)
-    return "\n".join(parts)
-
-
-def _b64_size(data: str) -> int:
-    with contextlib.suppress(ValueError):
-        return len(base64.b64decode(data, validate=False))
-    return len(data) * 3 // 4
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -450,7 +260,6 @@ class McpTools:
         servers: str | McpServerConfig | Sequence[str | McpServerConfig],
         *,
         timeout: float = 30.0,
-        reserved_names: Iterable[str] = (),
     ) -> None:
         """Connect to every server (startup bounded by `timeout`); on any failure close what
         was opened and raise McpError. `timeout` also bounds each tool call."""
@@ -466,7 +275,7 @@ class McpTools:
         except BaseException:
             self.close()
             raise
-        self._expose(reserved_names)
+        self._expose()
 
     def _connect(self) -> None:
         readies = []
@@ -489,19 +298,31 @@ class McpTools:
                 "MCP server %s: connected, %d tools", server.config.label, len(server.tools)
             )
 
-    def _expose(self, reserved: Iterable[str]) -> None:
+    def _expose(self) -> None:
         offers = [(s.config.name, [t.name for t in s.tools]) for s in self._servers]
-        for server, names in zip(self._servers, _assign_names(offers, reserved), strict=True):
+        for server, names in zip(self._servers, assign_names(offers), strict=True):
             for tool, name in zip(server.tools, names, strict=True):
                 self._routes[name] = (server, tool.name)
                 description = tool.description or tool.title or ""
                 self._tools.append(
-                    {"name": name, "description": description, "parameters": tool.input_schema}
+                    {
+                        "name": name,
+                        "description": description,
+                        "parameters": tool.input_schema,
+                        "server": server.config.name,
+                    }
                 )
                 if name != tool.name:
                     renamed = (tool.name, server.config.name, name)
                     logger.info("MCP tool %r of server %r exposed as %r", *renamed)
         logger.debug("MCP tools: %s", ", ".join(self._routes))
+
+    def specs(self) -> list[dict[str, Any]]:
+        """The Toolbox face (see toy_agent.routes): the same as get_mcp_tools()."""
+        return self.get_mcp_tools()
+
+    def call(self, name: str, parameters: dict[str, Any]) -> str:
+        return self.execute_mcp_tool(name, parameters)
 
     def get_mcp_tools(self) -> list[dict[str, Any]]:
         """`{"name", "description", "parameters"}` per tool; parameters is its JSON Schema."""
@@ -534,7 +355,7 @@ class McpTools:
                 raise
             logger.debug("%s failed", where, exc_info=exc)
             raise McpToolError(f"{where}: {self._call_failure(server, exc)}") from None
-        text = _result_text(result)
+        text = result_text(result)
         logger.debug("MCP result of %s: %s", name, text[:2000])
         if result.is_error:
             raise McpToolError(f"{where} reported an error: {text or '(no message)'}")

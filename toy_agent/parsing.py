@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from toy_agent.llm import LlmResponse, Message, ToolResult, ToolSpec
+from toy_agent.messages import LlmResponse, Message, ToolResult, ToolSpec
 
 FORMAT_NAMES = ("xml", "react", "native")
 Params = dict[str, Any]  # tool arguments, always a dict whatever the format
@@ -31,6 +31,7 @@ class Action:
     tool_name: str
     parameters: dict[str, Any] = field(default_factory=dict)
     call_id: str = ""  # the provider's id of a native tool call, echoed in its result
+    arguments_error: str = ""  # a native call's raw arguments, when they were not an object
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,9 @@ class ActionFormat(ABC):
         """The system prompt's tool list and response-format instructions, with an example."""
 
     @abstractmethod
-    def parse(self, response: LlmResponse) -> ParsedResponse:
-        """Return the thought and at least one action, or raise ParseError."""
+    def parse(self, response: LlmResponse, tools: Sequence[ToolSpec] = ()) -> ParsedResponse:
+        """Return the thought and at least one action, or raise ParseError. `tools` are the
+        tools the model was offered."""
 
     @abstractmethod
     def observation_message(self, observations: Sequence[Observation]) -> Message:
@@ -85,7 +87,7 @@ class ActionFormat(ABC):
 
 
 def get_format(name: str) -> ActionFormat:
-    """A fresh format instance (ReactFormat keeps the tool list it was prompted with)."""
+    """A format instance by name."""
     formats: dict[str, type[ActionFormat]] = {
         "xml": XmlFormat,
         "react": ReactFormat,
@@ -313,7 +315,7 @@ class XmlFormat(ActionFormat):
     def prompt_section(self, tools: Sequence[ToolSpec]) -> str:
         return f"{_tool_list(tools, _xml_tool)}\n\n{_XML_RULES}{_XML_EXAMPLE}"
 
-    def parse(self, response: LlmResponse) -> ParsedResponse:
+    def parse(self, response: LlmResponse, tools: Sequence[ToolSpec] = ()) -> ParsedResponse:
         text = response.text
         if not text.strip():
             raise ParseError("Your reply was empty. Answer with a <THOUGHT> and one <ACTION>.")
@@ -456,17 +458,10 @@ class ReactFormat(ActionFormat):
 
     name = "react"
 
-    def __init__(self) -> None:
-        self._single_params: dict[str, str] = {"task_complete": "result"}
-
     def prompt_section(self, tools: Sequence[ToolSpec]) -> str:
-        for tool in tools:
-            param = _single_param(tool)
-            if param:
-                self._single_params[tool["name"]] = param
         return f"{_tool_list(tools, _react_tool)}\n\n{_REACT_RULES}{_REACT_EXAMPLE}"
 
-    def parse(self, response: LlmResponse) -> ParsedResponse:
+    def parse(self, response: LlmResponse, tools: Sequence[ToolSpec] = ()) -> ParsedResponse:
         text = response.text
         if not text.strip():
             raise ParseError("Your reply was empty. Answer with Thought, Action, Action Input.")
@@ -488,7 +483,8 @@ class ReactFormat(ActionFormat):
             if not answer:
                 raise ParseError("Your `Final Answer:` is empty; write the result after it.")
             return ParsedResponse(thought, (Action("task_complete", {"result": answer}),))
-        action, end = self._action(text, first, response.stop_reason)
+        single = {t["name"]: p for t in tools if (p := _single_param(t))}
+        action, end = self._action(text, first, response.stop_reason, single)
         return ParsedResponse(thought, (action,), dropped_actions=self._dropped(labels, end))
 
     @staticmethod
@@ -502,7 +498,9 @@ class ReactFormat(ActionFormat):
                 return text[label.end() : end].strip()
         return text[:before].strip()
 
-    def _action(self, text: str, label: re.Match[str], stop_reason: str) -> tuple[Action, int]:
+    def _action(
+        self, text: str, label: re.Match[str], stop_reason: str, single: dict[str, str]
+    ) -> tuple[Action, int]:
         following = _REACT_LABEL.search(text, label.end())
         name_end = following.start() if following else len(text)
         lines = text[label.end() : name_end].strip().splitlines()
@@ -511,11 +509,15 @@ class ReactFormat(ActionFormat):
             raise ParseError("Your `Action:` line has no tool name, e.g. `Action: read_file`.")
         if following is None or _kind(following) != "actioninput":
             return Action(tool, {}), name_end
-        parameters, end = self._input(text, following.end(), tool, stop_reason)
+        parameters, end = self._input(text, following.end(), single.get(tool), tool, stop_reason)
         return Action(tool, parameters), end
 
-    def _input(self, text: str, pos: int, tool: str, stop_reason: str) -> tuple[Params, int]:
-        """Decode the Action Input at `pos`: a JSON object, or plain text for one parameter."""
+    @staticmethod
+    def _input(
+        text: str, pos: int, param: str | None, tool: str, stop_reason: str
+    ) -> tuple[Params, int]:
+        """Decode the Action Input at `pos`: a JSON object, or plain text for `param`, the
+        tool's one obvious parameter."""
         pos = _skip_lead(text, pos)
         following = _REACT_LABEL.search(text, pos)
         if text[pos : pos + 1] in ("{", "["):
@@ -529,7 +531,8 @@ class ReactFormat(ActionFormat):
         raw = text[pos:end].strip().removesuffix("```").strip()
         if not raw:
             return {}, end
-        param = self._single_params.get(tool)
+        if tool == "task_complete":
+            param = "result"
         if param is None:
             raise ParseError(
                 f"`Action Input` for {tool} must be a JSON object with its parameters, such "
@@ -581,14 +584,15 @@ class NativeFormat(ActionFormat):
             "task_complete with the result."
         )
 
-    def parse(self, response: LlmResponse) -> ParsedResponse:
+    def parse(self, response: LlmResponse, tools: Sequence[ToolSpec] = ()) -> ParsedResponse:
         if not response.tool_calls:
             raise ParseError(
                 "Your reply did not call any tool. Call a tool to make progress, or call "
                 "task_complete with the result when the task is done."
             )
         actions = tuple(
-            Action(call.name, self._arguments(call.name, call.arguments), call.id)
+            Action(call.name, self._arguments(call.name, call.arguments), call.id,
+                   call.arguments_error)  # fmt: skip
             for call in response.tool_calls
         )
         return ParsedResponse(response.text.strip(), actions)

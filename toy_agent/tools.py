@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import secrets
-import signal
 import stat
 import subprocess
 import threading
@@ -28,7 +27,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from toy_agent.environment import child_environment
 from toy_agent.redaction import Redactor
+from toy_agent.sandbox import (
+    bwrap_argv,
+    owned_process_group,
+    refusal_note,
+    resolve_sandbox,
+    sandbox_environment,
+)
 from toy_agent.search import (
     BINARY_SNIFF_BYTES,
     SEARCH_BACKENDS,
@@ -84,6 +91,8 @@ class CodeRepositoryTools:
         allow_commands: bool = False,
         search_backend: str = "auto",
         redactor: Redactor | None = None,
+        sandbox: str = "off",
+        sandbox_network: bool = False,
     ):
         if search_backend not in ("auto", *SEARCH_BACKENDS):
             raise ValueError(f"search_backend must be auto, rg, grep or python: {search_backend}")
@@ -91,8 +100,36 @@ class CodeRepositoryTools:
         self.allow_commands = allow_commands
         self.search_backend = search_backend
         self.redactor = redactor or Redactor()  # applied before long lines are cut
+        # run_command's sandbox: "auto" resolves to "bwrap" or "off" here (SandboxUnavailable
+        # when "bwrap" is asked for and does not work); see toy_agent.sandbox.
+        self.sandbox = resolve_sandbox(sandbox, warn=allow_commands)
+        self.sandbox_network = sandbox_network
+        self._sandbox_named = False  # the model is told about the sandbox once
 
     # ----------------------------------------------------------------------------- dispatch
+    def specs(self) -> list[dict[str, Any]]:
+        """The Toolbox face (see toy_agent.routes): the local tools, without task_complete."""
+        return get_available_tools(self.allow_commands)[:-1]
+
+    def call(self, name: str, parameters: dict[str, Any]) -> str:
+        return self.execute(name, parameters)
+
+    def relative(self, path: str) -> str:
+        """The repository-relative form of a path the model gave ("./a.py" -> "a.py"): the one
+        normaliser, so a file has one name in the change tracker, the preview and the tools.
+        Raises ToolError for a path outside the repository."""
+        return self._rel(self._resolve(path))
+
+    def snapshot(self, path: str) -> str | None:
+        """A file's text as it is now, or None when it is not a readable regular file (used to
+        diff a run's changes; never follows a link out of the repository)."""
+        try:
+            target = self._resolve(path)
+            with self._open_regular(target) as f:
+                return f.read().decode("utf-8", "surrogateescape")
+        except (ToolError, OSError, IndexError):
+            return None
+
     def execute(self, name: str, parameters: dict[str, Any] | None) -> str:
         """Run local tool `name`; bad parameters and failures raise ToolError."""
         if name == "run_command" and not self.allow_commands:
@@ -124,7 +161,11 @@ class CodeRepositoryTools:
         if not top.is_dir():
             raise ToolError(f"{self._rel(top)} is a file; use read_file or get_file_info on it.")
         explicit = is_ignored(self.repo_path, top)
-        entries = sorted(walk(self.repo_path, top), key=lambda e: e[0].split("/"))
+        walked = sorted(walk(self.repo_path, top), key=lambda e: e[0].split("/"))
+        entries = [  # a special file is shown with its kind: "pipe  (fifo)"
+            (rel if kind in ("dir", "file") else f"{rel}  ({kind})", kind == "dir")
+            for rel, kind in walked
+        ]
         n_dirs = sum(is_dir for _, is_dir in entries)
         logger.info("listed %s: %d files, %d dirs", self._rel(top), len(entries) - n_dirs, n_dirs)
         where = "Repository root" if top == self.repo_path else self._rel(top)
@@ -291,7 +332,8 @@ class CodeRepositoryTools:
         return "\n".join(info)
 
     def run_command(self, command: str, timeout: int = 60) -> str:
-        """Run a shell command in the repo root; its whole process group dies on timeout."""
+        """Run a shell command in the repo root, sandboxed when self.sandbox says so; every
+        process it started dies with it."""
         if not self.allow_commands:
             raise ToolError(_COMMANDS_DISABLED)
         if not command.strip():
@@ -299,9 +341,16 @@ class CodeRepositoryTools:
         if not 1 <= timeout <= COMMAND_MAX_TIMEOUT:
             raise ToolError(f"timeout must be between 1 and {COMMAND_MAX_TIMEOUT} seconds.")
         started = time.perf_counter()
-        code, output, timed_out = _run_shell(command, self.repo_path, timeout)
+        code, output, timed_out = _run_shell(
+            command, self.repo_path, timeout, sandbox=self.sandbox, network=self.sandbox_network
+        )
         elapsed = time.perf_counter() - started
         logger.info("command %r: exit %s after %.1fs", command, code, elapsed)
+        note = None
+        if self.sandbox == "bwrap" and not self._sandbox_named:
+            note = refusal_note(output, network=self.sandbox_network)
+            self._sandbox_named = note is not None
+        output = f"{output.rstrip()}\n{note}" if note else output
         if timed_out:
             raise ToolError(
                 f"Command timed out after {timeout}s and was killed with its child processes. "
@@ -486,7 +535,7 @@ class CodeRepositoryTools:
         """A not-found error naming the closest existing paths, since LLMs often guess paths."""
         wanted = self._rel(target)
         walked = itertools.islice(walk(self.repo_path, self.repo_path), 20_000)
-        known = [rel for rel, is_dir in walked if not is_dir]
+        known = [rel for rel, kind in walked if kind == "file"]
         same_name = [rel for rel in known if rel.rsplit("/", 1)[-1] == target.name]
         close = same_name[:5] or difflib.get_close_matches(wanted, known, n=3, cutoff=0.6)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
@@ -654,35 +703,29 @@ _COMMAND_ENV = {
 }  # fmt: skip
 
 
-def _run_shell(command: str, cwd: Path, timeout: int) -> tuple[int, str, bool]:
-    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, and
-    the command gets its own session so a timeout kills every process it started."""
+def _run_shell(
+    command: str, cwd: Path, timeout: int, *, sandbox: str = "off", network: bool = False
+) -> tuple[int, str, bool]:
+    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
+    secrets in the environment. The command leads its own session, and the whole group is
+    killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM
+    through the CLI); in bwrap's PID namespace that includes what escaped the group."""
+    argv, env = ["/bin/sh", "-c", command], child_environment(_COMMAND_ENV)
+    if sandbox == "bwrap":
+        argv, env = bwrap_argv(cwd, network=network) + argv, sandbox_environment(env)
     proc = subprocess.Popen(
-        command, shell=True, cwd=cwd, env={**os.environ, **_COMMAND_ENV},
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True,
+        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     capture = _OutputCapture(proc.stdout)
     timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        proc.wait()
-    capture.join(timeout=2)
-    if capture.is_alive():  # background children still hold the pipe open
-        _kill_group(proc)
-        capture.join(timeout=2)
+    with owned_process_group(proc):
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    capture.join(timeout=2)  # a process that left the group (setsid) may still hold the pipe
     return proc.returncode, capture.text(), timed_out
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    if not hasattr(os, "killpg"):
-        proc.kill()
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 class _OutputCapture(threading.Thread):
@@ -790,19 +833,21 @@ def get_available_tools(allow_commands: bool = False) -> list[dict[str, Any]]:
                 properties[pname]["default"] = param.default
         schema = {"type": "object", "properties": properties, "required": required}
         tools.append({"name": name, "description": _DESCRIPTIONS[name], "parameters": schema})
-    tools.append(
-        {
-            "name": "task_complete",
-            "description": "Finish: call this once the task is done (or cannot be done), "
-            "with a summary of what was done and the answer.",
-            "parameters": {
-                "type": "object",
-                "properties": {"result": {"type": "string", "description": "The final answer."}},
-                "required": ["result"],
-            },
-        }
-    )
-    return tools
+    return [*tools, {**TASK_COMPLETE_SPEC}]
+
+
+TASK_COMPLETE_SPEC: dict[str, Any] = {
+    "name": "task_complete",
+    "description": "Finish: call this once the task is done (or cannot be done), "
+    "with a summary of what was done and the answer.",
+    "parameters": {
+        "type": "object",
+        "properties": {"result": {"type": "string", "description": "The final answer."}},
+        "required": ["result"],
+    },
+}
+# Names no other toolbox may take, whether or not run_command is on for this run.
+RESERVED_TOOL_NAMES = frozenset((*_LOCAL_TOOLS, "task_complete"))
 
 
 def _bind_parameters(name: str, method: Callable[..., str], given: Any) -> dict[str, Any]:

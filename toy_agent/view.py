@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import logging
 import os
 import re
 import sys
@@ -30,6 +31,30 @@ from toy_agent.parsing import Action
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TAG = re.compile(r"</?[A-Za-z_]+>")
 KEY_ARGUMENTS = ("path", "pattern", "command", "query", "url", "name")
+# C0 controls but tab and newline, DEL, C1 controls, bidi overrides, and lone surrogates
+# (undecodable bytes of a file name): what could move the cursor, hide text or crash print.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def visible(text: str) -> str:
+    """Text from the model, a tool or a file, safe to print: control characters become escapes
+    (`\\x1b`), so an ESC sequence can neither hide a command nor write to the clipboard."""
+    return _CONTROLS.sub(_escape, text)
+
+
+class VisibleFormatter(logging.Formatter):
+    """Log records for a terminal: file names, commands and errors in them come from the
+    repository or the model, so their control characters are shown as escapes too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the original byte
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def use_color(stream: TextIO) -> bool:
@@ -64,20 +89,21 @@ class TerminalView:
             case TextDelta(text=text):
                 self._stop_spinner()
                 self._streamed = True
-                self._write(self.style(text, "2"))
+                self._write(self.style(visible(text), "2"))
             case LlmResponded(response=response, seconds=seconds):
                 self._stop_spinner()
                 if self._streamed:
                     self._write("\n")
                     self._streamed = False
-                thought = _first_line(TAG.sub(" ", response.text)).removeprefix("Thought:")
+                thought = _first_line(TAG.sub(" ", visible(response.text)))
+                thought = thought.removeprefix("Thought:")
                 self._line(self.style(f"  thought ({seconds:.1f}s): ", "2") + thought)
             case ToolStarted(action=action):
                 self._start_spinner(f"running {action.tool_name}")
             case ToolFinished(observation=obs, seconds=seconds):
                 self._stop_spinner()
                 mark = self.style("✗", "31") if obs.is_error else self.style("✓", "32")
-                detail = _first_line(obs.content) if obs.is_error else ""
+                detail = _first_line(visible(obs.content)) if obs.is_error else ""
                 self._line(f"  {mark} {describe_action(obs.action)} "
                            f"{self.style(f'{seconds:.2f}s', '2')} {detail}")
             case RunFinished():
@@ -120,7 +146,7 @@ def describe_action(action: Action) -> str:
     if key is None and params:
         key = next(iter(params))
     arg = f" {_first_line(str(params[key]))}" if key else ""
-    return f"{action.tool_name}{arg}"
+    return visible(f"{action.tool_name}{arg}")
 
 
 def format_summary(result: dict[str, Any], diffs: dict[str, str], *, show_diff: bool,
@@ -137,15 +163,17 @@ def format_summary(result: dict[str, Any], diffs: dict[str, str], *, show_diff: 
         f"tokens: {usage.get('input_tokens', 0):,} in, {usage.get('output_tokens', 0):,} out, "
         f"{usage.get('cached_tokens', 0):,} cached",
     ]
+    if result.get("sandbox"):
+        lines.append(f"sandbox: {result['sandbox']}")
     if result.get("files_changed"):
         lines.append("files changed:")
-        lines += [f"  {c['path']}  {style('+' + str(c['added']), '32')} "
+        lines += [f"  {visible(c['path'])}  {style('+' + str(c['added']), '32')} "
                   f"{style('-' + str(c['removed']), '31')}" for c in result["files_changed"]]
     if show_diff and diffs:
-        lines += ["", *(d.rstrip("\n") for d in diffs.values())]
+        lines += ["", *(visible(d.rstrip("\n")) for d in diffs.values())]
     if result.get("error"):
-        lines.append(f"error: {result['error']}")
-    lines += ["result:", result.get("result") or "(none)"]
+        lines.append(f"error: {visible(result['error'])}")
+    lines += ["result:", visible(result.get("result") or "(none)")]
     return "\n".join(lines)
 
 
@@ -176,7 +204,7 @@ def make_confirm(repo: Path, ask: Callable[[str], str], out: TextIO) -> Callable
         nonlocal approve_all
         if approve_all:
             return True
-        out.write(f"\n{preview_action(action, repo)}\n")
+        out.write(f"\n{visible(preview_action(action, repo))}\n")
         out.flush()
         try:
             answer = ask(f"Allow {describe_action(action)}? [y]es/[n]o/[a]ll: ").strip().lower()

@@ -1,0 +1,355 @@
+"""run_command's sandbox and process lifetime, with real bubblewrap and real processes.
+
+Each escape is tried for real: a write outside the repository, a read of a marker in HOME, a
+connection to a port on the host's loopback, a secret in the environment, and processes made
+with `setsid` and `nohup` that should not outlive the command, its timeout, Ctrl-C, SIGTERM,
+SIGHUP or the agent's exit. Processes are found by unique `sleep N` markers in /proc.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from fakes import xml_action
+
+from toy_agent.cli import main
+from toy_agent.messages import LlmResponse
+from toy_agent.sandbox import (
+    SCRATCH_HOME,
+    SandboxUnavailable,
+    bwrap_argv,
+    bwrap_problem,
+    resolve_sandbox,
+)
+from toy_agent.tools import CodeRepositoryTools, ToolError
+
+ROOT = Path(__file__).resolve().parents[1]
+BWRAP_PROBLEM = bwrap_problem() if sys.platform.startswith("linux") else "not Linux"
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
+SECRET_NAMES = ("OPENAI_API_KEY", "MY_SERVICE_TOKEN", "DB_PASSWORD", "AWS_SECRET_ACCESS_KEY",
+                "GIT_CREDENTIALS", "STRIPE_KEY", "LD_LIBRARY_PATH")  # fmt: skip
+SECRETS = {name: f"/nonexistent/value-of-{name.lower()}" for name in SECRET_NAMES}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def sandboxed(repo: Path) -> CodeRepositoryTools:
+    return CodeRepositoryTools(repo, allow_commands=True, sandbox="bwrap")
+
+
+@pytest.fixture
+def no_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """PATH with the few programs the tests run, and no bwrap."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("env", "sleep", "nohup", "cat"):
+        (bin_dir / name).symlink_to(shutil.which(name) or f"/usr/bin/{name}")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return bin_dir
+
+
+def marker() -> str:
+    """A `sleep` duration no other process uses (other test runs may share the machine)."""
+    return str(random.randint(10**6, 10**7))
+
+
+def running(duration: str) -> bool:
+    """Whether a `sleep <duration>` is alive anywhere (zombies have an empty cmdline)."""
+    wanted = b"sleep\0" + duration.encode() + b"\0"
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().endswith(wanted):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def wait_until(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def write_replay(path: Path, *replies: str) -> Path:
+    steps = [{"response": LlmResponse(text).to_dict()} for text in replies]
+    path.write_text(json.dumps({"steps": steps, "settings": {"model": "replayed"}}))
+    return path
+
+
+# ----------------------------------------------------------------------------- choosing it
+def test_bwrap_argv_mounts_parents_first_and_hides_home_and_run(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    repo = home / "work" / "repo"
+    repo.mkdir(parents=True)
+    argv = " ".join(bwrap_argv(repo, homes=[home]))
+    # tmp_path is under /tmp: /tmp's tmpfs, then the home's inside it, then the repository.
+    assert argv.index("--tmpfs /tmp ") < argv.index(f"--tmpfs {home} ") < argv.index("--bind")
+    assert f"--bind {repo} {repo}" in argv and f"--remount-ro {home} " in argv
+    assert "--tmpfs /run " in argv and "--remount-ro /run " in argv
+    assert "--unshare-all" in argv and "--share-net" not in argv and "--die-with-parent" in argv
+    assert argv.endswith(f"--chdir {repo} --")
+
+    with_network = bwrap_argv(repo, network=True, homes=[home])
+    assert "--share-net" in with_network and "/run" not in with_network
+
+
+def test_bwrap_mode_without_bwrap_raises_with_the_install_hint(no_bwrap: Path) -> None:
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        resolve_sandbox("bwrap")
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        CodeRepositoryTools(".", allow_commands=True, sandbox="bwrap")
+    with pytest.raises(ValueError, match="auto, bwrap, off"):
+        CodeRepositoryTools(".", sandbox="firejail")
+
+
+def test_auto_without_bwrap_warns_and_still_scrubs_the_environment(
+    no_bwrap: Path, repo: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="auto")
+    assert tools.sandbox == "off"
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "NOT sandboxed" in caplog.text and "bubblewrap" in caplog.text
+
+    out = tools.run_command("env")
+    assert not [name for name in SECRETS if f"{name}=" in out]
+    assert "PATH=" in out and "TERM=dumb" in out and "PAGER=cat" in out
+
+
+def test_cli_sandbox_bwrap_without_bwrap_exits_2_with_the_hint(
+    no_bwrap: Path, repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["--list-tools", "--repo", str(repo), "--allow-commands", "--sandbox", "bwrap"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "--sandbox bwrap" in err and "install bubblewrap" in err
+
+
+def test_cli_auto_without_bwrap_warns_once_and_the_command_gets_no_secret(
+    no_bwrap: Path, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    replay = write_replay(tmp_path / "r.json", xml_action("run_command", command="env"),
+                          xml_action("run_command", command="env"),
+                          xml_action("task_complete", result="done"))  # fmt: skip
+    trajectory = tmp_path / "t.json"
+    code = main(["--task", "look", "--repo", str(repo), "--replay", str(replay),
+                 "--allow-commands", "--trajectory", str(trajectory)])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert err.count("NOT sandboxed") == 1 and "bubblewrap" in err
+    assert "sandbox: off" in out
+    observations = [s["observations"] for s in json.loads(trajectory.read_text())["steps"][:2]]
+    text = json.dumps(observations)
+    assert "TERM=dumb" in text and not [name for name in SECRETS if f"{name}=" in text]
+
+
+@needs_bwrap
+def test_list_tools_and_the_summary_name_the_sandbox(repo: Path, tmp_path: Path, capsys) -> None:
+    assert main(["--list-tools", "--repo", str(repo), "--allow-commands"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "sandbox: bwrap"
+    assert main(["--list-tools", "--repo", str(repo), "--sandbox", "off"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "sandbox: off"
+
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="done"))
+    assert main(["--task", "x", "--repo", str(repo), "--replay", str(replay),
+                 "--allow-commands", "--output", "json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["sandbox"] == "bwrap"
+
+
+# ----------------------------------------------------------------------------- what it blocks
+@needs_bwrap
+def test_writes_outside_the_repo_fail_read_only_and_the_model_is_told_once(
+    sandboxed: CodeRepositoryTools, repo: Path
+) -> None:
+    outside = Path(tempfile.mkdtemp(prefix="toy-agent-outside-", dir="/var/tmp"))
+    try:
+        out = sandboxed.run_command(f"echo x > {outside}/escaped; echo y > inside.txt")
+        assert "Read-only file system" in out
+        assert "[Note: commands run in a bubblewrap sandbox" in out
+        assert not (outside / "escaped").exists()
+        assert (repo / "inside.txt").read_text() == "y\n"
+
+        again = sandboxed.run_command(f"touch {outside}/again")
+        assert "Read-only file system" in again and "[Note:" not in again
+        assert not (outside / "again").exists()
+    finally:
+        shutil.rmtree(outside)
+
+
+@needs_bwrap
+def test_tmp_is_private(sandboxed: CodeRepositoryTools) -> None:
+    with tempfile.NamedTemporaryFile(dir="/tmp", prefix="toy-agent-host-") as host_file:
+        name = f"toy-agent-{marker()}"
+        out = sandboxed.run_command(
+            f"cat {host_file.name}; echo hi > /tmp/{name} && cat /tmp/{name}"
+        )
+    assert "No such file or directory" in out and out.rstrip().endswith("hi")
+    assert not Path("/tmp", name).exists()
+
+
+@needs_bwrap
+def test_home_is_hidden_but_a_repo_inside_it_stays_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("MARKER-PRIVATE-KEY\n")
+    (home / ".aws").mkdir()
+    (home / ".aws" / "credentials").write_text("MARKER-AWS\n")
+    repo = home / "src" / "project"
+    repo.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="bwrap")
+
+    out = tools.run_command(
+        f"cat ~/.ssh/id_rsa {home}/.ssh/id_rsa {home}/.aws/credentials; ls -A {home}; "
+        f'echo "home=$HOME"; echo made > made.txt; touch {home}/planted; echo scratch > ~/s'
+    )
+    assert "MARKER" not in out
+    assert f"home={SCRATCH_HOME}" in out and "Read-only file system" in out
+    assert (repo / "made.txt").read_text() == "made\n"
+    assert not (home / "planted").exists() and not (home / "s").exists()
+
+
+@needs_bwrap
+def test_no_network_not_even_the_hosts_loopback(repo: Path) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    command = f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED-$((6*7))'"
+    try:
+        closed = CodeRepositoryTools(repo, allow_commands=True, sandbox="bwrap")
+        assert "CONNECTED-42" not in closed.run_command(command, timeout=10)
+        opened = CodeRepositoryTools(repo, allow_commands=True, sandbox="bwrap",
+                                     sandbox_network=True)  # fmt: skip
+        assert "CONNECTED-42" in opened.run_command(command, timeout=10)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("sandbox", [pytest.param("bwrap", marks=needs_bwrap), "off"])
+def test_the_command_environment_holds_no_secret(
+    sandbox: str, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    tools = CodeRepositoryTools(repo, allow_commands=True, sandbox=sandbox)
+    out = tools.run_command("env; echo ---; env | base64 -w0")
+    listing, encoded = out.split("\n", 2)[2].split("\n---\n")
+    env = dict(line.split("=", 1) for line in listing.splitlines() if "=" in line)
+    unsafe = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+    assert not [name for name in env if name.startswith("LD_") or any(u in name for u in unsafe)]
+    decoded = base64.b64decode(encoded.strip()).decode()  # what an encoding trick would leak
+    assert not [value for value in SECRETS.values() if value in decoded]
+    assert env["LANG"] == "C.UTF-8" and env["TERM"] == "dumb" and env["PAGER"] == "cat"
+    assert env["PATH"]
+
+
+# ----------------------------------------------------------------------------- no survivors
+@needs_bwrap
+def test_setsid_and_nohup_children_die_with_the_command(sandboxed: CodeRepositoryTools) -> None:
+    a, b = marker(), marker()
+    out = sandboxed.run_command(
+        f"setsid sleep {a} >/dev/null 2>&1 & nohup sleep {b} >/dev/null 2>&1 & "
+        f"(sleep {a} &) ; sleep 0.2; echo started"
+    )
+    assert "started" in out
+    assert wait_until(lambda: not running(a) and not running(b), 5)
+
+
+@needs_bwrap
+def test_setsid_and_nohup_children_die_on_timeout(sandboxed: CodeRepositoryTools) -> None:
+    a, b = marker(), marker()
+    with pytest.raises(ToolError, match="timed out after 1s"):
+        sandboxed.run_command(f"setsid sleep {a} & nohup sleep {b} & sleep 60", timeout=1)
+    assert wait_until(lambda: not running(a) and not running(b), 5)
+
+
+def test_unsandboxed_the_group_dies_with_the_command_and_on_timeout(repo: Path) -> None:
+    tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="off")
+    a, b = marker(), marker()
+    tools.run_command(f"nohup sleep {a} >/dev/null 2>&1 & echo started")
+    assert wait_until(lambda: not running(a), 5)
+    with pytest.raises(ToolError, match="timed out"):
+        tools.run_command(f"nohup sleep {b} >/dev/null 2>&1 & sleep 60", timeout=1)
+    assert wait_until(lambda: not running(b), 5)
+
+
+SANDBOXED_SIGNALS = [
+    pytest.param("bwrap", signal.SIGINT, 130, marks=needs_bwrap, id="bwrap-ctrl-c"),
+    pytest.param("bwrap", signal.SIGTERM, 143, marks=needs_bwrap, id="bwrap-sigterm"),
+    pytest.param("bwrap", signal.SIGHUP, 129, marks=needs_bwrap, id="bwrap-sighup"),
+    pytest.param("off", signal.SIGINT, 130, id="off-ctrl-c"),
+    pytest.param("off", signal.SIGTERM, 143, id="off-sigterm"),
+]
+
+
+@pytest.mark.parametrize(("sandbox", "signum", "exit_code"), SANDBOXED_SIGNALS)
+def test_stopping_the_agent_kills_every_process_of_the_command(
+    sandbox: str, signum: int, exit_code: int, repo: Path, tmp_path: Path
+) -> None:
+    a, b, c = marker(), marker(), marker()
+    escape = "setsid" if sandbox == "bwrap" else "nohup"  # setsid leaves an unsandboxed group
+    command = f"{escape} sleep {a} >/dev/null 2>&1 & nohup sleep {b} >/dev/null 2>&1 & sleep {c}"
+    replay = write_replay(tmp_path / "r.json", xml_action("run_command", command=command))
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "main.py"), "--task", "run", "--repo", str(repo),
+         "--replay", str(replay), "--allow-commands", "--sandbox", sandbox],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    try:
+        assert wait_until(lambda: running(a) and running(b) and running(c), 30)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == exit_code, err
+    assert "cancelled" in out and f"sandbox: {sandbox}" in out
+    assert wait_until(lambda: not (running(a) or running(b) or running(c)), 5)
+
+
+def test_a_command_still_running_when_the_agent_exits_is_killed(repo: Path) -> None:
+    a, b = marker(), marker()
+    script = textwrap.dedent(f"""
+        import threading, time
+        from pathlib import Path
+        from toy_agent.tools import CodeRepositoryTools
+        tools = CodeRepositoryTools({str(repo)!r}, allow_commands=True, sandbox="off")
+        command = "nohup sleep {a} >/dev/null 2>&1 & touch started; sleep {b}"
+        threading.Thread(target=tools.run_command, args=(command, 600), daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not Path({str(repo / "started")!r}).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("exiting with the command still running")
+    """)  # the daemon thread is still waiting for the command when the interpreter exits
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, timeout=60,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and "exiting" in done.stdout, done.stderr
+    assert wait_until(lambda: not running(a) and not running(b), 5)

@@ -1,0 +1,221 @@
+"""MCP server configuration and naming, pure and quick to test: parsing `--mcp-server`
+values and `mcpServers` files, the names tools are exposed under, and tool results as text.
+The live connections are in `mcp_tools`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import shlex
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+_NAME_MAX = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_LAUNCHER = re.compile(r"uvx|uv|npx|bunx|pnpx|pnpm|pipx|docker|podman|node|deno|bun|python[\d.]*")
+_SUBCOMMAND = re.compile(r"run|tool|dlx|exec|x")
+# launcher options that take a value, skipped when naming a server after its package
+_VALUE_OPTION = re.compile(r"--(from|with|python|env|volume|name|network|workdir|user)|-[pevwu]")
+
+
+class McpError(Exception):
+    """A server could not be started, reached or initialised at launch (CLI exit code 2)."""
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    """One server: a command line (stdio) or an http(s) URL (Streamable HTTP, or SSE)."""
+
+    name: str
+    command: tuple[str, ...] = ()
+    url: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    sse: bool = False  # legacy HTTP+SSE transport, only from a config file's "type": "sse"
+
+    def __post_init__(self) -> None:
+        if bool(self.command) == bool(self.url):
+            raise ValueError(f"MCP server {self.name!r}: give exactly one of command or url")
+
+    @property
+    def label(self) -> str:
+        """How errors name the server: `'git' (uvx mcp-server-git)`; headers never shown."""
+        return f"{self.name!r} ({shlex.join(self.command) if self.command else self.url})"
+
+
+def parse_server_arg(arg: str) -> McpServerConfig:
+    """Turn a `--mcp-server` value into a config: an http(s) URL, or a command line (stdio)."""
+    arg = arg.strip()
+    if re.match(r"https?://", arg, re.IGNORECASE):
+        return McpServerConfig(name=urlsplit(arg).hostname or "server", url=arg)
+    try:
+        argv = tuple(shlex.split(arg))
+    except ValueError as exc:
+        raise McpError(f"--mcp-server {arg!r}: cannot split the command line: {exc}") from None
+    if not argv:
+        raise McpError("--mcp-server needs a URL or a command line, got an empty value")
+    return McpServerConfig(name=_command_name(argv), command=argv)
+
+
+def _command_name(argv: Sequence[str]) -> str:
+    """The package or script a launcher runs (`npx -y @scope/pkg` -> pkg), else the program."""
+    program = re.sub(r"\.(exe|cmd|bat)$", "", Path(argv[0]).name, flags=re.IGNORECASE)
+    if not _LAUNCHER.fullmatch(program):
+        return program
+    args = iter(argv[1:])
+    for token in args:
+        if token == "-m":
+            return next(args, program)
+        if _VALUE_OPTION.fullmatch(token):
+            next(args, None)
+        elif not token.startswith("-") and not _SUBCOMMAND.fullmatch(token):
+            base = token.rstrip("/").rsplit("/", 1)[-1]
+            base = re.sub(r"(?<=.)[@:].*$", "", base)  # version or image tag
+            return re.sub(r"\.(py|js|mjs|cjs|ts)$", "", base) or program
+    return program
+
+
+def load_mcp_config(path: str | os.PathLike[str]) -> list[McpServerConfig]:
+    """Read the `mcpServers` JSON shared by Claude Desktop, Cursor and Claude Code.
+
+    `${VAR}` and `${VAR:-default}` are expanded in commands, args, env, url, headers and cwd,
+    so secrets can stay in the environment. Entries with `"disabled": true` are skipped.
+    """
+    where = f"MCP config {os.fspath(path)}"
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise McpError(f"cannot read {where}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise McpError(
+            f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    servers = data.get("mcpServers", data.get("servers")) if isinstance(data, dict) else None
+    if not isinstance(servers, dict):
+        raise McpError(f'{where}: expected an object with an "mcpServers" object')
+    return [
+        _server_entry(f"{where}: server {name!r}", name, entry)
+        for name, entry in servers.items()
+        if not (isinstance(entry, dict) and entry.get("disabled") is True)
+    ]
+
+
+def _server_entry(where: str, name: str, entry: Any) -> McpServerConfig:
+    if not isinstance(entry, dict):
+        raise McpError(f"{where}: expected an object")
+    kind = entry.get("type") or ("stdio" if "command" in entry else "http")
+    if kind not in ("stdio", "http", "streamable-http", "streamableHttp", "sse"):
+        raise McpError(f"{where}: unknown type {kind!r} (use stdio, http or sse)")
+    if ("command" in entry) == ("url" in entry):
+        raise McpError(f'{where}: give either "command" (stdio) or "url" (http)')
+    expand = _expander(where)
+    env = {key: expand(value) for key, value in _str_map(where, entry, "env").items()}
+    headers = {key: expand(value) for key, value in _str_map(where, entry, "headers").items()}
+    if kind == "stdio":
+        command, args = entry.get("command"), entry.get("args", [])
+        if not isinstance(command, str) or not command.strip():
+            raise McpError(f'{where}: "command" must be a non-empty string')
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise McpError(f'{where}: "args" must be a list of strings')
+        cwd = entry.get("cwd")
+        if cwd is not None and not isinstance(cwd, str):
+            raise McpError(f'{where}: "cwd" must be a string')
+        argv = tuple(expand(part) for part in [command, *args])
+        return McpServerConfig(name, command=argv, env=env, cwd=cwd and expand(cwd))
+    url = entry.get("url")
+    if not isinstance(url, str) or not re.match(r"https?://", url, re.IGNORECASE):
+        raise McpError(f'{where}: "url" must be an http:// or https:// URL')
+    return McpServerConfig(name, url=expand(url), headers=headers, sse=kind == "sse")
+
+
+def _str_map(where: str, entry: dict[str, Any], key: str) -> dict[str, str]:
+    value = entry.get(key, {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise McpError(f'{where}: "{key}" must be an object of strings')
+    return value
+
+
+def _expander(where: str) -> Callable[[str], str]:
+    def expand(text: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            value = os.environ.get(match[1], match[2])
+            if value is None:
+                raise McpError(f"{where}: environment variable {match[1]} is not set")
+            return value
+
+        return _ENV_REF.sub(one, text)
+
+    return expand
+
+
+def sanitize(name: str) -> str:
+    """A name providers accept: `^[A-Za-z0-9_-]{1,64}$`."""
+    return _UNSAFE.sub("_", name)[:_NAME_MAX] or "_"
+
+
+def unique_name(wanted: str, taken: set[str]) -> str:
+    """`wanted` sanitised, with a `_2`, `_3`... suffix while the name is taken."""
+    base = sanitize(wanted)
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base[: _NAME_MAX - len(str(n)) - 1]}_{n}", n + 1
+    return name
+
+
+def assign_names(offers: Sequence[tuple[str, Sequence[str]]]) -> list[list[str]]:
+    """Exposed names for each server's tools: its own name, unless another server offers the
+    same one, then `server__tool`. (Local tool names are kept free by the route table.)"""
+    counts = Counter(sanitize(tool) for _, tools in offers for tool in tools)
+    taken: set[str] = set()
+    exposed = []
+    for server, tools in offers:
+        names = []
+        for tool in tools:
+            wanted = tool if counts[sanitize(tool)] == 1 else f"{sanitize(server)}__{tool}"
+            name = unique_name(wanted, taken)
+            taken.add(name)
+            names.append(name)
+        exposed.append(names)
+    return exposed
+
+
+def result_text(result: Any) -> str:
+    """A CallToolResult as text: text joined, other content summarised, else structured JSON."""
+    parts = []
+    for block in result.content:
+        kind = block.type
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind}: {block.mime_type}, {_b64_size(block.data)} bytes]")
+        elif kind == "resource_link":
+            parts.append(f"[resource link: {block.uri}]")
+        elif kind == "resource":
+            res = block.resource
+            text = getattr(res, "text", None)
+            parts.append(
+                text
+                if text is not None
+                else f"[resource: {res.uri}, {res.mime_type}, {_b64_size(res.blob)} bytes]"
+            )
+        else:
+            parts.append(f"[{kind} content]")
+    if not parts and result.structured_content is not None:
+        return json.dumps(result.structured_content, ensure_ascii=False)
+    return "\n".join(parts)
+
+
+def _b64_size(data: str) -> int:
+    with contextlib.suppress(ValueError):
+        return len(base64.b64decode(data, validate=False))
+    return len(data) * 3 // 4

@@ -1,0 +1,115 @@
+"""The vocabulary shared by the agent, the action formats and the LLM clients: messages, tool
+calls, responses and token usage, as small frozen dataclasses with their JSON forms."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+# A tool as offered to the model: {"name": str, "description": str, "parameters": JSON Schema}.
+ToolSpec = dict[str, Any]
+TextCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens one call (or a whole run, once summed) consumed."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_tokens + other.cached_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A native tool call requested by the model (`--tool-format native`)."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+    arguments_error: str = ""  # the raw text, when the arguments were not a JSON object
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The answer to one native `ToolCall`, sent back in the next user message."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class Message:
+    """One conversation turn in a provider-neutral shape.
+
+    `tool_calls` only appear on assistant turns and `tool_results` only on user turns, and
+    only in native tool-calling mode; in the text formats both stay empty.
+    """
+
+    role: Literal["user", "assistant"]
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [asdict(c) for c in self.tool_calls]
+        if self.tool_results:
+            data["tool_results"] = [asdict(r) for r in self.tool_results]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        return cls(
+            role=data["role"],
+            content=data.get("content", ""),
+            tool_calls=tuple(ToolCall(**c) for c in data.get("tool_calls", ())),
+            tool_results=tuple(ToolResult(**r) for r in data.get("tool_results", ())),
+        )
+
+
+# Why a response ended, normalised across providers.
+StopReason = Literal["end", "tool_use", "max_tokens", "safety", "other"]
+
+
+@dataclass(frozen=True)
+class LlmResponse:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: StopReason = "end"
+    model: str = ""
+    seconds: float = 0.0  # how long the call took; set by the agent, not recorded
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "tool_calls": [asdict(c) for c in self.tool_calls],
+            "usage": self.usage.to_dict(),
+            "stop_reason": self.stop_reason,
+            "model": self.model,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LlmResponse:
+        return cls(
+            text=data.get("text", ""),
+            tool_calls=tuple(ToolCall(**c) for c in data.get("tool_calls", ())),
+            usage=Usage(**data.get("usage", {})),
+            stop_reason=data.get("stop_reason", "end"),
+            model=data.get("model", ""),
+        )
