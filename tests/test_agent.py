@@ -16,9 +16,10 @@ from toy_agent.events import (
     ToolFinished,
     TrajectoryRecorder,
 )
-from toy_agent.llm import LlmError, ReplayLlmClient
+from toy_agent.llm import LlmClient, LlmError, ReplayLlmClient
 from toy_agent.messages import LlmResponse, Usage
 from toy_agent.redaction import Redactor
+from toy_agent.tools import CodeRepositoryTools
 
 
 @pytest.fixture
@@ -327,3 +328,51 @@ def test_without_streaming_no_text_deltas_are_emitted(repo):
     ).run("task")
 
     assert not any(isinstance(e, TextDelta) for e in events)
+
+
+def test_one_file_changed_through_two_spellings_is_one_change(tmp_path):
+    llm = ScriptedLlm(
+        xml_action("write_file", path="a.py", content="one\n"),
+        xml_action("edit_file", path="./a.py", old_str="one", new_str="two"),
+        xml_action("task_complete", result="ok"),
+    )
+    result = ReactAgent(llm, tmp_path).run_result("x")
+    assert result.files_changed == ({"path": "a.py", "added": 1, "removed": 0},)
+    assert list(result.diffs) == ["a.py"]
+    assert "+two" in result.diffs["a.py"] and "/dev/null" in result.diffs["a.py"]
+
+
+def test_contradicting_tools_is_an_error_and_tools_decide_the_rest(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    tools = CodeRepositoryTools(a)
+    with pytest.raises(ValueError, match="contradicts tools"):
+        ReactAgent(ScriptedLlm(), repo_path=b, tools=tools)
+    with pytest.raises(ValueError, match="allow_commands=True contradicts"):
+        ReactAgent(ScriptedLlm(), tools=tools, allow_commands=True)
+    agent = ReactAgent(ScriptedLlm(), tools=tools)
+    assert agent.repo_path == a and agent.tools is tools
+
+
+def test_a_diff_of_a_file_without_a_final_newline_counts_one_line_each_way(tmp_path):
+    (tmp_path / "f.txt").write_text("x")
+    llm = ScriptedLlm(xml_action("edit_file", path="f.txt", old_str="x", new_str="y"),
+                      xml_action("task_complete", result="ok"))  # fmt: skip
+    result = ReactAgent(llm, tmp_path).run_result("x")
+    assert result.files_changed == ({"path": "f.txt", "added": 1, "removed": 1},)
+    assert (
+        "-x\n\\ No newline at end of file\n+y\n\\ No newline at end of file\n"
+        in (result.diffs["f.txt"])
+    )
+
+
+def test_the_spec_methods_accept_plain_strings(tmp_path):
+    class TextClient(LlmClient):  # written to the seed spec: call_llm returns a str
+        def call_llm(self, system_prompt, messages, *, tools=None, on_text=None):
+            return xml_action("task_complete", result="plain")
+
+    agent = ReactAgent(TextClient(), tmp_path)
+    assert agent.run("x")["result"] == "plain"
+    assert agent._execute_tool("task_complete", {"result": "done"}) == "done"
+    assert agent._parse_response(xml_action("list_files")).actions[0].tool_name == "list_files"

@@ -189,7 +189,7 @@ def test_unreachable_server_is_an_llm_error(provider, server):
     ],
 )
 def test_permanent_errors_fail_at_once_with_the_fix(provider, server, status, fix):
-    env = PROVIDERS[provider][0].key_env
+    env = re.escape(" / ".join(PROVIDERS[provider][0].key_envs))
     server.enqueue(error_reply(status, f"no luck for {KEY}", retry_after="0"))
     with pytest.raises(LlmError) as caught:
         ask(make_client(provider, server))

@@ -182,9 +182,8 @@ class ReactAgent:
         self.usage, self.iteration = Usage(), 0
         started = time.monotonic()
         with self._mcp_session() as mcp:
-            routes = RouteTable.build(self.tools, [mcp] if mcp else [])
-            changes = ChangeTracker(self.tools)
-            self._run = _Run(routes, [log_event, changes, *self._subscribers], changes)
+            self._run = self._new_run(mcp)
+            changes = self._run.changes
             try:
                 self.system_prompt = self._build_system_prompt()
                 self.conversation_history = [Message("user", self.redactor.redact(task))]
@@ -341,25 +340,25 @@ class ReactAgent:
                             "arguments.")  # fmt: skip
         if tool_name == "task_complete":
             return self._final_answer(parameters)
-        if self._run is None:  # called outside run(): route over this agent's tools
-            return RouteTable.build(self.tools, _list(self.mcp_tools_client)).call(
-                tool_name, parameters
-            )
-        return self._run.routes.call(tool_name, parameters)
+        return self._routes.call(tool_name, parameters)
 
     # -- helpers ------------------------------------------------------------------------
 
+    def _new_run(self, mcp: McpTools | None) -> _Run:
+        routes = RouteTable.build(self.tools, [mcp] if mcp else [])
+        changes = ChangeTracker(self.tools)
+        return _Run(routes, [log_event, changes, *self._subscribers], changes)
+
     @property
     def _state(self) -> _Run:
+        """The run's state; the spec's step methods called outside run() get a fresh one."""
         if self._run is None:
-            raise RuntimeError("only inside run()")
+            self._run = self._new_run(self.mcp_tools_client)
         return self._run
 
     @property
     def _routes(self) -> RouteTable:
-        if self._run is not None:
-            return self._run.routes
-        return RouteTable.build(self.tools, _list(self.mcp_tools_client))
+        return self._state.routes
 
     def _error_message(self, response: LlmResponse, error: ParseError) -> Message:
         """Native tool calls must each be answered, even when none of them was run."""
@@ -428,10 +427,6 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
-
-
-def _list(mcp: McpTools | None) -> list[McpTools]:
-    return [mcp] if mcp else []
 
 
 def _repository_tools(

@@ -25,7 +25,6 @@ OUTCOME_EXIT_CODES = {
     "provider_error": EXIT_PROVIDER,
     "cancelled": EXIT_INTERRUPTED,
 }
-PROVIDERS = ("claude", "gemini", "openai", "replay")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -35,7 +34,7 @@ class UsageError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     from toy_agent.context import DEFAULT_CONTEXT_BUDGET
-    from toy_agent.llm import DEFAULT_MODELS
+    from toy_agent.llm import DEFAULT_MODELS, PROVIDER_CLASSES
     from toy_agent.sandbox import SANDBOX_MODES
 
     models = ", ".join(f"{p}: {m}" for p, m in DEFAULT_MODELS.items())
@@ -50,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--repo", default=".", metavar="PATH", help="the repository to work on (default: .)")
     add("--max-iterations", type=_positive_int, default=10, metavar="N",
         help="maximum THINK/ACT cycles (default: 10)")
-    add("--llm-provider", choices=PROVIDERS,
+    add("--llm-provider", choices=(*PROVIDER_CLASSES, "replay"),
         help="the LLM provider (default: claude, or replay when --replay is given); replay "
         "re-runs a --trajectory file offline")
     add("--model", metavar="NAME", help=f"model name (defaults: {models})")
@@ -178,7 +177,7 @@ def _run_agent(args, repo, task, llm, mcp, redactor, live: bool, tools) -> int:
         subscribers.append(TerminalView(sys.stdout))
     if args.trajectory:
         subscribers.append(TrajectoryRecorder(Path(args.trajectory), redactor.redact_obj))
-    confirm = make_confirm(repo, _ask, sys.stderr) if args.confirm else None
+    confirm = make_confirm(tools, _ask, sys.stderr) if args.confirm else None
     agent = ReactAgent(
         llm, repo, args.max_iterations, tools=tools, mcp_tools=mcp, tool_format=args.tool_format,
         context_budget=args.context_budget, allow_commands=args.allow_commands,

@@ -113,26 +113,6 @@ class ReplayLlmClient(LlmClient):
 
 # --- settings -------------------------------------------------------------------------------
 
-DEFAULT_MODELS = {
-    "claude": "claude-sonnet-5-5",
-    "gemini": "gemini-2.5-flash",
-    "openai": "gpt-5-mini",
-}
-KEY_ENVS = {
-    "claude": ("ANTHROPIC_API_KEY",),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "openai": ("OPENAI_API_KEY",),
-}
-BASE_URL_ENVS = {
-    "claude": "ANTHROPIC_BASE_URL",
-    "gemini": "GOOGLE_GEMINI_BASE_URL",
-    "openai": "OPENAI_BASE_URL",
-}
-DEFAULT_BASE_URLS = {
-    "claude": "https://api.anthropic.com",
-    "gemini": "https://generativelanguage.googleapis.com/",
-    "openai": "https://api.openai.com/v1",
-}
 # Local OpenAI-compatible servers (Ollama, vLLM, llama.cpp) ignore the key but the SDK wants one.
 LOCAL_SERVER_KEY = "not-needed"
 # Transient statuses: request timeout, rate limit, server errors, Anthropic's 529 "overloaded".
@@ -147,15 +127,16 @@ def resolve_settings(
     provider: str, api_key: str | None, base_url: str | None, environ: Mapping[str, str]
 ) -> tuple[str, str]:
     """The key and base URL for `provider`: explicit values win over the environment."""
-    custom_url = base_url or environ.get(BASE_URL_ENVS[provider], "").strip() or None
-    names = KEY_ENVS[provider]
+    facts = PROVIDER_CLASSES[provider]
+    custom_url = base_url or environ.get(facts.base_url_env, "").strip() or None
+    names = facts.key_envs
     key = (api_key or next((environ[n] for n in names if environ.get(n)), "")).strip()
     if not key and provider == "openai" and custom_url:
         key = LOCAL_SERVER_KEY
     if not key:
         shown = names[0] + "".join(f" (or {n})" for n in names[1:])
         raise LlmConfigError(f"{shown} is not set: export it or put it in .env")
-    return key, custom_url or DEFAULT_BASE_URLS[provider]
+    return key, custom_url or facts.default_base_url
 
 
 def create_llm_client(
@@ -168,11 +149,12 @@ def create_llm_client(
     environ: Mapping[str, str] = os.environ,
 ) -> LlmClient:
     """Build the client for a real provider, reading keys and base URLs from `environ` only."""
-    classes = {c.provider: c for c in (ClaudeLlmClient, GeminiLlmClient, OpenAICompatibleLlmClient)}
-    if provider not in classes:
-        raise LlmConfigError(f"unknown LLM provider {provider!r}: use one of {', '.join(classes)}")
+    if provider not in PROVIDER_CLASSES:
+        names = ", ".join(PROVIDER_CLASSES)
+        raise LlmConfigError(f"unknown LLM provider {provider!r}: use one of {names}")
     key, url = resolve_settings(provider, None, base_url, environ)
-    return classes[provider](key, model, base_url=url, max_retries=max_retries, timeout=timeout)
+    client = PROVIDER_CLASSES[provider]
+    return client(key, model, base_url=url, max_retries=max_retries, timeout=timeout)
 
 
 # --- retries and errors ---------------------------------------------------------------------
@@ -283,15 +265,20 @@ def _tool_fields(tool: ToolSpec) -> tuple[str, str, dict[str, Any]]:
 class _ProviderClient(LlmClient):
     """Retries, error messages and logging shared by the SDK-backed clients.
 
-    `api_key` and `base_url` default to the provider's environment variables (KEY_ENVS,
-    BASE_URL_ENVS); `create_llm_client` resolves them from an explicit `environ` instead.
+    Each subclass states its provider's facts: `provider` (the --llm-provider name),
+    `default_model`, `key_envs` (the key variables, first preferred), `base_url_env` and
+    `default_base_url`. `api_key` and `base_url` default to those variables;
+    `create_llm_client` resolves them from an explicit `environ` instead.
 
     The SDKs' own retries are off (max_retries=0): anthropic and openai neither cap a long
     Retry-After nor log at WARNING, and google-genai ignores Retry-After; one loop here gives
     all three the same behaviour.
     """
 
-    key_env = ""
+    default_model = ""
+    key_envs: tuple[str, ...] = ()
+    base_url_env = ""
+    default_base_url = ""
     retry_base_delay = 1.0  # seconds of backoff before the first retry; tests set 0
     _parse: Callable[[dict[str, Any]], LlmResponse]  # one of the from_*_response functions
 
@@ -308,9 +295,14 @@ class _ProviderClient(LlmClient):
         self._api_key, self.base_url = resolve_settings(
             self.provider, api_key, base_url, os.environ
         )
-        self.model = model or DEFAULT_MODELS[self.provider]
+        self.model = model or self.default_model
         self.max_retries, self.timeout, self.max_tokens = max(0, max_retries), timeout, max_tokens
         self._sdk = self._make_sdk()
+
+    @property
+    def key_env(self) -> str:
+        """The key variables as error messages name them."""
+        return " / ".join(self.key_envs)
 
     @abstractmethod
     def _make_sdk(self) -> Any: ...
@@ -462,7 +454,10 @@ class ClaudeLlmClient(_ProviderClient):
     """Claude through the anthropic SDK's Messages API, with prompt caching."""
 
     provider = "claude"
-    key_env = "ANTHROPIC_API_KEY"
+    default_model = "claude-sonnet-5-5"
+    key_envs = ("ANTHROPIC_API_KEY",)
+    base_url_env = "ANTHROPIC_BASE_URL"
+    default_base_url = "https://api.anthropic.com"
     _parse = staticmethod(from_anthropic_response)
 
     def _make_sdk(self) -> Any:
@@ -590,7 +585,10 @@ class GeminiLlmClient(_ProviderClient):
     """Gemini through google-genai (never the retired google-generativeai)."""
 
     provider = "gemini"
-    key_env = "GEMINI_API_KEY / GOOGLE_API_KEY"
+    default_model = "gemini-2.5-flash"
+    key_envs = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
+    base_url_env = "GOOGLE_GEMINI_BASE_URL"
+    default_base_url = "https://generativelanguage.googleapis.com/"
     _parse = staticmethod(from_gemini_response)
 
     def _make_sdk(self) -> Any:
@@ -743,7 +741,10 @@ class OpenAICompatibleLlmClient(_ProviderClient):
     """Any Chat Completions server: OpenAI, Ollama, vLLM, llama.cpp, LM Studio, OpenRouter."""
 
     provider = "openai"
-    key_env = "OPENAI_API_KEY"
+    default_model = "gpt-5-mini"
+    key_envs = ("OPENAI_API_KEY",)
+    base_url_env = "OPENAI_BASE_URL"
+    default_base_url = "https://api.openai.com/v1"
     _parse = staticmethod(from_openai_response)
 
     def _make_sdk(self) -> Any:
@@ -771,3 +772,12 @@ class OpenAICompatibleLlmClient(_ProviderClient):
         import openai
 
         return _stainless_failure(openai, exc, self.base_url)
+
+
+# The providers, from their classes' own facts: the CLI's choices and tables derive from here.
+PROVIDER_CLASSES: dict[str, type[_ProviderClient]] = {
+    c.provider: c for c in (ClaudeLlmClient, GeminiLlmClient, OpenAICompatibleLlmClient)
+}
+DEFAULT_MODELS = {name: c.default_model for name, c in PROVIDER_CLASSES.items()}
+KEY_ENVS = {name: c.key_envs for name, c in PROVIDER_CLASSES.items()}
+BASE_URL_ENVS = {name: c.base_url_env for name, c in PROVIDER_CLASSES.items()}

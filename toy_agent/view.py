@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 from toy_agent.events import (
@@ -27,6 +26,7 @@ from toy_agent.events import (
     ToolStarted,
 )
 from toy_agent.parsing import Action
+from toy_agent.tools import CodeRepositoryTools, ToolError
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TAG = re.compile(r"</?[A-Za-z_]+>")
@@ -72,8 +72,9 @@ class Style:
 class TerminalView:
     """One line per step, and a spinner with elapsed time while the LLM thinks."""
 
-    def __init__(self, stream: TextIO = sys.stdout, *, color: bool | None = None,
-                 width: int | None = None):
+    def __init__(
+        self, stream: TextIO = sys.stdout, *, color: bool | None = None, width: int | None = None
+    ):
         self.stream = stream
         self.style = Style(use_color(stream) if color is None else color)
         self.width = width or _terminal_width()
@@ -104,8 +105,10 @@ class TerminalView:
                 self._stop_spinner()
                 mark = self.style("✗", "31") if obs.is_error else self.style("✓", "32")
                 detail = _first_line(visible(obs.content)) if obs.is_error else ""
-                self._line(f"  {mark} {describe_action(obs.action)} "
-                           f"{self.style(f'{seconds:.2f}s', '2')} {detail}")
+                self._line(
+                    f"  {mark} {describe_action(obs.action)} "
+                    f"{self.style(f'{seconds:.2f}s', '2')} {detail}"
+                )
             case RunFinished():
                 self._stop_spinner()
 
@@ -149,11 +152,15 @@ def describe_action(action: Action) -> str:
     return visible(f"{action.tool_name}{arg}")
 
 
-def format_summary(result: dict[str, Any], diffs: dict[str, str], *, show_diff: bool,
-                   color: bool = False) -> str:
+def format_summary(
+    result: dict[str, Any], diffs: dict[str, str], *, show_diff: bool, color: bool = False
+) -> str:
     style = Style(color)
-    status = style("✓ completed", "32") if result["success"] else style(
-        f"✗ not completed ({result['outcome']})", "31")
+    status = (
+        style("✓ completed", "32")
+        if result["success"]
+        else style(f"✗ not completed ({result['outcome']})", "31")
+    )
     usage = result.get("usage") or {}
     lines = [
         "",
@@ -167,8 +174,11 @@ def format_summary(result: dict[str, Any], diffs: dict[str, str], *, show_diff: 
         lines.append(f"sandbox: {result['sandbox']}")
     if result.get("files_changed"):
         lines.append("files changed:")
-        lines += [f"  {visible(c['path'])}  {style('+' + str(c['added']), '32')} "
-                  f"{style('-' + str(c['removed']), '31')}" for c in result["files_changed"]]
+        lines += [
+            f"  {visible(c['path'])}  {style('+' + str(c['added']), '32')} "
+            f"{style('-' + str(c['removed']), '31')}"
+            for c in result["files_changed"]
+        ]
     if show_diff and diffs:
         lines += ["", *(visible(d.rstrip("\n")) for d in diffs.values())]
     if result.get("error"):
@@ -177,26 +187,32 @@ def format_summary(result: dict[str, Any], diffs: dict[str, str], *, show_diff: 
     return "\n".join(lines)
 
 
-def preview_action(action: Action, repo: Path) -> str:
+def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
     """What --confirm shows before a change: a diff for file edits, the command to run."""
     params = action.parameters
     if action.tool_name == "run_command":
         return f"$ {params.get('command', '')}"
-    path = str(params.get("path", ""))
-    target = (repo / path).resolve()
-    if not target.is_relative_to(repo):
-        return f"{action.tool_name} {path} (outside the repository: the tool will refuse it)"
-    before = target.read_text(errors="replace") if target.is_file() else ""
+    try:
+        path = tools.relative(str(params.get("path", "")))
+    except ToolError as exc:
+        return f"{action.tool_name}: {exc} (the tool will refuse it)"
+    before = tools.snapshot(path) or ""
     if action.tool_name == "write_file":
         after = str(params.get("content", ""))
     else:
         after = before.replace(str(params.get("old_str", "")), str(params.get("new_str", "")), 1)
-    diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                fromfile=f"a/{path}", tofile=f"b/{path}")
+    diff = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=f"a/{path}",
+        tofile=f"b/{path}",
+    )
     return "".join(diff) or f"{action.tool_name} {path}: no change"
 
 
-def make_confirm(repo: Path, ask: Callable[[str], str], out: TextIO) -> Callable[[Action], bool]:
+def make_confirm(
+    tools: CodeRepositoryTools, ask: Callable[[str], str], out: TextIO
+) -> Callable[[Action], bool]:
     """A --confirm hook: y (yes), n (no), a (yes to everything from now on)."""
     approve_all = False
 
@@ -204,7 +220,7 @@ def make_confirm(repo: Path, ask: Callable[[str], str], out: TextIO) -> Callable
         nonlocal approve_all
         if approve_all:
             return True
-        out.write(f"\n{visible(preview_action(action, repo))}\n")
+        out.write(f"\n{visible(preview_action(action, tools))}\n")
         out.flush()
         try:
             answer = ask(f"Allow {describe_action(action)}? [y]es/[n]o/[a]ll: ").strip().lower()
