@@ -215,11 +215,11 @@ def test_legacy_sse_transport_from_a_config_file(tmp_path: Path) -> None:
 
 
 def test_a_hanging_tool_times_out_and_the_session_stays_usable(tmp_path: Path) -> None:
-    with McpTools(demo_stdio(), timeout=2) as tools:
+    with McpTools(demo_stdio(), timeout=4) as tools:
         started = time.monotonic()
-        with pytest.raises(McpToolError, match="'slow' .*timed out after 2s"):
-            tools.execute_mcp_tool("slow", {"seconds": 30})
-        assert time.monotonic() - started < 5
+        with pytest.raises(McpToolError, match="'slow' .*timed out after 4s"):
+            tools.execute_mcp_tool("slow", {"seconds": 600})
+        assert time.monotonic() - started < 300  # cut by the timeout, not the tool's end
         assert tools.execute_mcp_tool("echo", {"text": "still here"}) == "still here"
 
 
