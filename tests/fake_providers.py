@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from toy_agent.llm import BASE_URL_ENVS, KEY_ENVS
+from toy_agent.llm import PROVIDER_CLASSES
 from toy_agent.messages import ToolCall, Usage
 
 __all__ = [
@@ -91,7 +91,8 @@ class FakeProvider:
     def env(self, provider: str, key: str = "test-key") -> dict[str, str]:
         """The variables that point toy_agent's `provider` client here (for CLI tests)."""
         suffix = "/v1" if provider == "openai" else ""  # as for Ollama: .../v1/chat/completions
-        return {KEY_ENVS[provider][0]: key, BASE_URL_ENVS[provider]: self.url + suffix}
+        facts = PROVIDER_CLASSES[provider]
+        return {facts.key_envs[0]: key, facts.base_url_env: self.url + suffix}
 
     def enqueue(self, *replies: Reply) -> FakeProvider:
         with self._lock:

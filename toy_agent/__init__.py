@@ -7,73 +7,35 @@ instant and no provider SDK is imported until a client is built.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
+# public name -> the module that defines it
 _EXPORTS = {
     "ReactAgent": "toy_agent.agent",
+    "RunResult": "toy_agent.agent",
     "CodeRepositoryTools": "toy_agent.tools",
     "ToolError": "toy_agent.tools",
     "get_available_tools": "toy_agent.tools",
     "LlmClient": "toy_agent.llm",
-    "LlmResponse": "toy_agent.llm",
     "LlmError": "toy_agent.llm",
-    "Message": "toy_agent.llm",
-    "ToolCall": "toy_agent.llm",
-    "Usage": "toy_agent.llm",
     "ClaudeLlmClient": "toy_agent.llm",
     "GeminiLlmClient": "toy_agent.llm",
     "OpenAICompatibleLlmClient": "toy_agent.llm",
     "ReplayLlmClient": "toy_agent.llm",
     "create_llm_client": "toy_agent.llm",
+    "LlmResponse": "toy_agent.messages",
+    "Message": "toy_agent.messages",
+    "ToolCall": "toy_agent.messages",
+    "Usage": "toy_agent.messages",
     "McpTools": "toy_agent.mcp_tools",
+    "RouteTable": "toy_agent.routes",
     "Redactor": "toy_agent.redaction",
     "Action": "toy_agent.parsing",
     "Observation": "toy_agent.parsing",
 }
-__all__ = [
-    "__version__",
-    "ReactAgent",
-    "CodeRepositoryTools",
-    "ToolError",
-    "get_available_tools",
-    "LlmClient",
-    "LlmResponse",
-    "LlmError",
-    "Message",
-    "ToolCall",
-    "Usage",
-    "ClaudeLlmClient",
-    "GeminiLlmClient",
-    "OpenAICompatibleLlmClient",
-    "ReplayLlmClient",
-    "create_llm_client",
-    "McpTools",
-    "Redactor",
-    "Action",
-    "Observation",
-]
-
-if TYPE_CHECKING:
-    from toy_agent.agent import ReactAgent
-    from toy_agent.llm import (
-        ClaudeLlmClient,
-        GeminiLlmClient,
-        LlmClient,
-        LlmError,
-        LlmResponse,
-        Message,
-        OpenAICompatibleLlmClient,
-        ReplayLlmClient,
-        ToolCall,
-        Usage,
-        create_llm_client,
-    )
-    from toy_agent.mcp_tools import McpTools
-    from toy_agent.parsing import Action, Observation
-    from toy_agent.redaction import Redactor
-    from toy_agent.tools import CodeRepositoryTools, ToolError, get_available_tools
+__all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str) -> Any:

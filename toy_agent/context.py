@@ -18,10 +18,6 @@ KEEP_RECENT_MESSAGES = 4  # the latest two steps (assistant + observation each) 
 ELIDED_STUB_CHARS = 300
 
 
-def estimate_tokens(messages: Sequence[Message]) -> int:
-    return sum(_message_chars(m) for m in messages) // CHARS_PER_TOKEN
-
-
 def observation_cap(budget_tokens: int) -> int:
     """Most characters one observation may keep: a quarter of the budget, within bounds."""
     return max(2_000, min(60_000, budget_tokens * CHARS_PER_TOKEN // 4))

@@ -779,5 +779,3 @@ PROVIDER_CLASSES: dict[str, type[_ProviderClient]] = {
     c.provider: c for c in (ClaudeLlmClient, GeminiLlmClient, OpenAICompatibleLlmClient)
 }
 DEFAULT_MODELS = {name: c.default_model for name, c in PROVIDER_CLASSES.items()}
-KEY_ENVS = {name: c.key_envs for name, c in PROVIDER_CLASSES.items()}
-BASE_URL_ENVS = {name: c.base_url_env for name, c in PROVIDER_CLASSES.items()}
