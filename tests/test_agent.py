@@ -108,7 +108,8 @@ def test_path_outside_the_repository_is_refused_and_nothing_is_written(repo, tmp
 
     assert not (tmp_path / "escaped.txt").exists()
     assert "TOP SECRET" not in llm.sent_text()
-    assert "Error" in llm.requests[1]["messages"][-1].content
+    assert "../escaped.txt is outside the repository" in llm.requests[1]["messages"][-1].content
+    assert "secret.txt is outside the repository" in llm.requests[2]["messages"][-1].content
 
 
 def test_iteration_limit_ends_the_run_as_not_completed(repo):

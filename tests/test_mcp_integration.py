@@ -45,7 +45,8 @@ def test_agent_offers_and_runs_mcp_tools_next_to_local_ones(repo):
     assert schema["properties"]["a"]["type"] == "integer" and schema["required"] == ["a", "b"]
     assert "<tool><name>demo_server__read_file</name>" in prompt  # clash with a local tool
     assert "42" in llm.requests[1]["messages"][-1].content
-    assert "Error" in llm.requests[2]["messages"][-1].content  # the failing tool, run goes on
+    failed = llm.requests[2]["messages"][-1].content  # the failing tool; the run goes on
+    assert "Error: MCP tool 'fail'" in failed and "the demo tool failed on purpose" in failed
     assert "local notes" in llm.requests[3]["messages"][-1].content  # local read_file wins
     assert agent.mcp_tools_client is None  # the agent closed the servers it opened
 

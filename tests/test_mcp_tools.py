@@ -353,8 +353,16 @@ def test_a_failing_server_closes_the_ones_already_started(tmp_path: Path) -> Non
     assert not is_alive(wait_for_pid(pid_file))
 
 
+def demo_in_process(name: str = "demo", only: str | None = None) -> McpServerConfig:
+    """The demo server run inside this process by the SDK's Client: milliseconds, for tests
+    of naming and routing (lifecycle tests keep real subprocesses)."""
+    from mcp_servers.demo_server import build_server
+
+    return McpServerConfig(name, server=build_server(set(only.split(",")) if only else None))
+
+
 def test_same_named_servers_are_renamed_so_prefixes_stay_distinct() -> None:
-    with McpTools([demo_stdio("demo", "--only", "echo")] * 2, timeout=10) as tools:
+    with McpTools([demo_in_process("demo", "echo")] * 2, timeout=10) as tools:
         assert [t["name"] for t in tools.get_mcp_tools()] == ["demo__echo", "demo-2__echo"]
         assert tools.execute_mcp_tool("demo-2__echo", {"text": "two"}) == "two"
 

@@ -33,7 +33,8 @@ class McpError(Exception):
 
 @dataclass(frozen=True)
 class McpServerConfig:
-    """One server: a command line (stdio) or an http(s) URL (Streamable HTTP, or SSE)."""
+    """One server: a command line (stdio), an http(s) URL (Streamable HTTP, or SSE), or a
+    server object run in this process (an SDK `MCPServer`: quick tests, embedded tools)."""
 
     name: str
     command: tuple[str, ...] = ()
@@ -42,15 +43,19 @@ class McpServerConfig:
     headers: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     sse: bool = False  # legacy HTTP+SSE transport, only from a config file's "type": "sse"
+    server: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if bool(self.command) == bool(self.url):
-            raise ValueError(f"MCP server {self.name!r}: give exactly one of command or url")
+        if sum(map(bool, (self.command, self.url, self.server is not None))) != 1:
+            raise ValueError(
+                f"MCP server {self.name!r}: give exactly one of command, url or server"
+            )
 
     @property
     def label(self) -> str:
         """How errors name the server: `'git' (uvx mcp-server-git)`; headers never shown."""
-        return f"{self.name!r} ({shlex.join(self.command) if self.command else self.url})"
+        where = shlex.join(self.command) if self.command else self.url or "in-process"
+        return f"{self.name!r} ({where})"
 
 
 def parse_server_arg(arg: str) -> McpServerConfig:

@@ -132,6 +132,8 @@ class _Server:
     def _transport(self) -> Any:
         """The SDK transport for this server (an async context manager yielding streams)."""
         config = self.config
+        if config.server is not None:
+            return config.server  # the SDK's Client runs it in memory
         if config.command:
             from mcp import StdioServerParameters
             from mcp.client.stdio import stdio_client
