@@ -50,6 +50,7 @@ class Reply:
     drop: bool = False
     delay: float = 0.0
     cut_after: int | None = None  # send only this many body bytes, then hang up
+    trickle: float = 0.0  # send the body one byte at a time, this many seconds apart
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -145,6 +146,12 @@ def _handler_for(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if reply.trickle:
+                for i in range(len(data)):
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(reply.trickle)
+                return
             self.wfile.write(data[: reply.cut_after])
             if reply.cut_after is not None:
                 self.wfile.flush()

@@ -270,6 +270,47 @@ def test_stream_cut_after_text_fails_without_retrying(provider, server):
     assert len(server.requests) == 1  # a retry would show the user the same words twice
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_timeout_bounds_the_whole_response_of_a_trickling_server(provider, server, stream):
+    """200 at once, then one byte a second: every read is quick, the response never ends."""
+    whole = reply(provider, ["slow words"], stream=stream)
+    server.enqueue(Reply(200, whole.body, whole.headers, trickle=1.0))
+    with pytest.raises(LlmError, match=r"no complete response within 2s"):
+        ask(make_client(provider, server, timeout=2, max_retries=0),
+            on_text=(lambda _: None) if stream else None)  # fmt: skip
+
+
+def test_a_stream_that_ends_early_is_not_a_reply(provider, server):
+    """The connection closes cleanly after some deltas but before the provider's last event:
+    no finish reason, so it is a cut connection, never a complete answer."""
+    whole = reply(provider, ["first words", " and the end"], stream=True)
+    body = whole.encoded()
+    cut = body[: body.index(b"\n\n", body.index(b"first words")) + 2]  # up to the first delta
+    server.enqueue(Reply(200, cut, whole.headers), reply(provider, "again"))
+    with pytest.raises(LlmError, match="ended"):
+        ask(make_client(provider, server, max_retries=2), on_text=lambda _: None)
+
+
+def test_a_stream_cut_before_any_text_is_retried(provider, server):
+    whole = reply(provider, ["whole answer"], stream=True)
+    server.enqueue(Reply(200, b"", whole.headers), whole)  # closed cleanly, nothing sent
+    assert ask(make_client(provider, server), on_text=lambda _: None).text == "whole answer"
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["<html><body>Bad gateway, but 200</body></html>", "[" * 5000 + "]" * 5000],
+    ids=["html", "deep-json"],
+)
+def test_a_200_that_is_not_the_apis_json_is_a_provider_error(provider, server, body):
+    headers = {"Content-Type": "text/html" if body.startswith("<") else "application/json"}
+    server.enqueue(Reply(200, body, headers))
+    with pytest.raises(LlmError, match="malformed response"):
+        ask(make_client(provider, server))
+    assert len(server.requests) == 1
+
+
 @pytest.mark.parametrize(
     ("provider", "event"),
     [

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import importlib
 import json
 import logging
 import os
 import random
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -221,6 +223,30 @@ def _gemini_retry_delay(body: object) -> float | None:
     return None
 
 
+class _StreamCut(Exception):
+    """A streamed reply ended before the provider said it was complete: a cut connection,
+    retried like one, never taken as the whole reply."""
+
+
+class _DeadlineExceeded(Exception):
+    """No complete response within --timeout (retried like a timeout)."""
+
+
+# What a body that is not the API's JSON (an HTML page, JSON nested thousands deep) raises
+# while the SDK or we read it.
+_MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError)
+
+
+def _malformed_failure(exc: Exception, base_url: str) -> _Failure | None:
+    if isinstance(exc, _StreamCut | _DeadlineExceeded):
+        return _Failure(f"{exc} ({base_url})", hint="check the network and the base URL")
+    if isinstance(exc, _MALFORMED):
+        logger.debug("unreadable response from %s", base_url, exc_info=exc)
+        problem = f"{type(exc).__name__}: {_one_line(exc, 120)}"
+        return _Failure(f"malformed response from {base_url} ({problem})", retryable=False)
+    return None
+
+
 def _connection_failure(exc: BaseException, base_url: str) -> _Failure:
     message = f"connection to {base_url} failed: {_one_line(exc)}"
     return _Failure(message, hint="check the network and the base URL")
@@ -320,10 +346,10 @@ class _ProviderClient(LlmClient):
         logger.debug("%s request: model=%s max_tokens=%d messages=%d tools=%d", *shape)
         started = time.monotonic()
         data = self._send_with_retries(system_prompt, messages, tools or (), on_text)
-        logger.debug("%s response: %s", self.provider, json.dumps(data, default=str))
         try:
+            logger.debug("%s response: %s", self.provider, json.dumps(data, default=str))
             response = self._parse(data)
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        except _MALFORMED as exc:
             problem = f"{type(exc).__name__}: {_one_line(exc, 120)}"
             raise LlmError(
                 self.provider, f"malformed response from {self.base_url} ({problem})"
@@ -338,17 +364,26 @@ class _ProviderClient(LlmClient):
 
     def _send_with_retries(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
         streamed = False  # once text reached the caller, a retry would show it twice
+        attempt = 0
 
-        def emit(delta: str) -> None:
+        def emit(delta: str, of_attempt: int) -> None:
             nonlocal streamed
-            streamed = True
-            on_text(delta)
+            if of_attempt == attempt:  # an abandoned attempt's late text is dropped
+                streamed = True
+                on_text(delta)
 
         for attempt in range(self.max_retries + 1):
+            sink = functools.partial(emit, of_attempt=attempt) if on_text else None
             try:
-                return self._send(system_prompt, messages, tools, emit if on_text else None)
+                return self._within_deadline(
+                    lambda sink=sink: self._send(system_prompt, messages, tools, sink)
+                )
             except Exception as exc:
-                failure = self._failure(exc) or _transport_failure(exc, self.base_url)
+                failure = (
+                    self._failure(exc)
+                    or _transport_failure(exc, self.base_url)
+                    or _malformed_failure(exc, self.base_url)
+                )
                 if failure is None:
                     raise
                 if not failure.retryable or attempt == self.max_retries or streamed:
@@ -361,6 +396,27 @@ class _ProviderClient(LlmClient):
                 )
                 time.sleep(delay)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _within_deadline(self, send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """`send()`, bounded by `timeout` for the whole response, streaming included: the SDKs'
+        own timeouts only bound each read, so a server trickling one byte a second never ends.
+        An attempt past the deadline is abandoned (its thread ends with its connection)."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                box["value"] = send()
+            except BaseException as exc:  # handed to the waiting thread
+                box["error"] = exc
+            done.set()
+
+        threading.Thread(target=target, name=f"toy-agent-{self.provider}", daemon=True).start()
+        if not done.wait(self.timeout):
+            raise _DeadlineExceeded(f"no complete response within {self.timeout:g}s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
     def _error(self, failure: _Failure, retries: int) -> LlmError:
         hints = {
@@ -481,7 +537,13 @@ class ClaudeLlmClient(_ProviderClient):
         with self._sdk.messages.stream(**request) as stream:
             for delta in stream.text_stream:
                 on_text(delta)
-            return stream.get_final_message().to_dict()
+            try:
+                data = stream.get_final_message().to_dict()
+            except AssertionError:  # the SDK's check that any message arrived at all
+                raise _StreamCut("the stream ended before message_start") from None
+        if data.get("stop_reason") is None:
+            raise _StreamCut("the stream ended before message_stop")
+        return data
 
     def _failure(self, exc: Exception) -> _Failure | None:
         import anthropic
@@ -608,7 +670,11 @@ class GeminiLlmClient(_ProviderClient):
         if on_text is None:
             return _dump_gemini(self._sdk.models.generate_content(**request))
         stream = self._sdk.models.generate_content_stream(**request)
-        return merge_gemini_chunks(map(_dump_gemini, stream), on_text)
+        data = merge_gemini_chunks(map(_dump_gemini, stream), on_text)
+        candidates = data.get("candidates") or [{}]
+        if not candidates[0].get("finish_reason") and not data.get("prompt_feedback"):
+            raise _StreamCut("the stream ended without a finish reason")
+        return data
 
     def _failure(self, exc: Exception) -> _Failure | None:
         from google.genai import errors
@@ -766,7 +832,10 @@ class OpenAICompatibleLlmClient(_ProviderClient):
         if on_text is None:
             return create(**request).to_dict()
         stream = create(**request, stream=True, stream_options={"include_usage": True})
-        return merge_openai_chunks((chunk.to_dict() for chunk in stream), on_text)
+        data = merge_openai_chunks((chunk.to_dict() for chunk in stream), on_text)
+        if data["choices"][0]["finish_reason"] is None:
+            raise _StreamCut("the stream ended without a finish_reason")
+        return data
 
     def _failure(self, exc: Exception) -> _Failure | None:
         import openai
