@@ -552,3 +552,53 @@ def test_module_and_script_entry_points_print_the_version(entry):
 
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"toy-agent {__version__}"
+
+
+DEMO = ROOT / "examples" / "demo_repo"
+DEMO_TRAJECTORY = ROOT / "examples" / "demo_trajectory.json"
+DEMO_TASK = "Fix median() in stats.py so that tests/test_stats.py passes"
+
+
+def test_the_readme_quick_start_replays_the_demo_exactly(tmp_path, capsys):
+    import shutil
+
+    copy = shutil.copytree(DEMO, tmp_path / "demo")
+    code = main(["--llm-provider", "replay", "--replay", str(DEMO_TRAJECTORY), "--repo",
+                 str(copy), "--task", DEMO_TASK, "--output", "json"])  # fmt: skip
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["outcome"] == "completed", result
+    assert result["files_changed"] == [{"path": "stats.py", "added": 1, "removed": 1}]
+
+
+def test_a_replay_that_leaves_the_recording_stops_as_diverged(tmp_path, capsys):
+    import shutil
+
+    copy = shutil.copytree(DEMO, tmp_path / "demo")
+    args = ["--replay", str(DEMO_TRAJECTORY), "--repo", str(copy), "--task", DEMO_TASK]
+    assert main([*args, "--output", "json"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--output", "json"]) == 1  # the fix is already there: edit_file fails
+    result = json.loads(capsys.readouterr().out)
+    assert result["outcome"] == "replay_diverged"
+    assert "left the recording" in result["error"] and "Recorded:" in result["error"]
+    assert main([*args, "--replay-lenient"]) == 0  # today's behaviour, on request
+
+
+@pytest.mark.parametrize(
+    "recording",
+    [
+        {"steps": [{"response": {"text": 123}}]},
+        {"steps": [{"response": None}]},
+        {"steps": [], "settings": "x"},
+        {"steps": "no"},
+        [1, 2],
+    ],
+    ids=["text-number", "response-null", "settings-string", "steps-string", "a-list"],
+)
+def test_a_malformed_replay_file_is_a_usage_error(recording, repo, tmp_path, capsys):
+    replay = tmp_path / "bad.json"
+    replay.write_text(json.dumps(recording))
+    assert main(["--task", "x", "--repo", str(repo), "--replay", str(replay)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("toy-agent: error: ") and "is not a toy_agent trajectory" in err
+    assert len(err.strip().splitlines()) == 1

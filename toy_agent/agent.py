@@ -28,7 +28,7 @@ from toy_agent.events import (
     ToolStarted,
     log_event,
 )
-from toy_agent.llm import LlmClient, LlmError
+from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpToolError, McpTools
 from toy_agent.messages import LlmResponse, Message, Usage
 from toy_agent.parsing import (
@@ -66,7 +66,7 @@ DECLINED = (
 )
 
 Confirm = Callable[[Action], bool]
-Outcome = Literal["completed", "max_iterations", "cancelled", "provider_error"]
+Outcome = Literal["completed", "max_iterations", "cancelled", "provider_error", "replay_diverged"]
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,8 @@ class ReactAgent:
     """Runs one task at a time against a repository.
 
     `run()` never raises for the model's or the provider's failures: the returned dict says
-    how the run ended (`outcome`: completed, max_iterations, cancelled, provider_error).
+    how the run ended (`outcome`: completed, max_iterations, cancelled, provider_error,
+    replay_diverged).
     `run_result()` does the same and returns the typed `RunResult`.
     """
 
@@ -232,6 +233,8 @@ class ReactAgent:
             return "max_iterations", "", limit
         except (RunCancelled, KeyboardInterrupt):
             return "cancelled", "", "the run was cancelled"
+        except ReplayDiverged as exc:
+            return "replay_diverged", "", str(exc)
         except LlmError as exc:
             return "provider_error", "", str(exc)
 

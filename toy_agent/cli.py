@@ -24,6 +24,7 @@ OUTCOME_EXIT_CODES = {
     "max_iterations": EXIT_NOT_COMPLETED,
     "provider_error": EXIT_PROVIDER,
     "cancelled": EXIT_INTERRUPTED,
+    "replay_diverged": EXIT_NOT_COMPLETED,
 }
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -35,6 +36,7 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     from toy_agent.context import DEFAULT_CONTEXT_BUDGET
     from toy_agent.llm import DEFAULT_MODELS, PROVIDER_CLASSES
+    from toy_agent.parsing import FORMAT_NAMES
     from toy_agent.sandbox import SANDBOX_MODES
 
     models = ", ".join(f"{p}: {m}" for p, m in DEFAULT_MODELS.items())
@@ -57,11 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the SDK's, or ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL / OPENAI_BASE_URL)")
     add("--replay", metavar="FILE", help="trajectory whose LLM responses --llm-provider "
         "replay plays back")
+    add("--replay-lenient", action="store_true", help="keep replaying when the tools answer "
+        "differently from the recording (default: stop with outcome replay_diverged, exit 1)")
     add("--max-retries", type=_non_negative_int, default=4, metavar="N",
         help="retries of transient provider failures (default: 4)")
     add("--timeout", type=_positive_float, default=120.0, metavar="SECONDS",
         help="seconds to wait for one LLM response (default: 120)")
-    add("--tool-format", choices=("xml", "react", "native"), default="xml",
+    add("--tool-format", choices=FORMAT_NAMES, default="xml",
         help="how the LLM writes actions: xml tags (default), react text, or the provider's "
         "native tool calls")
     add("--context-budget", type=_positive_int, default=DEFAULT_CONTEXT_BUDGET, metavar="TOKENS",
@@ -224,7 +228,7 @@ def _local_tools(args: argparse.Namespace, repo: Path, redactor):
         return CodeRepositoryTools(repo, allow_commands=args.allow_commands, redactor=redactor,
                                    sandbox=args.sandbox, sandbox_network=args.sandbox_network)
     except SandboxUnavailable as exc:
-        raise UsageError(f"--sandbox bwrap: {exc} (or pass --sandbox off)") from exc
+        raise UsageError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from exc
 
 
 def _llm_client(args: argparse.Namespace):
@@ -234,7 +238,7 @@ def _llm_client(args: argparse.Namespace):
         if args.llm_provider == "replay":
             if not args.replay:
                 raise UsageError("--llm-provider replay needs --replay FILE (a trajectory)")
-            return ReplayLlmClient(args.replay)
+            return ReplayLlmClient(args.replay, lenient=args.replay_lenient)
         if args.replay:
             raise UsageError(f"--replay is for --llm-provider replay, not {args.llm_provider}")
         return create_llm_client(args.llm_provider, model=args.model, base_url=args.base_url,

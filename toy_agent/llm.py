@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -77,28 +78,38 @@ class LlmClient(ABC):
     ) -> LlmResponse: ...
 
 
+class ReplayDiverged(LlmError):
+    """A replayed run's tools answered differently from the recording, so the recorded replies
+    no longer fit: the run stops (outcome replay_diverged) instead of pretending."""
+
+
 class ReplayLlmClient(LlmClient):
     """Replays the LLM responses recorded in a trajectory file: no key, no network.
 
-    It answers in order, whatever it is sent, so a recorded run re-runs step for step.
+    It answers in order. Before each reply after the first it checks that the observations
+    it was sent match the recorded ones (timings aside): at the first difference it raises
+    ReplayDiverged, unless `lenient`, which replays whatever happens.
     """
 
     provider = "replay"
 
-    def __init__(self, trajectory_path: str | Path):
+    def __init__(self, trajectory_path: str | Path, *, lenient: bool = False):
         path = Path(trajectory_path)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            steps = data["steps"]
-            self._responses = [LlmResponse.from_dict(s["response"]) for s in steps]
+            steps, settings = _replay_steps(data)
         except FileNotFoundError:
             raise LlmConfigError(f"replay file not found: {path}") from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
             raise LlmConfigError(
-                f"{path} is not a toy_agent trajectory ({type(exc).__name__}: {exc}); "
-                "record one with --trajectory FILE"
+                f"{path} is not a toy_agent trajectory ({reason}); record one with "
+                "--trajectory FILE"
             ) from None
-        self.model = data.get("settings", {}).get("model") or "replay"
+        self._responses = [LlmResponse.from_dict(step["response"]) for step in steps]
+        self._observations = [_recorded_observations(step) for step in steps]
+        self.model = settings.get("model") or "replay"
+        self.lenient = lenient
         self._next = 0
 
     def call_llm(self, system_prompt, messages, *, tools=None, on_text=None) -> LlmResponse:
@@ -106,11 +117,70 @@ class ReplayLlmClient(LlmClient):
             raise LlmError(
                 "replay", f"the recording has only {len(self._responses)} responses; run is longer"
             )
+        if self._next and not self.lenient:
+            self._check_observations(self._next, messages[-1] if messages else None)
         response = self._responses[self._next]
         self._next += 1
         if on_text and response.text:
             on_text(response.text)
         return response
+
+    def _check_observations(self, step: int, sent: Message | None) -> None:
+        """Step `step` (counting from 1) ended with the recorded observations in the message
+        sent now; the first one that is not there, timings aside, means the run diverged."""
+        now = _normalise("" if sent is None else sent.content + "".join(
+            r.content for r in sent.tool_results))  # fmt: skip
+        for recorded in self._observations[step - 1]:
+            if _normalise(recorded) not in now:
+                raise ReplayDiverged(
+                    "replay",
+                    f"step {step} left the recording: the tool answered differently. "
+                    f"Recorded: {_one_line(recorded, 300)!r}; now: {_one_line(now, 300)!r} "
+                    "(--replay-lenient replays anyway)",
+                )
+
+
+_TIMING = re.compile(r"\b\d+(?:\.\d+)?s\b")
+
+
+def _normalise(text: str) -> str:
+    return _TIMING.sub("<t>s", text)
+
+
+def _replay_steps(data: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The steps and settings of a trajectory, checked enough that replaying cannot crash."""
+    if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+        raise ValueError('expected an object with a "steps" list')
+    settings = data.get("settings", {})
+    if not isinstance(settings, dict):
+        raise ValueError('"settings" must be an object')
+    for n, step in enumerate(data["steps"], 1):
+        response = step.get("response") if isinstance(step, dict) else None
+        if not isinstance(response, dict):
+            raise ValueError(f'step {n} has no "response" object')
+        if not isinstance(response.get("text", ""), str):
+            raise ValueError(f'step {n}: "text" must be a string')
+        calls = response.get("tool_calls", [])
+        if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("name"), str)
+            and isinstance(c.get("arguments", {}), dict) for c in calls
+        ):  # fmt: skip
+            raise ValueError(f'step {n}: "tool_calls" must be a list of {{name, arguments}}')
+        usage = response.get("usage", {})
+        if not isinstance(usage, dict) or not all(
+            isinstance(usage.get(k, 0), int) for k in ("input_tokens", "output_tokens")
+        ):
+            raise ValueError(f'step {n}: "usage" must hold token counts')
+        observations = step.get("observations", [])
+        if not isinstance(observations, list) or not all(
+            isinstance(o, dict) and isinstance(o.get("content", ""), str) for o in observations
+        ):
+            raise ValueError(f'step {n}: "observations" must be a list of objects')
+    return data["steps"], settings
+
+
+def _recorded_observations(step: dict[str, Any]) -> list[str]:
+    return [o.get("content", "") for o in step.get("observations", [])]
 
 
 # --- settings -------------------------------------------------------------------------------

@@ -40,6 +40,11 @@ class ToolCall:
     id: str = ""
     arguments_error: str = ""  # the raw text, when the arguments were not a JSON object
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(data["name"], dict(data.get("arguments") or {}), data.get("id") or "",
+                   data.get("arguments_error") or "")  # fmt: skip
+
 
 @dataclass(frozen=True)
 class ToolResult:
@@ -77,7 +82,7 @@ class Message:
         return cls(
             role=data["role"],
             content=data.get("content", ""),
-            tool_calls=tuple(ToolCall(**c) for c in data.get("tool_calls", ())),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls", ())),
             tool_results=tuple(ToolResult(**r) for r in data.get("tool_results", ())),
         )
 
@@ -106,10 +111,13 @@ class LlmResponse:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LlmResponse:
+        usage = data.get("usage") or {}
         return cls(
-            text=data.get("text", ""),
-            tool_calls=tuple(ToolCall(**c) for c in data.get("tool_calls", ())),
-            usage=Usage(**data.get("usage", {})),
-            stop_reason=data.get("stop_reason", "end"),
-            model=data.get("model", ""),
+            text=data.get("text") or "",
+            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls") or ()),
+            usage=Usage(
+                *(usage.get(k, 0) for k in ("input_tokens", "output_tokens", "cached_tokens"))
+            ),  # fmt: skip
+            stop_reason=data.get("stop_reason") or "end",
+            model=data.get("model") or "",
         )

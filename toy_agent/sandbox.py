@@ -17,7 +17,6 @@ import contextlib
 import functools
 import logging
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -146,8 +145,10 @@ def _hidden_folders(network: bool, homes: Iterable[Path] | None) -> list[Path]:
 
 def _passwd_home() -> str | None:
     try:
+        import pwd  # POSIX only, like bwrap
+
         return pwd.getpwuid(os.getuid()).pw_dir
-    except (KeyError, OSError):
+    except (ImportError, KeyError, OSError):
         return None
 
 

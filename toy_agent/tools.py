@@ -717,9 +717,9 @@ def _run_shell(
         argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
-    capture = _OutputCapture(proc.stdout)
     timed_out = False
     with owned_process_group(proc):
+        capture = _OutputCapture(proc.stdout)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
