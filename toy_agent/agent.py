@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -30,18 +31,22 @@ from toy_agent.events import (
 )
 from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpToolError, McpTools
-from toy_agent.messages import LlmResponse, Message, Usage
+from toy_agent.messages import LlmResponse, Message, ToolCall, Usage, wire_text
 from toy_agent.parsing import (
+    MAX_PARAMETER_DEPTH,
     Action,
     ActionFormat,
     Observation,
     ParsedResponse,
     ParseError,
     get_format,
+    nesting_depth,
 )
 from toy_agent.redaction import Redactor
 from toy_agent.routes import RouteTable
 from toy_agent.tools import CodeRepositoryTools, ToolError
+
+logger = logging.getLogger(__name__)
 
 SYSTEM_PROMPT_INTRO = """\
 You are toy_agent, an autonomous software engineer working on a local code repository. You \
@@ -187,6 +192,7 @@ class ReactAgent:
             changes = self._run.changes
             try:
                 self.system_prompt = self._build_system_prompt()
+                task = wire_text(task)
                 self.conversation_history = [Message("user", self.redactor.redact(task))]
                 self._emit(RunStarted(task, self.system_prompt, self.settings()))
                 outcome, answer, error = self._loop()
@@ -236,6 +242,8 @@ class ReactAgent:
         except ReplayDiverged as exc:
             return "replay_diverged", "", str(exc)
         except LlmError as exc:
+            logger.warning("LLM call failed: %s", exc)
+            logger.debug("LLM call failure", exc_info=True)
             return "provider_error", "", str(exc)
 
     def _build_system_prompt(self) -> str:
@@ -256,7 +264,9 @@ class ReactAgent:
         )
         if isinstance(response, str):  # a client written to the seed spec returns text
             response = LlmResponse(response)
-        response = replace(response, seconds=time.monotonic() - started)
+        calls = tuple(_bounded(call) for call in response.tool_calls)
+        response = replace(response, text=wire_text(response.text), tool_calls=calls,
+                           seconds=time.monotonic() - started)  # fmt: skip
         self.usage += response.usage
         self.conversation_history.append(
             Message("assistant", response.text, tool_calls=response.tool_calls)
@@ -326,6 +336,7 @@ class ReactAgent:
             except (ToolError, McpToolError) as exc:
                 content = f"Error: {exc}"
         self._state.tool_errors += is_error
+        content = wire_text(content)
         content = cap_text(self.redactor.redact(content), observation_cap(self.context_budget))
         content += self._repetition_warning(action)
         observation = Observation(action, content, is_error)
@@ -430,6 +441,15 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
+
+
+def _bounded(call: ToolCall) -> ToolCall:
+    """A native call whose arguments nest absurdly deep keeps none of them (they would be sent
+    back with every request): the model is told, through arguments_error, to resend."""
+    if nesting_depth(call.arguments) <= MAX_PARAMETER_DEPTH:
+        return call
+    error = f"(arguments nested more than {MAX_PARAMETER_DEPTH} levels deep: dropped)"
+    return replace(call, arguments={}, arguments_error=error)
 
 
 def _repository_tools(

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import signal
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any
 from toy_agent import __version__
 
 EXIT_COMPLETED, EXIT_NOT_COMPLETED, EXIT_USAGE, EXIT_PROVIDER, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head`
 OUTCOME_EXIT_CODES = {
     "completed": EXIT_COMPLETED,
     "max_iterations": EXIT_NOT_COMPLETED,
@@ -114,7 +117,18 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("toy-agent: interrupted", file=sys.stderr)
             code = EXIT_INTERRUPTED
+        except BrokenPipeError:  # `| head`: the reader left; stop quietly like other tools
+            _silence_stdout()
+            code = EXIT_BROKEN_PIPE
     return 128 + stopped_by[-1] if stopped_by else code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 @contextlib.contextmanager
@@ -179,8 +193,10 @@ def _run_agent(args, repo, task, llm, mcp, redactor, live: bool, tools) -> int:
     subscribers: list[Any] = []
     if live:
         subscribers.append(TerminalView(sys.stdout))
+    recorder = None
     if args.trajectory:
-        subscribers.append(TrajectoryRecorder(Path(args.trajectory), redactor.redact_obj))
+        recorder = TrajectoryRecorder(Path(args.trajectory), redactor.redact_obj)
+        subscribers.append(recorder)
     confirm = make_confirm(tools, _ask, sys.stderr) if args.confirm else None
     agent = ReactAgent(
         llm, repo, args.max_iterations, tools=tools, mcp_tools=mcp, tool_format=args.tool_format,
@@ -195,6 +211,9 @@ def _run_agent(args, repo, task, llm, mcp, redactor, live: bool, tools) -> int:
         diffs = redactor.redact_obj(outcome.diffs)
         print(format_summary(result, diffs, show_diff=args.show_diff,
                              color=use_color(sys.stdout)))
+    sys.stdout.flush()
+    if recorder is not None and recorder.error:
+        print(f"toy-agent: error: {recorder.error}", file=sys.stderr)
     return OUTCOME_EXIT_CODES[result["outcome"]]
 
 
@@ -277,25 +296,31 @@ def _setup_logging(args: argparse.Namespace, live: bool):
     handlers: list[logging.Handler] = [console]
     if args.log_file:
         try:
-            file_handler = logging.FileHandler(args.log_file, encoding="utf-8")
+            file_handler = _open_log_file(args.log_file)
         except OSError as exc:
-            raise UsageError(f"cannot open --log-file {args.log_file}: {exc.strerror}") from exc
+            raise UsageError(f"cannot write --log-file {args.log_file}: "
+                             f"{exc.strerror or exc}") from None  # fmt: skip
         file_handler.setLevel(logging.DEBUG)
         file_handler.setFormatter(logging.Formatter(LOG_FORMAT))
         handlers.append(file_handler)
     for handler in handlers:
         handler.addFilter(RedactingFilter(redactor))
         root.addHandler(handler)
-    for noisy in ("httpx", "httpx2", "httpcore", "anthropic", "openai", "google_genai", "mcp"):
+    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "hpack", "anthropic", "openai",
+                  "google_genai", "google", "mcp", "asyncio", "urllib3", "sse_starlette"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return redactor, handlers
 
 
 def _repo(path: str) -> Path:
     repo = Path(path).expanduser()
-    if not repo.exists():
-        raise UsageError(f"--repo {path} does not exist")
-    if not repo.is_dir():
+    try:
+        mode = repo.stat().st_mode
+    except FileNotFoundError:
+        raise UsageError(f"--repo {path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--repo {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not stat.S_ISDIR(mode):
         raise UsageError(f"--repo {path} is not a directory")
     if not os.access(repo, os.R_OK | os.X_OK):
         raise UsageError(f"--repo {path} is not readable")
@@ -355,8 +380,28 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _open_log_file(path: str) -> logging.FileHandler:
+    """The --log-file handler, written to once now: a full disk or /dev/full fails here, as
+    a usage error, not as logging tracebacks mid-run."""
+    handler = logging.FileHandler(path, encoding="utf-8", errors="backslashreplace")
+    try:
+        handler.stream.write(f"{_now()} toy-agent {__version__} log opened\n")
+        handler.flush()
+    except OSError:
+        with contextlib.suppress(OSError):
+            handler.stream.close()
+        raise
+    return handler
+
+
+def _now() -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
     return value

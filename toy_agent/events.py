@@ -7,9 +7,13 @@ subscriber sees the world as it is at that moment (the change tracker relies on 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import logging
+import os
+import re
+import stat
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -139,33 +143,47 @@ def log_event(event: Event) -> None:
                 json.dumps([m.to_dict() for m in messages], indent=1),
             )
         case LlmResponded(response=response, seconds=seconds):
-            logger.debug("LLM response (%.1fs, %s):\n%s", seconds, response.stop_reason,
-                         response.text)
+            logger.debug(
+                "LLM response (%.1fs, %s):\n%s", seconds, response.stop_reason, response.text
+            )
         case ToolStarted(action=action):
             logger.info("Tool call: %s %s", action.tool_name, json.dumps(action.parameters)[:500])
         case ToolFinished(observation=obs, seconds=seconds):
-            level = logging.WARNING if obs.is_error else logging.INFO
-            logger.log(level, "Tool %s %s in %.2fs (%d chars)", obs.action.tool_name,
-                       "failed" if obs.is_error else "succeeded", seconds, len(obs.content))
+            if obs.is_error:  # the reason, as the model sees it (its first line)
+                reason = obs.content.removeprefix("Error: ").strip().split("\n", 1)[0][:300]
+                logger.info("Tool %s failed in %.2fs: %s", obs.action.tool_name, seconds, reason)
+            else:
+                name, size = obs.action.tool_name, len(obs.content)
+                logger.info("Tool %s succeeded in %.2fs (%d chars)", name, seconds, size)
             logger.debug("Observation:\n%s", obs.content)
         case StepFinished(step=step) if step.parse_error:
             logger.warning("Could not parse the LLM response: %s", step.parse_error)
         case RunFinished(result=result):
             log = logger.info if result["success"] else logger.warning
-            log("Run finished: %s after %d iterations, conversation length %d",
-                result["outcome"], result["iterations"], result["conversation_length"])
+            error = f" ({result['error']})" if result.get("error") else ""
+            log(
+                "Run finished: %s after %d iterations, conversation length %d%s",
+                result["outcome"],
+                result["iterations"],
+                result["conversation_length"],
+                error,
+            )
 
 
 @dataclass
 class TrajectoryRecorder:
-    """Collects the run and writes it as JSON when it finishes (also after Ctrl-C).
+    """Writes the run as JSON after every step and when it finishes (also after Ctrl-C), each
+    time whole and atomically (a temp file renamed over the last one), so a crash or a kill
+    leaves a valid file with every finished step.
 
-    `redact` scrubs the whole document before it touches the disk.
+    `redact` scrubs the whole document before it touches the disk. A write that fails does
+    not stop the run: `error` says why, for the caller to report at the end.
     """
 
     path: Path
     redact: Callable[[Any], Any] = lambda obj: obj
     _data: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
     def __call__(self, event: Event) -> None:
         match event:
@@ -180,14 +198,53 @@ class TrajectoryRecorder:
                 }
             case StepFinished(step=step):
                 self._data["steps"].append(step.to_dict())
+                self.write()
             case RunFinished(result=result):
                 self._data["result"] = result
                 self.write()
 
     def write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self.redact(self._data), indent=2, ensure_ascii=False)
-        self.path.write_text(text + "\n", encoding="utf-8")
+        data = (json_text(self.redact(self._data)) + "\n").encode("utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _replace_file(self.path, data)
+        except OSError as exc:
+            self.error = f"cannot write the trajectory {self.path}: {exc.strerror or exc}"
+            logger.debug("trajectory write failed", exc_info=True)
+        else:
+            self.error = None
+
+
+def json_text(obj: Any, indent: int | None = 2) -> str:
+    """JSON that always encodes: lone surrogates (undecodable bytes of a file name) become
+    \\udcXX escapes, which JSON readers turn back into the same string."""
+    text = json.dumps(obj, indent=indent, ensure_ascii=False)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """Write `data` to `path`: atomically (temp + rename) for a regular file or a new one;
+    straight into anything else (a FIFO, /dev/stdout), which must never be replaced."""
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        special = False
+    if special:
+        with open(path, "wb") as f:
+            f.write(data)
+        return
+    tmp = path.with_name(f".{path.name[:100]}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @dataclass

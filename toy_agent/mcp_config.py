@@ -101,6 +101,8 @@ def load_mcp_config(path: str | os.PathLike[str]) -> list[McpServerConfig]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise McpError(f"cannot read {where}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise McpError(f"{where} is not UTF-8 text (a JSON file was expected)") from None
     except json.JSONDecodeError as exc:
         raise McpError(
             f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"

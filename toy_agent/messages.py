@@ -3,9 +3,24 @@ calls, responses and token usage, as small frozen dataclasses with their JSON fo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+
+def wire_text(text: str) -> str:
+    """Text every provider's JSON encoder accepts: a lone surrogate (an undecodable byte of a
+    file name, kept by surrogateescape) becomes the visible escape \\xNN (\\uXXXX for others)."""
+    return _SURROGATE.sub(_escape_surrogate, text)
+
+
+def _escape_surrogate(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # A tool as offered to the model: {"name": str, "description": str, "parameters": JSON Schema}.
 ToolSpec = dict[str, Any]

@@ -23,6 +23,7 @@ from typing import Any
 from toy_agent.messages import LlmResponse, Message, ToolResult, ToolSpec
 
 FORMAT_NAMES = ("xml", "react", "native")
+MAX_PARAMETER_DEPTH = 32
 Params = dict[str, Any]  # tool arguments, always a dict whatever the format
 
 
@@ -220,7 +221,25 @@ def _require_object(value: Any, where: str) -> dict[str, Any]:
         raise ParseError(
             f'{where} must be a JSON object such as {{"path": "src/app.py"}}, not {kind}.'
         )
+    if nesting_depth(value) > MAX_PARAMETER_DEPTH:
+        raise ParseError(
+            f"{where} are nested more than {MAX_PARAMETER_DEPTH} levels deep; no tool takes "
+            "that. Send flat parameters."
+        )
     return {str(key): item for key, item in value.items()}
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep lists and objects nest in `value`, counted without recursion (a reply can
+    nest thousands deep; Python's recursion limit must never be what stops us)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            deepest = max(deepest, depth)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _clean_name(name: str) -> str:
@@ -591,8 +610,9 @@ class NativeFormat(ActionFormat):
                 "task_complete with the result when the task is done."
             )
         actions = tuple(
-            Action(call.name, self._arguments(call.name, call.arguments), call.id,
-                   call.arguments_error)  # fmt: skip
+            Action(
+                call.name, self._arguments(call.name, call.arguments), call.id, call.arguments_error
+            )  # fmt: skip
             for call in response.tool_calls
         )
         return ParsedResponse(response.text.strip(), actions)

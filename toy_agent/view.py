@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import itertools
-import json
 import logging
 import os
 import re
@@ -24,6 +23,7 @@ from toy_agent.events import (
     TextDelta,
     ToolFinished,
     ToolStarted,
+    json_text,
 )
 from toy_agent.parsing import Action
 from toy_agent.tools import CodeRepositoryTools, ToolError
@@ -172,6 +172,9 @@ def format_summary(
     ]
     if result.get("sandbox"):
         lines.append(f"sandbox: {result['sandbox']}")
+    if result.get("tool_errors") or result.get("declined"):
+        declined = f" ({result['declined']} declined by you)" if result.get("declined") else ""
+        lines.append(style(f"tool errors: {result.get('tool_errors', 0)}{declined}", "33"))
     if result.get("files_changed"):
         lines.append("files changed:")
         lines += [
@@ -233,7 +236,7 @@ def make_confirm(
 
 
 def to_json(result: dict[str, Any]) -> str:
-    return json.dumps(result, ensure_ascii=False)
+    return json_text(result, indent=None)
 
 
 def _first_line(text: str) -> str:
