@@ -82,6 +82,10 @@ class ReplayDiverged(LlmError):
     """A replayed run's tools answered differently from the recording, so the recorded replies
     no longer fit: the run stops (outcome replay_diverged) instead of pretending."""
 
+    def __init__(self, message: str):
+        Exception.__init__(self, message)
+        self.provider, self.status = "replay", None
+
 
 class ReplayLlmClient(LlmClient):
     """Replays the LLM responses recorded in a trajectory file: no key, no network.
@@ -133,9 +137,8 @@ class ReplayLlmClient(LlmClient):
         for recorded in self._observations[step - 1]:
             if _normalise(recorded) not in now:
                 raise ReplayDiverged(
-                    "replay",
-                    f"step {step} left the recording: the tool answered differently. "
-                    f"Recorded: {_one_line(recorded, 300)!r}; now: {_one_line(now, 300)!r} "
+                    f"the replay left the recording at step {step}: the tools answered "
+                    f"differently. Recorded: {_one_line(recorded, 300)!r}; now: {_one_line(now, 300)!r} "
                     "(--replay-lenient replays anyway)",
                 )
 
