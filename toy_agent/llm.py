@@ -138,8 +138,8 @@ class ReplayLlmClient(LlmClient):
             if _normalise(recorded) not in now:
                 raise ReplayDiverged(
                     f"the replay left the recording at step {step}: the tools answered "
-                    f"differently. Recorded: {_one_line(recorded, 300)!r}; now: {_one_line(now, 300)!r} "
-                    "(--replay-lenient replays anyway)",
+                    f"differently. Recorded: {_one_line(recorded, 300)!r}; now: "
+                    f"{_one_line(now, 300)!r} (--replay-lenient replays anyway)",
                 )
 
 
