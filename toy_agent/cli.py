@@ -15,10 +15,17 @@ import signal
 import stat
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toy_agent import __version__
+
+if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
+    from toy_agent.llm import LlmClient
+    from toy_agent.mcp_tools import McpTools
+    from toy_agent.redaction import Redactor
+    from toy_agent.tools import CodeRepositoryTools
 
 EXIT_COMPLETED, EXIT_NOT_COMPLETED, EXIT_USAGE, EXIT_PROVIDER, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head`
@@ -132,7 +139,7 @@ def _silence_stdout() -> None:
 
 
 @contextlib.contextmanager
-def _stop_signals_interrupt(received: list[int]):
+def _stop_signals_interrupt(received: list[int]) -> Iterator[None]:
     """SIGTERM and SIGHUP stop the run the way Ctrl-C does (KeyboardInterrupt in the main
     thread: the command running is killed with its processes, the summary and trajectory are
     written); main then returns 128 + the signal number: 143 for SIGTERM, 129 for SIGHUP."""
@@ -166,16 +173,18 @@ def _run(args: argparse.Namespace) -> int:
             redactor.add_secret(value)
     mcp = None
     try:
-        task = None if args.list_tools else _task(args.task)
+        if args.list_tools:
+            tools = _local_tools(args, repo, redactor)
+            mcp = _mcp_tools(args, redactor)
+            return _list_tools(args, tools, mcp)
+        task = _task(args.task)
         if args.confirm and args.task == "-":
             raise UsageError("--confirm reads answers from stdin, so the task cannot: "
                              "pass it as --task TEXT")
         _check_writable(args.trajectory, "--trajectory")
         tools = _local_tools(args, repo, redactor)
-        llm = None if args.list_tools else _llm_client(args)
+        llm = _llm_client(args)
         mcp = _mcp_tools(args, redactor)
-        if args.list_tools:
-            return _list_tools(args, tools, mcp)
         return _run_agent(args, repo, task, llm, mcp, redactor, live, tools)
     finally:
         if mcp is not None:
@@ -185,7 +194,16 @@ def _run(args: argparse.Namespace) -> int:
             handler.close()
 
 
-def _run_agent(args, repo, task, llm, mcp, redactor, live: bool, tools) -> int:
+def _run_agent(
+    args: argparse.Namespace,
+    repo: Path,
+    task: str,
+    llm: LlmClient,
+    mcp: McpTools | None,
+    redactor: Redactor,
+    live: bool,
+    tools: CodeRepositoryTools,
+) -> int:
     from toy_agent.agent import ReactAgent
     from toy_agent.events import TrajectoryRecorder
     from toy_agent.view import TerminalView, format_summary, make_confirm, to_json, use_color
@@ -217,7 +235,9 @@ def _run_agent(args, repo, task, llm, mcp, redactor, live: bool, tools) -> int:
     return OUTCOME_EXIT_CODES[result["outcome"]]
 
 
-def _list_tools(args, tools, mcp) -> int:
+def _list_tools(
+    args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTools | None
+) -> int:
     import json
 
     from toy_agent.routes import RouteTable
@@ -237,7 +257,9 @@ def _list_tools(args, tools, mcp) -> int:
     return EXIT_COMPLETED
 
 
-def _local_tools(args: argparse.Namespace, repo: Path, redactor):
+def _local_tools(
+    args: argparse.Namespace, repo: Path, redactor: Redactor
+) -> CodeRepositoryTools:
     """The repository tools, with the sandbox resolved: `--sandbox bwrap` without a working
     bwrap is a usage error, `auto` without one warns (once, and only when commands run)."""
     from toy_agent.sandbox import SandboxUnavailable
@@ -250,7 +272,7 @@ def _local_tools(args: argparse.Namespace, repo: Path, redactor):
         raise UsageError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from exc
 
 
-def _llm_client(args: argparse.Namespace):
+def _llm_client(args: argparse.Namespace) -> LlmClient:
     from toy_agent.llm import LlmConfigError, ReplayLlmClient, create_llm_client
 
     try:
@@ -266,7 +288,7 @@ def _llm_client(args: argparse.Namespace):
         raise UsageError(str(exc)) from exc
 
 
-def _mcp_tools(args: argparse.Namespace, redactor):
+def _mcp_tools(args: argparse.Namespace, redactor: Redactor) -> McpTools | None:
     if not args.mcp_server and not args.mcp_config:
         return None
     from toy_agent.mcp_tools import McpError, McpTools, load_mcp_config, parse_server_arg
@@ -280,7 +302,9 @@ def _mcp_tools(args: argparse.Namespace, redactor):
         raise UsageError(redactor.redact(str(exc))) from exc
 
 
-def _setup_logging(args: argparse.Namespace, live: bool):
+def _setup_logging(
+    args: argparse.Namespace, live: bool
+) -> tuple[Redactor, list[logging.Handler]]:
     """Console at --log-level, --log-file at DEBUG; both redacted. Returns the handlers."""
     from toy_agent.environment import KEY_VARIABLES
     from toy_agent.redaction import RedactingFilter, Redactor
@@ -384,12 +408,14 @@ def _open_log_file(path: str) -> logging.FileHandler:
     """The --log-file handler, written to once now: a full disk or /dev/full fails here, as
     a usage error, not as logging tracebacks mid-run."""
     handler = logging.FileHandler(path, encoding="utf-8", errors="backslashreplace")
+    stream = handler.stream
+    assert stream is not None  # FileHandler opens at once unless delay=True
     try:
-        handler.stream.write(f"{_now()} toy-agent {__version__} log opened\n")
-        handler.flush()
+        stream.write(f"{_now()} toy-agent {__version__} log opened\n")
+        stream.flush()
     except OSError:
         with contextlib.suppress(OSError):
-            handler.stream.close()
+            stream.close()
         raise
     return handler
 

@@ -116,7 +116,14 @@ class ReplayLlmClient(LlmClient):
         self.lenient = lenient
         self._next = 0
 
-    def call_llm(self, system_prompt, messages, *, tools=None, on_text=None) -> LlmResponse:
+    def call_llm(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        on_text: TextCallback | None = None,
+    ) -> LlmResponse:
         if self._next >= len(self._responses):
             raise LlmError(
                 "replay", f"the recording has only {len(self._responses)} responses; run is longer"
@@ -407,14 +414,27 @@ class _ProviderClient(LlmClient):
     def _make_sdk(self) -> Any: ...
 
     @abstractmethod
-    def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
+    def _send(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: TextCallback | None,
+    ) -> dict[str, Any]:
         """One API call, its response as a plain dict (a stream is merged into one first)."""
 
     @abstractmethod
     def _failure(self, exc: Exception) -> _Failure | None:
         """The SDK's own exception types as a `_Failure`; None for anything else."""
 
-    def call_llm(self, system_prompt, messages, *, tools=None, on_text=None) -> LlmResponse:
+    def call_llm(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        on_text: TextCallback | None = None,
+    ) -> LlmResponse:
         shape = (self.provider, self.model, self.max_tokens, len(messages), len(tools or ()))
         logger.debug("%s request: model=%s max_tokens=%d messages=%d tools=%d", *shape)
         started = time.monotonic()
@@ -435,21 +455,27 @@ class _ProviderClient(LlmClient):
         )
         return response
 
-    def _send_with_retries(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
+    def _send_with_retries(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: TextCallback | None,
+    ) -> dict[str, Any]:
         streamed = False  # once text reached the caller, a retry would show it twice
         attempt = 0
 
         def emit(delta: str, of_attempt: int) -> None:
             nonlocal streamed
-            if of_attempt == attempt:  # an abandoned attempt's late text is dropped
-                streamed = True
+            if of_attempt == attempt and on_text is not None:  # late text of an abandoned
+                streamed = True  # attempt is dropped
                 on_text(delta)
 
         for attempt in range(self.max_retries + 1):
             sink = functools.partial(emit, of_attempt=attempt) if on_text else None
             try:
                 return self._within_deadline(
-                    lambda sink=sink: self._send(system_prompt, messages, tools, sink)
+                    functools.partial(self._send, system_prompt, messages, tools, sink)
                 )
             except Exception as exc:
                 failure = (
@@ -596,7 +622,13 @@ class ClaudeLlmClient(_ProviderClient):
             api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
         )
 
-    def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
+    def _send(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: TextCallback | None,
+    ) -> dict[str, Any]:
         request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
         request["messages"] = to_anthropic_messages(messages)
         if system_prompt:
@@ -729,10 +761,18 @@ class GeminiLlmClient(_ProviderClient):
     def _make_sdk(self) -> Any:
         from google import genai
 
-        http_options = {"base_url": self.base_url, "timeout": int(self.timeout * 1000)}
+        http_options = genai.types.HttpOptions(
+            base_url=self.base_url, timeout=int(self.timeout * 1000)
+        )
         return genai.Client(api_key=self._api_key, vertexai=False, http_options=http_options)
 
-    def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
+    def _send(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: TextCallback | None,
+    ) -> dict[str, Any]:
         config: dict[str, Any] = {"max_output_tokens": self.max_tokens}
         config["automatic_function_calling"] = {"disable": True}  # we run the tools
         if system_prompt:
@@ -893,7 +933,13 @@ class OpenAICompatibleLlmClient(_ProviderClient):
             api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
         )
 
-    def _send(self, system_prompt, messages, tools, on_text) -> dict[str, Any]:
+    def _send(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        on_text: TextCallback | None,
+    ) -> dict[str, Any]:
         # OpenAI itself wants max_completion_tokens (its reasoning models reject max_tokens);
         # local servers know max_tokens.
         limit = "max_completion_tokens" if "api.openai.com" in self.base_url else "max_tokens"

@@ -144,6 +144,7 @@ class _Server:
                 env=dict(config.env) or None,
                 cwd=config.cwd,
             )
+            assert self.stderr is not None  # made in __init__ for every command server
             return stdio_client(params, errlog=self.stderr.writer)
         if config.sse:
             from mcp.client.sse import sse_client

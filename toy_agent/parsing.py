@@ -366,7 +366,8 @@ class XmlFormat(ActionFormat):
         limit = close.start() if close else len(text)  # a later ACTION's tags are not ours
         params_m = _PARAMS_OPEN.search(text, start, limit)
         name_m = _NAME.search(text, start, params_m.start() if params_m else limit)
-        parameters, end = ({}, start)
+        parameters: Params = {}
+        end = start
         if params_m:
             parameters, end = self._parameters(text, params_m, stop_reason)
         if name_m is None:  # the tool name may follow the parameters
