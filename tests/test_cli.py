@@ -602,3 +602,17 @@ def test_a_malformed_replay_file_is_a_usage_error(recording, repo, tmp_path, cap
     err = capsys.readouterr().err
     assert err.startswith("toy-agent: error: ") and "is not a toy_agent trajectory" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_readme_flag_table_lists_exactly_the_parsers_flags():
+    from toy_agent.cli import build_parser
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
+    documented = set()
+    for row in table.splitlines():
+        if row.startswith("| `-"):
+            first_cell = row.split("|")[1]
+            documented |= set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", first_cell))
+    flags = {option for action in build_parser()._actions for option in action.option_strings}
+    assert documented == flags - {"-h", "--help"}
