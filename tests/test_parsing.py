@@ -17,6 +17,7 @@ from toy_agent.parsing import (
     ParseError,
     ReactFormat,
     XmlFormat,
+    compact_parameters,
     get_format,
 )
 
@@ -305,22 +306,45 @@ def test_xml_observation_written_before_any_action_is_refused():
 # --- XML: prompt and messages ---------------------------------------------------------------
 
 
-def test_xml_prompt_lists_every_tool_with_its_schema_as_compact_json():
+def test_xml_prompt_lists_every_tool_with_its_parameters_as_compact_json():
     section = XmlFormat().prompt_section(TOOLS)
     assert section.startswith("Available Tools:\n")
     blocks = re.findall(r"<tool>.*?</tool>", section)
     assert len(blocks) == len(TOOLS)
-    schema = json.dumps(TOOLS[1]["parameters"], separators=(",", ":"))
     assert (
-        f"<tool><name>read_file</name><description>Read a file.</description>"
-        f"<parameters>{schema}</parameters></tool>"
+        "<tool><name>read_file</name><description>Read a file.</description><parameters>"
+        '{"path":"string","start_line":"integer, optional","end_line":"integer, optional"}'
+        "</parameters></tool>"
     ) in blocks
     assert "<THOUGHT>" in section and "task_complete" in section
 
 
+def test_compact_parameters_keep_defaults_enums_and_unexplained_descriptions():
+    tool = {
+        "name": "weather",
+        "description": "Weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name, e.g. Paris."},
+                "units": {"enum": ["metric", "imperial"], "default": "metric"},
+                "days": {"type": "array", "items": {"type": "integer"}},
+            },
+            "required": ["city"],
+        },
+    }
+    assert json.loads(compact_parameters(tool)) == {
+        "city": "string",  # the description names it: no need to repeat
+        "units": 'one of "metric"|"imperial" = "metric"',
+        "days": "array of integer, optional",
+    }
+    tool["description"] = "Weather."
+    assert json.loads(compact_parameters(tool))["city"] == "string: City name, e.g. Paris."
+
+
 def test_xml_prompt_example_parses_with_the_parser():
     section = XmlFormat().prompt_section(TOOLS)
-    example = section.split("Example of a valid reply:\n", 1)[1]
+    example = section.split("Example:\n", 1)[1]
     assert XmlFormat().parse(LlmResponse(example)).actions == (READ,)
 
 
@@ -462,9 +486,9 @@ def test_react_prompt_lists_tools_and_its_example_parses():
     fmt = ReactFormat()
     section = fmt.prompt_section(TOOLS)
     assert section.startswith("Available Tools:\n- list_files: List files.")
-    assert json.dumps(TOOLS[2]["parameters"], separators=(",", ":")) in section
+    assert 'Parameters: {"path":"string","content":"string"}' in section
     assert "Observation" in section and "Final Answer:" in section
-    example = section.split("Example of a valid reply:\n", 1)[1]
+    example = section.split("Example:\n", 1)[1]
     assert fmt.parse(LlmResponse(example), TOOLS).actions == (READ,)
 
 

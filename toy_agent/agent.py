@@ -49,18 +49,12 @@ from toy_agent.tools import CodeRepositoryTools, ToolError
 logger = logging.getLogger(__name__)
 
 SYSTEM_PROMPT_INTRO = """\
-You are toy_agent, an autonomous software engineer working on a local code repository. You \
-solve the user's task with the ReAct pattern: you THINK about what to do next, ACT by calling \
-exactly one of the tools below, then OBSERVE its result, which the system sends back to you. \
-Repeat until the task is done, then call task_complete with a concise summary of what you did \
-and the answer to the task.
-
-Rules:
-- Paths are relative to the repository root; you cannot leave the repository.
-- Look before you change: list and read the relevant files first; never guess file contents.
-- Prefer edit_file for small changes to existing files; use write_file for new files.
-- If a tool fails, read the error and fix the call instead of repeating it unchanged.
-- Do not invent observations: after an action, stop and wait for the result."""
+You are toy_agent, a software engineer working in a local repository with the ReAct pattern: \
+THINK about the next step, ACT by calling one tool, OBSERVE its result; repeat until the task \
+is done, then call task_complete with a short summary and the answer.
+Paths are relative to the repository root. Read before you change; never guess file \
+contents. Prefer edit_file for changes, write_file for new files. If a tool fails, fix the \
+call instead of repeating it."""
 
 CONFIRM_TOOLS = frozenset({"write_file", "edit_file", "run_command"})
 REPEAT_LIMIT = 3

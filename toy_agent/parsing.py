@@ -256,8 +256,41 @@ def _cut_off(where: str, stop_reason: str) -> ParseError:
 
 
 def _tool_list(tools: Sequence[ToolSpec], render: Callable[[ToolSpec, str], str]) -> str:
-    """The spec's `Available Tools:` section, one entry per tool with its schema as JSON."""
-    return "Available Tools:\n" + "\n".join(render(t, _schema_json(t)) for t in tools)
+    """The spec's `Available Tools:` section, one entry per tool with its parameters as JSON."""
+    return "Available Tools:\n" + "\n".join(render(t, compact_parameters(t)) for t in tools)
+
+
+def compact_parameters(tool: ToolSpec) -> str:
+    """A tool's parameters as compact JSON, name -> type: `{"path":"string","start_line":
+    "integer, optional"}`, a quarter of the size of the JSON Schema and as clear to a model. It
+    is sent with every request, so it pays to be short. A parameter the tool's description
+    does not mention keeps its own description (an MCP tool's, usually)."""
+    schema = tool.get("parameters") or {}
+    required = set(schema.get("required") or ())
+    described = tool.get("description", "")
+    compact = {}
+    for name, prop in (schema.get("properties") or {}).items():
+        prop = prop if isinstance(prop, dict) else {}
+        text = _type_name(prop)
+        if "default" in prop:
+            text += f" = {json.dumps(prop['default'], ensure_ascii=False)}"
+        elif name not in required:
+            text += ", optional"
+        if prop.get("description") and name not in described:
+            text += f": {' '.join(str(prop['description']).split())[:160]}"
+        compact[name] = text
+    return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
+
+
+def _type_name(prop: dict[str, Any]) -> str:
+    if "enum" in prop:
+        return "one of " + "|".join(json.dumps(v, ensure_ascii=False) for v in prop["enum"])
+    kind = prop.get("type") or ("object" if "properties" in prop else "any")
+    if isinstance(kind, list):
+        kind = " or ".join(str(k) for k in kind)
+    if kind == "array" and isinstance(prop.get("items"), dict):
+        return f"array of {_type_name(prop['items'])}"
+    return str(kind)
 
 
 def _xml_tool(tool: ToolSpec, schema: str) -> str:
@@ -269,36 +302,18 @@ def _xml_tool(tool: ToolSpec, schema: str) -> str:
 
 
 def _react_tool(tool: ToolSpec, schema: str) -> str:
-    return f"- {tool['name']}: {tool.get('description', '')}\n  Parameters (JSON Schema): {schema}"
-
-
-def _schema_json(tool: ToolSpec) -> str:
-    schema = tool.get("parameters") or {"type": "object", "properties": {}}
-    return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    return f"- {tool['name']}: {tool.get('description', '')} Parameters: {schema}"
 
 
 # --- XML: <THOUGHT>...</THOUGHT><ACTION><tool_name/><parameters/></ACTION> ----------------
 
 _XML_WHERE = "The <parameters> of your ACTION"
-_XML_EXAMPLE = """<THOUGHT>I need to see how the app starts before changing it.</THOUGHT>
-<ACTION>
-<tool_name>read_file</tool_name>
-<parameters>{"path": "src/app.py"}</parameters>
-</ACTION>"""
-_XML_RULES = """Response format:
-Answer every turn with your reasoning in <THOUGHT>...</THOUGHT>, then exactly one action:
-<ACTION>
-<tool_name>TOOL_NAME</tool_name>
-<parameters>{"parameter": "value"}</parameters>
-</ACTION>
-Rules:
-- One ACTION per reply. Then stop and wait: the tool's result comes back to you in an
-  <OBSERVATION> message. Never write an <OBSERVATION> yourself.
-- <parameters> holds one JSON object with the tool's parameters ({} if it takes none).
-  Write the JSON as is: no XML escaping, no CDATA.
-- When the task is done, call task_complete with the result.
-
-Example of a valid reply:
+_XML_EXAMPLE = """<THOUGHT>I need to see how the app starts.</THOUGHT>
+<ACTION><tool_name>read_file</tool_name><parameters>{"path": "src/app.py"}</parameters></ACTION>"""
+_XML_RULES = """Response format: your reasoning in <THOUGHT>...</THOUGHT>, then one action:
+<ACTION><tool_name>NAME</tool_name><parameters>{JSON object}</parameters></ACTION>
+Then stop: the result comes back in an <OBSERVATION> (never write one yourself). Write the
+JSON as is, no XML escaping. Example:
 """
 
 _THOUGHT = re.compile(
@@ -436,20 +451,15 @@ class XmlFormat(ActionFormat):
 # --- ReAct text: Thought: / Action: / Action Input: / Final Answer: -----------------------
 
 _REACT_WHERE = "The `Action Input` parameters"
-_REACT_EXAMPLE = """Thought: I need to see how the app starts before changing it.
+_REACT_EXAMPLE = """Thought: I need to see how the app starts.
 Action: read_file
 Action Input: {"path": "src/app.py"}"""
-_REACT_RULES = """Response format:
-Reply in this plain-text format, one action per reply:
-Thought: what you think and plan next
-Action: the tool name, exactly as listed above
-Action Input: the tool's parameters as one JSON object ({} if it takes none)
-Then stop. The system runs the tool and answers with "Observation: ..."; never write an
-Observation yourself. When the task is done, reply instead with:
-Thought: why the task is done
-Final Answer: the result for the user
-
-Example of a valid reply:
+_REACT_RULES = """Response format, one action per reply:
+Thought: your reasoning
+Action: a tool name from the list
+Action Input: its parameters as one JSON object
+Then stop: the result comes back as "Observation: ..." (never write one yourself). When done,
+reply with `Thought: ...` and `Final Answer: the result`. Example:
 """
 # A label at the start of a line, tolerating markdown: **Action:**, ### Thought:, - Action:
 _REACT_LABEL = re.compile(
