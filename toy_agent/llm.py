@@ -382,6 +382,7 @@ class _ProviderClient(LlmClient):
     """
 
     default_model = ""
+    sdk_module = ""  # what _make_sdk imports: preload_sdk can start it early
     key_envs: tuple[str, ...] = ()
     base_url_env = ""
     default_base_url = ""
@@ -610,6 +611,7 @@ class ClaudeLlmClient(_ProviderClient):
 
     provider = "claude"
     default_model = "claude-sonnet-5-5"
+    sdk_module = "anthropic"
     key_envs = ("ANTHROPIC_API_KEY",)
     base_url_env = "ANTHROPIC_BASE_URL"
     default_base_url = "https://api.anthropic.com"
@@ -753,6 +755,7 @@ class GeminiLlmClient(_ProviderClient):
 
     provider = "gemini"
     default_model = "gemini-2.5-flash"
+    sdk_module = "google.genai"
     key_envs = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
     base_url_env = "GOOGLE_GEMINI_BASE_URL"
     default_base_url = "https://generativelanguage.googleapis.com/"
@@ -921,6 +924,7 @@ class OpenAICompatibleLlmClient(_ProviderClient):
 
     provider = "openai"
     default_model = "gpt-5-mini"
+    sdk_module = "openai"
     key_envs = ("OPENAI_API_KEY",)
     base_url_env = "OPENAI_BASE_URL"
     default_base_url = "https://api.openai.com/v1"
@@ -967,3 +971,18 @@ PROVIDER_CLASSES: dict[str, type[_ProviderClient]] = {
     c.provider: c for c in (ClaudeLlmClient, GeminiLlmClient, OpenAICompatibleLlmClient)
 }
 DEFAULT_MODELS = {name: c.default_model for name, c in PROVIDER_CLASSES.items()}
+
+
+def preload_sdk(provider: str) -> None:
+    """Start importing `provider`'s SDK in a background thread (anthropic alone takes about a
+    second), so it loads while the caller reads .env, starts MCP servers and builds the prompt.
+    Building the client later waits for this import instead of starting another."""
+    facts = PROVIDER_CLASSES.get(provider)
+    if facts is not None:
+        worker = threading.Thread(target=_import_quietly, args=(facts.sdk_module,), daemon=True)
+        worker.start()
+
+
+def _import_quietly(module: str) -> None:
+    with contextlib.suppress(Exception):  # a missing SDK is reported when the client is built
+        importlib.import_module(module)
