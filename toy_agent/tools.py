@@ -11,6 +11,7 @@ import codecs
 import contextlib
 import difflib
 import errno
+import fcntl
 import inspect
 import itertools
 import logging
@@ -22,7 +23,9 @@ import subprocess
 import threading
 import time
 import typing
+from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -55,6 +58,8 @@ READ_MAX_LINE_CHARS = 4_000
 COMMAND_MAX_TIMEOUT = 600
 OUTPUT_HEAD_BYTES = 8_000
 OUTPUT_TAIL_BYTES = 8_000
+STALE_TEMP_SECONDS = 600  # a temp file untouched this long was left by a killed write
+LOCK_WAIT_SECONDS = 30  # how long a write waits for another write in the same folder
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -108,8 +113,16 @@ class CodeRepositoryTools:
 
     # ----------------------------------------------------------------------------- dispatch
     def specs(self) -> list[dict[str, Any]]:
-        """The Toolbox face (see toy_agent.routes): the local tools, without task_complete."""
-        return get_available_tools(self.allow_commands)[:-1]
+        """The Toolbox face (see toy_agent.routes): the local tools, without task_complete.
+        A sandboxed run_command says so, so the model expects its limits."""
+        specs = get_available_tools(self.allow_commands)[:-1]
+        if self.sandbox == "bwrap":
+            where = "with network" if self.sandbox_network else "no network"
+            for spec in specs:
+                if spec["name"] == "run_command":
+                    spec["description"] += (f" Sandboxed: {where}, writes only in the "
+                                            "repository and /tmp.")  # fmt: skip
+        return specs
 
     def call(self, name: str, parameters: dict[str, Any]) -> str:
         return self.execute(name, parameters)
@@ -126,9 +139,13 @@ class CodeRepositoryTools:
         try:
             target = self._resolve(path)
             with self._open_regular(target) as f:
-                return f.read().decode("utf-8", "surrogateescape")
+                data = f.read()
         except (ToolError, OSError, IndexError):
             return None
+        encoding = _text_encoding(data[:BINARY_SNIFF_BYTES])
+        if encoding is not None and encoding.codec != "utf-8":  # UTF-16/32 with its mark
+            return data[len(encoding.bom) :].decode(encoding.codec, "replace")
+        return data.decode("utf-8", "surrogateescape")
 
     def execute(self, name: str, parameters: dict[str, Any] | None) -> str:
         """Run local tool `name`; bad parameters and failures raise ToolError."""
@@ -190,8 +207,9 @@ class CodeRepositoryTools:
         target = self._existing_file(path)
         rel = self._rel(target)
         with self._open_regular(target) as f:
-            shown, total, next_line, lossy = _read_window(f, rel, start, end_line)
-        shown = [(n, self._cut_line(text)) for n, text in shown]
+            window = _read_window(f, rel, start, end_line)
+        shown = [(n, self._cut_line(text, length)) for n, text, length in window.lines]
+        total, next_line, encoding = window.total, window.next_line, window.encoding
         logger.info("read %s: %d of %d lines from line %d", rel, len(shown), total, start)
         if total == 0:
             return f"{rel} is empty (0 lines)."
@@ -207,59 +225,58 @@ class CodeRepositoryTools:
             )
         elif end_line is not None and end_line > total:
             out.append(f"[end_line {end_line} is past the end: {rel} has {total} lines.]")
-        if lossy:
-            out.append("[Note: some bytes are not valid UTF-8; they are shown as \ufffd.]")
+        if encoding.bom:
+            out.append(
+                f"[Note: {rel} is {encoding.name} text with a byte-order mark, shown decoded; "
+                "edit_file and write_file keep its encoding.]"
+            )
+        if window.lossy:
+            out.append(f"[Note: some bytes are not valid {encoding.name}; shown as \ufffd.]")
         return "\n".join(out)
 
     def write_file(self, path: str, content: str) -> str:
-        """Create or replace a whole file, atomically."""
+        """Create or replace a whole file, atomically. A replaced file keeps its encoding (byte-
+        order mark, UTF-16/32) and, when `content` uses "\n", line endings it uses throughout."""
         target = self._writable(path)
         rel = self._rel(target)
-        try:
-            data = content.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ToolError(f"content cannot be written as UTF-8: {exc.reason}") from exc
-        old_size = self._atomic_write(target, data)
-        lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+        with self._rewrite(target) as file:
+            encoding, ending = _existing_format(file)
+            text = content.removeprefix("\ufeff") if encoding.bom else content
+            converted = ending is not None and "\n" in text and "\r" not in text
+            data = _encode(text.replace("\n", ending) if converted else text, encoding, "content")
+            old_size = None if file.seen is None else file.seen.st_size
+            file.replace(data)
+        lines = len(_ENDING.findall(content)) + (content[-1:] not in ("", "\n", "\r"))
         logger.info("wrote %s: %d bytes, %d lines", rel, len(data), lines)
         done = f"Wrote {rel}: {len(data):,} bytes, {lines} lines"
         if old_size is None:
             return f"{done} (created)."
-        return f"{done} (overwrote the previous {old_size:,} bytes)."
+        kept = [f"its {encoding.name} encoding with byte-order mark"] if encoding.bom else []
+        kept += [f"its {_ENDING_NAMES[ending]} line endings"] if converted else []
+        note = f"; kept {' and '.join(kept)}" if kept else ""
+        return f"{done} (overwrote the previous {old_size:,} bytes{note})."
 
     def edit_file(self, path: str, old_str: str, new_str: str) -> str:
-        """Replace the one occurrence of old_str; anything else leaves the file untouched."""
+        """Replace the one occurrence of old_str; anything else leaves the file untouched.
+        Matching sees every line ending as "\n"; the file keeps its own endings and encoding."""
         if not old_str:
             raise ToolError("old_str is empty; to write a whole file use write_file.")
-        if old_str == new_str:
-            raise ToolError("old_str and new_str are identical; nothing would change.")
+        old, new = _unify_endings(old_str), _unify_endings(new_str)
+        if old == new:
+            raise ToolError(_IDENTICAL if old_str == new_str else _ENDINGS_ONLY)
         target = self._writable(path)
         rel = self._rel(target)
         self._existing_file(path)
-        with self._open_regular(target) as f:
-            data = f.read()
-        if b"\0" in data[:BINARY_SNIFF_BYTES]:
-            raise ToolError(f"{rel} is a binary file; edit_file only edits text.")
-        text = data.decode("utf-8", "surrogateescape")  # undecodable bytes survive the round trip
-        crlf = "\r\n" in text and "\r" not in old_str and text.count("\r\n") == text.count("\n")
-        if crlf:  # the LLM sees and sends "\n"; keep the file's own line endings
-            text, new_str = text.replace("\r\n", "\n"), new_str.replace("\r\n", "\n")
-        positions = _find_all(text, old_str)
-        if not positions:
-            raise ToolError(_no_match_message(rel, text, old_str))
-        if len(positions) > 1:
-            lines = ", ".join(str(text.count("\n", 0, p) + 1) for p in positions[:20])
-            raise ToolError(
-                f"old_str occurs {len(positions)} times in {rel} (starting at lines {lines}); "
-                "it must match exactly once. Add surrounding lines to old_str to make it unique."
-            )
-        pos = positions[0]
-        new_text = text[:pos] + new_str + text[pos + len(old_str) :]
-        disk_text = new_text.replace("\n", "\r\n") if crlf else new_text
-        self._atomic_write(target, disk_text.encode("utf-8", "surrogateescape"))
+        with self._rewrite(target) as file, _reading(rel), file.open() as f:
+            self._check_links(os.fstat(f.fileno()), rel)
+            doc = _Text.parse(f.read(), rel)
+            pos = _locate(doc.text, old, rel)
+            new_text = doc.text[:pos] + new + doc.text[pos + len(old) :]
+            data = doc.encode(new_text, _edited_endings(doc, pos, old, new))
+            file.replace(data)
         first = new_text.count("\n", 0, pos) + 1
-        last = first + new_str.count("\n")
-        logger.info("edited %s at line %d (%d bytes)", rel, first, len(disk_text))
+        last = first + new.count("\n")
+        logger.info("edited %s at line %d (%d bytes)", rel, first, len(data))
         return f"Edited {rel} (line {first}). It now reads:\n" + _snippet(new_text, first, last)
 
     def search_in_files(
@@ -307,8 +324,12 @@ class CodeRepositoryTools:
         mtime = datetime.fromtimestamp(st.st_mtime, tz=timezone.utc).isoformat(timespec="seconds")
         info = [f"path: {self._rel(target)}"]
         if target.is_dir():
-            with os.scandir(target) as scan:
-                children = list(scan)
+            fd = self._open_dir(target.relative_to(self.repo_path).parts)
+            try:
+                with os.scandir(fd) as scan:
+                    children = list(scan)
+            finally:
+                os.close(fd)
             n_dirs = sum(e.is_dir(follow_symlinks=False) for e in children)
             info += [
                 "type: directory",
@@ -318,8 +339,10 @@ class CodeRepositoryTools:
         elif special_kind(st.st_mode):
             info.append(f"type: {special_kind(st.st_mode)} (a special file: never read or written)")
         elif self._links_inside(st) < st.st_nlink:
-            info.append(f"type: file with {st.st_nlink} hard links, some outside the repository "
-                        "(its content is not examined)")
+            info.append(
+                f"type: file with {st.st_nlink} hard links, some outside the repository "
+                "(its content is not examined)"
+            )
             info.append(f"size: {st.st_size:,} bytes")
         else:
             with self._open_regular(target) as f:
@@ -385,11 +408,13 @@ class CodeRepositoryTools:
 
     def _existing_file(self, path: str) -> Path:
         target = self._resolve(path)
+        rel = self._rel(target)
         try:
             mode = target.stat().st_mode
         except FileNotFoundError:
             raise self._not_found(path, target) from None
-        rel = self._rel(target)
+        except OSError as exc:  # e.g. a folder on the way that may not be searched
+            raise ToolError(f"Cannot read {rel}: {exc.strerror or exc}.") from exc
         if stat.S_ISDIR(mode):
             raise ToolError(f"{rel} is a directory; use list_files(path={rel!r}) to see inside.")
         if not stat.S_ISREG(mode):
@@ -401,29 +426,37 @@ class CodeRepositoryTools:
     # root one component at a time with O_NOFOLLOW: a folder swapped for a symlink between
     # the path check and the open is refused, never followed.
 
-    def _cut_line(self, text: str) -> str:
-        """Redact, then cut: a cut must never leave the visible head of a secret behind."""
+    def _cut_line(self, text: str, length: int | None = None) -> str:
+        """Redact, then cut: a cut must never leave the visible head of a secret behind. `text`
+        may be only the first _LINE_KEEP characters of a line `length` characters long."""
+        whole = length is None or length == len(text)
         text = self.redactor.redact(text)
-        if len(text) <= READ_MAX_LINE_CHARS:
+        if whole and len(text) <= READ_MAX_LINE_CHARS:
             return text
-        return f"{text[:READ_MAX_LINE_CHARS]} … [line cut: it has {len(text):,} characters]"
+        size = len(text) if whole else length
+        return f"{text[:READ_MAX_LINE_CHARS]} … [line cut: it has {size:,} characters]"
 
-    def _open_dir(self, parts: tuple[str, ...], *, create: bool = False) -> int:
-        """A descriptor of the folder repo/parts, created if `create`; the caller closes it."""
+    def _open_dir(
+        self, parts: tuple[str, ...], *, created: list[tuple[str, ...]] | None = None
+    ) -> int:
+        """A descriptor of the folder repo/parts; the caller closes it. Missing folders are made
+        when `created` is a list, and the parts of each one made are appended to it."""
         fd = os.open(self.repo_path, _DIR_FLAGS)
         try:
             for i, part in enumerate(parts):
+                where = "/".join(parts[: i + 1])
                 try:
                     child = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
-                    if not create:
-                        raise
-                    os.mkdir(part, 0o777, dir_fd=fd)
+                    if created is None:
+                        raise ToolError(f"No such folder: {where}.") from None
+                    with contextlib.suppress(FileExistsError):  # or a concurrent write made it
+                        os.mkdir(part, 0o777, dir_fd=fd)
+                        created.append(parts[: i + 1])
                     child = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                        raise
-                    where = "/".join(parts[: i + 1])
+                        raise ToolError(f"Cannot open folder {where}: {exc.strerror}.") from exc
                     if stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
                         raise ToolError(_SWAPPED.format(where)) from exc
                     raise ToolError(f"Cannot create folder {where}: a file is in the way.") from exc
@@ -437,36 +470,27 @@ class CodeRepositoryTools:
     @contextlib.contextmanager
     def _open_regular(self, target: Path) -> Iterator[typing.BinaryIO]:
         """The regular file at `target` (a resolved path inside the repository), for reading.
-        Special files are refused unopened; see _check_links for hard links."""
+        Special files are refused unopened; see _check_links for hard links. An error while
+        opening or reading says so ("Cannot read x: Permission denied"), never "binary"."""
         parts = target.relative_to(self.repo_path).parts
         rel = "/".join(parts)
         dir_fd = self._open_dir(parts[:-1])
         try:
-            mode = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False).st_mode
-            if stat.S_ISLNK(mode):
-                raise ToolError(_SWAPPED.format(rel))
-            if not stat.S_ISREG(mode):
-                raise ToolError(_special_message(rel, mode))
-            try:
-                fd = os.open(parts[-1], _READ_FLAGS, dir_fd=dir_fd)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise ToolError(_SWAPPED.format(rel)) from exc
-                raise
+            with _reading(rel):
+                f = _open_file_at(dir_fd, parts[-1], rel)
         finally:
             os.close(dir_fd)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):  # swapped between the stat and the open
-                raise ToolError(_special_message(rel, st.st_mode))
-            os.set_blocking(fd, True)
-            inside = self._links_inside(st)
-            if inside < st.st_nlink:
-                raise ToolError(
-                    f"{rel} has {st.st_nlink} hard links and only {inside} of them are inside "
-                    "the repository, so it may be a file from outside; it is not read."
-                )
+        with f, _reading(rel):
+            self._check_links(os.fstat(f.fileno()), rel)
             yield f
+
+    def _check_links(self, st: os.stat_result, rel: str) -> None:
+        inside = self._links_inside(st)
+        if inside < st.st_nlink:
+            raise ToolError(
+                f"{rel} has {st.st_nlink} hard links and only {inside} of them are inside "
+                "the repository, so it may be a file from outside; it is not read."
+            )
 
     def _links_inside(self, st: os.stat_result) -> int:
         """How many of a file's hard links are inside the repository (counting stops at all of
@@ -485,45 +509,47 @@ class CodeRepositoryTools:
                 break
         return inside
 
-    def _atomic_write(self, target: Path, data: bytes) -> int | None:
-        """Temp file in the same folder + rename: the file is either old or new, never half
-        written, and a failure leaves no temp file behind. An existing file keeps its mode.
-        Returns the previous size, or None for a new file."""
+    @contextlib.contextmanager
+    def _rewrite(self, target: Path) -> Iterator[_Rewrite]:
+        """A read-modify-write of `target` that no other toy_agent write in its folder can
+        interleave with (see _lock_folder). Folders made for it are removed again unless it
+        is written, and temp files that killed writes left in the folder are cleared."""
         parts = target.relative_to(self.repo_path).parts
-        rel, name = "/".join(parts), parts[-1]
-        dir_fd = self._open_dir(parts[:-1], create=True)
-        tmp = f".{name[:100]}.{secrets.token_hex(4)}.tmp"
+        rel = "/".join(parts)
+        created: list[tuple[str, ...]] = []
+        file = None
         try:
+            dir_fd = self._open_dir(parts[:-1], created=created)
             try:
-                old = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                old = None
-            if old is not None and stat.S_ISDIR(old.st_mode):
-                raise ToolError(f"{rel} is a directory; give a file path.")
-            if old is not None and stat.S_ISLNK(old.st_mode):
-                raise ToolError(_SWAPPED.format(rel))
-            if old is not None and not stat.S_ISREG(old.st_mode):
-                raise ToolError(_special_message(rel, old.st_mode))
-            fd = os.open(tmp, _CREATE_FLAGS, 0o666, dir_fd=dir_fd)  # umask applies
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-                if old is not None:
-                    os.fchmod(fd, stat.S_IMODE(old.st_mode))
-            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            return None if old is None else old.st_size
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            if isinstance(exc, OSError):
-                reason = exc.strerror or str(exc)
-                raise ToolError(f"Could not write {rel}: {reason}; it is unchanged.") from exc
-            raise
+                _lock_folder(dir_fd, rel)
+                _remove_stale_temps(dir_fd)
+                file = _Rewrite(dir_fd, parts[-1], rel)
+                yield file
+            finally:
+                os.close(dir_fd)  # releases the lock
+        except OSError as exc:  # making a folder; reading and writing raise ToolError
+            reason = exc.strerror or str(exc)
+            raise ToolError(f"Could not write {rel}: {reason}; nothing changed.") from exc
         finally:
-            os.close(dir_fd)
+            if file is None or not file.written:
+                self._remove_folders(created)
+
+    def _remove_folders(self, created: list[tuple[str, ...]]) -> None:
+        """Undo the folders a failed write made, deepest first; one no longer empty stays."""
+        for parts in reversed(created):
+            with contextlib.suppress(OSError, ToolError):
+                parent = self._open_dir(parts[:-1])
+                try:
+                    os.rmdir(parts[-1], dir_fd=parent)
+                finally:
+                    os.close(parent)
 
     def _writable(self, path: str) -> Path:
+        if os.path.basename(path.strip()) in ("", ".", ".."):
+            raise ToolError(
+                f"{path!r} names a folder, not a file (it is empty or ends in '/', '.' or '..'). "
+                "Give the path of a file, e.g. 'newdir/notes.txt' (missing folders are created)."
+            )
         target = self._resolve(path)
         if ".git" in target.relative_to(self.repo_path).parts:
             raise ToolError("Refusing to write inside .git/; git's own files are off limits.")
@@ -542,50 +568,359 @@ class CodeRepositoryTools:
         return ToolError(f"No such file or directory: {path}.{hint} Use list_files to look around.")
 
 
+# --------------------------------------------------------------------------------- descriptors
+_CHANGED = (
+    "{} was changed by another program while this call was working on it, so it was not "
+    "written (that change would have been lost). Read it again and redo the change."
+)
+_TEMP_STEM_BYTES = 100  # ".{stem}.{8 hex}.tmp" stays within NAME_MAX (255 bytes)
+_TEMP_NAME = re.compile(r"\.(.+)\.[0-9a-f]{8}\.tmp", re.DOTALL)
+
+
+class _Rewrite:
+    """A file being rewritten in a locked folder: look at what is there (`seen`, `open`),
+    then `replace` it. The replacement is refused if the file changed since it was looked at,
+    which only a writer that does not take the lock can do (an editor, a formatter)."""
+
+    def __init__(self, dir_fd: int, name: str, rel: str):
+        self.dir_fd, self.name, self.rel = dir_fd, name, rel
+        self.seen = _stat_entry(dir_fd, name, rel)  # None for a new file
+        self.written = False
+
+    def open(self) -> typing.BinaryIO:
+        """The file as it is now, for reading; `replace` then expects this version of it."""
+        f = _open_file_at(self.dir_fd, self.name, self.rel)
+        self.seen = os.fstat(f.fileno())
+        return f
+
+    def replace(self, data: bytes) -> None:
+        """Temp file + rename: the file is either old or new, never half written, and a failure
+        leaves no temp file behind. An existing file keeps its mode."""
+        tmp = _temp_name(self.name)
+        try:
+            fd = os.open(tmp, _CREATE_FLAGS, 0o666, dir_fd=self.dir_fd)  # umask applies
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(fd)
+                if self.seen is not None:
+                    os.fchmod(fd, stat.S_IMODE(self.seen.st_mode))
+            if _version(_stat_entry(self.dir_fd, self.name, self.rel)) != _version(self.seen):
+                raise ToolError(_CHANGED.format(self.rel))
+            os.replace(tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            self.written = True
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self.dir_fd)
+            if isinstance(exc, OSError):
+                outcome = "nothing was created" if self.seen is None else "it is unchanged"
+                reason = exc.strerror or str(exc)
+                raise ToolError(f"Could not write {self.rel}: {reason}; {outcome}.") from exc
+            raise
+
+
+def _version(st: os.stat_result | None) -> tuple[int, ...] | None:
+    """What changes whenever a file is written, in place or by replacing it."""
+    if st is None:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stat_entry(dir_fd: int, name: str, rel: str) -> os.stat_result | None:
+    """The regular file `name` in folder dir_fd, not followed if a symlink; None if missing."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolError(f"{rel} is a directory; give a file path.")
+    if stat.S_ISLNK(st.st_mode):
+        raise ToolError(_SWAPPED.format(rel))
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError(_special_message(rel, st.st_mode))
+    return st
+
+
+def _open_file_at(dir_fd: int, name: str, rel: str) -> typing.BinaryIO:
+    """The regular file `name` in folder dir_fd, for reading: never through a symlink, and
+    never blocking on a FIFO swapped in. Other failures raise OSError (see _reading)."""
+    if _stat_entry(dir_fd, name, rel) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), rel)
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ToolError(_SWAPPED.format(rel)) from exc
+        raise
+    f = os.fdopen(fd, "rb")
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # swapped between the stat and the open
+        f.close()
+        raise ToolError(_special_message(rel, mode))
+    os.set_blocking(fd, True)
+    return f
+
+
+@contextlib.contextmanager
+def _reading(rel: str) -> Iterator[None]:
+    """OSError while opening or reading `rel` becomes "Cannot read rel: <reason>."."""
+    try:
+        yield
+    except OSError as exc:
+        raise ToolError(f"Cannot read {rel}: {exc.strerror or exc}.") from exc
+
+
+def _lock_folder(dir_fd: int, rel: str) -> None:
+    """Take the folder's exclusive flock, released when dir_fd is closed: toy_agent writes in
+    one folder (from threads or processes) take turns, so none is lost to another."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise ToolError(
+                    f"{rel} was not written: another write in its folder has held the folder "
+                    f"lock for over {LOCK_WAIT_SECONDS}s. Try again later."
+                ) from None
+            time.sleep(0.002)
+        except OSError:  # no flock here (some network filesystems): _Rewrite still checks
+            return
+
+
+def _temp_name(name: str) -> str:
+    stem = os.fsencode(name)[:_TEMP_STEM_BYTES].decode("utf-8", "ignore") or "_"
+    return f".{stem}.{secrets.token_hex(4)}.tmp"
+
+
+def _remove_stale_temps(dir_fd: int) -> None:
+    """Delete what writes killed midway (kill -9, a crash) left in the folder: regular files
+    named like _temp_name's, untouched for STALE_TEMP_SECONDS."""
+    cutoff = time.time() - STALE_TEMP_SECONDS
+    with contextlib.suppress(OSError), os.scandir(dir_fd) as entries:  # never fails a write
+        for entry in entries:
+            match = _TEMP_NAME.fullmatch(entry.name)
+            if not match or len(os.fsencode(match[1])) > _TEMP_STEM_BYTES:
+                continue
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                    os.unlink(entry.name, dir_fd=dir_fd)
+
+
 # --------------------------------------------------------------------------------- files
-def _read_window(
-    f: typing.BinaryIO, rel: str, start: int, end: int | None
-) -> tuple[list[tuple[int, str]], int, int | None, bool]:
-    """Lines start..end within the caps, the file's line count, the first line not shown
-    because of the caps, and whether any shown byte was not UTF-8. Streams: big files are fine."""
-    shown: list[tuple[int, str]] = []
-    chars, total, next_line, lossy = 0, 0, None, False
-    if b"\0" in f.read(BINARY_SNIFF_BYTES):
+_ENDING = re.compile(r"\r\n|\r|\n")
+_ENDING_NAMES = {"\r\n": "CRLF", "\n": "LF", "\r": "CR"}
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # UTF-8 bytes kept as surrogate escapes
+_CHUNK = 1 << 20
+_LINE_KEEP = 16 * READ_MAX_LINE_CHARS  # of a longer line, only this much is kept (and redacted)
+_IDENTICAL = "old_str and new_str are identical; nothing would change."
+_ENDINGS_ONLY = (
+    "old_str and new_str differ only in line endings. edit_file matches every line ending as "
+    "\\n and keeps each line's own ending, so nothing would change."
+)
+
+
+@dataclass(frozen=True)
+class _Encoding:
+    codec: str  # a Python codec that writes no byte-order mark itself
+    bom: bytes
+    name: str
+
+
+_UTF8 = _Encoding("utf-8", b"", "UTF-8")
+_BOMS = (  # UTF-32 LE first: its mark starts with UTF-16 LE's
+    _Encoding("utf-32-le", codecs.BOM_UTF32_LE, "UTF-32 LE"),
+    _Encoding("utf-32-be", codecs.BOM_UTF32_BE, "UTF-32 BE"),
+    _Encoding("utf-16-le", codecs.BOM_UTF16_LE, "UTF-16 LE"),
+    _Encoding("utf-16-be", codecs.BOM_UTF16_BE, "UTF-16 BE"),
+    _Encoding("utf-8", codecs.BOM_UTF8, "UTF-8"),
+)
+
+
+def _text_encoding(head: bytes) -> _Encoding | None:
+    """How a file starting with `head` is decoded, or None for binary: UTF-8 unless a byte-
+    order mark names another Unicode encoding; binary when the decoded head has a NUL."""
+    encoding = next((e for e in _BOMS if head.startswith(e.bom)), _UTF8)
+    if encoding.codec == "utf-8":
+        return None if b"\0" in head else encoding
+    decoder = codecs.getincrementaldecoder(encoding.codec)("replace")  # holds back a cut char
+    return None if "\0" in decoder.decode(head[len(encoding.bom) :]) else encoding
+
+
+def _pieces(f: typing.BinaryIO, encoding: _Encoding) -> Iterator[tuple[str, str]]:
+    """The text after the byte-order mark as (piece, line ending) pairs, split after "\\n",
+    "\\r\\n" and a lone "\\r"; the ending is "" when the line goes on in the next piece (or the
+    file ends). Read in chunks, so no line is ever held whole. Undecodable UTF-8 bytes come as
+    surrogate escapes, other undecodable bytes as \\ufffd."""
+    errors = "surrogateescape" if encoding.codec == "utf-8" else "replace"
+    decoder = codecs.getincrementaldecoder(encoding.codec)(errors)
+    f.seek(len(encoding.bom))
+    held = ""
+    while True:
+        chunk = f.read(_CHUNK)
+        text = held + decoder.decode(chunk, final=not chunk)
+        held = "\r" if chunk and text.endswith("\r") else ""  # maybe half of a "\r\n"
+        text = text[: len(text) - len(held)]
+        start = 0
+        if "\n" in text or "\r" in text:
+            for match in _ENDING.finditer(text):
+                yield text[start : match.start()], match.group()
+                start = match.end()
+        if start < len(text):
+            yield text[start:], ""
+        if not chunk:
+            return
+
+
+def _lines(f: typing.BinaryIO, encoding: _Encoding) -> Iterator[tuple[str, int]]:
+    """Each line as (its first _LINE_KEEP characters, its length): memory stays bounded
+    however long a line is (a sparse file's gigabytes of NULs are one line)."""
+    head: list[str] = []
+    length = 0
+    for piece, ending in _pieces(f, encoding):
+        if length < _LINE_KEEP:
+            head.append(piece[: _LINE_KEEP - length])
+        length += len(piece)
+        if ending:
+            yield "".join(head), length
+            head, length = [], 0
+    if length:
+        yield "".join(head), length
+
+
+def _undecoded(text: str, encoding: _Encoding) -> bool:
+    if encoding.codec == "utf-8":
+        return not text.isascii() and _UNDECODABLE.search(text) is not None
+    return "\ufffd" in text
+
+
+@dataclass(frozen=True)
+class _Window:
+    lines: list[tuple[int, str, int]]  # number, text (see _lines), length
+    total: int  # lines in the file
+    next_line: int | None  # the first line left out because of the caps
+    encoding: _Encoding
+    lossy: bool  # some bytes shown did not decode; they are shown as \ufffd
+
+
+def _read_window(f: typing.BinaryIO, rel: str, start: int, end: int | None) -> _Window:
+    """Lines start..end within the caps, and the file's line count. Streams: big files and
+    huge lines are fine."""
+    encoding = _text_encoding(f.read(BINARY_SNIFF_BYTES))
+    if encoding is None:
         size = os.fstat(f.fileno()).st_size
         raise ToolError(
             f"{rel} is a binary file ({size:,} bytes); read_file shows text only. "
             "get_file_info gives its metadata."
         )
-    f.seek(0)
-    for total, raw in enumerate(f, 1):
+    shown: list[tuple[int, str, int]] = []
+    chars, total, next_line = 0, 0, None
+    lines = _lines(f, encoding)
+    for total, (text, length) in enumerate(lines, 1):
         if total < start:
             continue
         if end is not None and total > end:
             break
-        if len(shown) >= READ_MAX_LINES or (shown and chars + len(raw) > READ_MAX_CHARS):
+        if len(shown) >= READ_MAX_LINES or (shown and chars + length > READ_MAX_CHARS):
             next_line = total
             break
-        text, bad = _decode_line(raw)
-        shown.append((total, text))
-        chars, lossy = chars + min(len(text), READ_MAX_LINE_CHARS), lossy or bad
-    else:
-        return shown, total, None, lossy
-    return shown, total + _count_lines(f), next_line, lossy
+        shown.append((total, text, length))
+        chars += min(length, READ_MAX_LINE_CHARS)
+    total += sum(1 for _ in lines)  # the lines after a break
+    lossy = any(_undecoded(text, encoding) for _, text, _ in shown)
+    if lossy and encoding.codec == "utf-8":
+        shown = [(n, _UNDECODABLE.sub("\ufffd", text), size) for n, text, size in shown]
+    return _Window(shown, total, next_line, encoding, lossy)
 
 
-def _decode_line(raw: bytes) -> tuple[str, bool]:
-    raw = raw.rstrip(b"\n").rstrip(b"\r")
+@dataclass(frozen=True)
+class _Text:
+    """A text file as edit_file matches it, every line ending as "\\n", with what writing it
+    back byte for byte takes: the original ending of each "\\n", and the encoding."""
+
+    text: str
+    endings: list[str]
+    encoding: _Encoding
+
+    @classmethod
+    def parse(cls, data: bytes, rel: str) -> _Text:
+        encoding = _text_encoding(data[:BINARY_SNIFF_BYTES])
+        if encoding is None:
+            raise ToolError(f"{rel} is a binary file; edit_file only edits text.")
+        # undecodable UTF-8 bytes survive the round trip as surrogate escapes
+        errors = "surrogateescape" if encoding.codec == "utf-8" else "strict"
+        try:
+            raw = data[len(encoding.bom) :].decode(encoding.codec, errors)
+        except UnicodeDecodeError as exc:
+            raise ToolError(
+                f"{rel} has bytes that are not valid {encoding.name} (at byte "
+                f"{exc.start + len(encoding.bom):,}); edit_file would lose them, so it does "
+                "not edit this file."
+            ) from exc
+        parts = re.split(r"(\r\n|\r|\n)", raw)
+        return cls("\n".join(parts[::2]), parts[1::2], encoding)
+
+    def dominant(self) -> str:
+        """The most common line ending; "\\n" on a tie with it or when there is none."""
+        counts = Counter(self.endings)
+        return max(_ENDING_NAMES, key=lambda ending: (counts[ending], ending == "\n"))
+
+    def encode(self, text: str, endings: list[str]) -> bytes:
+        lines = text.split("\n")
+        body = "".join(itertools.chain.from_iterable(zip(lines, [*endings, ""], strict=True)))
+        errors = "surrogateescape" if self.encoding.codec == "utf-8" else "strict"
+        return _encode(body, self.encoding, "new_str", errors)
+
+
+def _unify_endings(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _edited_endings(doc: _Text, pos: int, old: str, new: str) -> list[str]:
+    """The line endings once `old` at `pos` is `new`: a line kept or changed in place keeps
+    its own ending, an inserted line gets the file's dominant one."""
+    first = doc.text.count("\n", 0, pos)
+    old_lines, new_lines = old.split("\n"), new.split("\n")
+    olds = doc.endings[first : first + len(old_lines)]  # the last line's ending is after `old`
+    news = [doc.dominant()] * len(new_lines)
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("equal", "replace"):  # a replaced block pairs its lines in order
+            for i, j in zip(range(i1, min(i2, len(olds))), range(j1, j2), strict=False):
+                news[j] = olds[i]
+    tail = len(olds) == len(old_lines)  # else the edit ends the file: its last line has none
+    news = news if tail else news[:-1]
+    return doc.endings[:first] + news + doc.endings[first + len(old_lines) :]
+
+
+def _encode(text: str, encoding: _Encoding, what: str, errors: str = "strict") -> bytes:
     try:
-        return raw.decode("utf-8"), False
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", "replace"), True
+        return encoding.bom + text.encode(encoding.codec, errors)
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"{what} cannot be written as {encoding.name}: {exc.reason}.") from exc
 
 
-def _count_lines(f: typing.BinaryIO) -> int:
-    count, last = 0, b"\n"
-    while chunk := f.read(1 << 20):
-        count, last = count + chunk.count(b"\n"), chunk[-1:]
-    return count + (last != b"\n")
+def _existing_format(file: _Rewrite) -> tuple[_Encoding, str | None]:
+    """The encoding of the file being replaced, and its line ending when it uses one other
+    than "\\n" throughout; UTF-8 and None for a new, binary, empty or unreadable file."""
+    if file.seen is None:
+        return _UTF8, None
+    try:
+        f = file.open()
+    except PermissionError:  # not readable, yet replaceable: written as given
+        return _UTF8, None
+    with f, _reading(file.rel):
+        encoding = _text_encoding(f.read(BINARY_SNIFF_BYTES))
+        if encoding is None:
+            return _UTF8, None
+        endings: set[str] = set()
+        for _, ending in _pieces(f, encoding):
+            endings.update((ending,) if ending else ())
+            if len(endings) > 1 or "\n" in endings:
+                return encoding, None
+    return encoding, next(iter(endings), None)
 
 
 def _number(lines: list[tuple[int, str]]) -> list[str]:
@@ -609,6 +944,20 @@ def _find_all(text: str, needle: str) -> list[int]:
         positions.append(pos)
         pos = text.find(needle, pos + 1)
     return positions
+
+
+def _locate(text: str, old: str, rel: str) -> int:
+    """Where the one occurrence of `old` starts; ToolError for none or several."""
+    positions = _find_all(text, old)
+    if not positions:
+        raise ToolError(_no_match_message(rel, text, old))
+    if len(positions) > 1:
+        lines = ", ".join(str(text.count("\n", 0, p) + 1) for p in positions[:20])
+        raise ToolError(
+            f"old_str occurs {len(positions)} times in {rel} (starting at lines {lines}); "
+            "it must match exactly once. Add surrounding lines to old_str to make it unique."
+        )
+    return positions[0]
 
 
 def _no_match_message(rel: str, text: str, old_str: str) -> str:
@@ -647,24 +996,27 @@ _LANGUAGES = {
 
 
 def _file_kind(f: typing.BinaryIO, name: str) -> list[str]:
-    """type/language/lines for an open file, read in chunks so huge files cost no memory."""
+    """type/language/lines (and line endings other than LF) for an open file, read in chunks
+    so huge files cost no memory."""
     suffix = os.path.splitext(name)[1].lower()
     language = _LANGUAGES.get(name) or _LANGUAGES.get(suffix, "unknown")
-    if b"\0" in f.read(BINARY_SNIFF_BYTES):
+    encoding = _text_encoding(f.read(BINARY_SNIFF_BYTES))
+    if encoding is None:
         return ["type: file (binary)"]
-    f.seek(0)
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    try:
-        while chunk := f.read(1 << 20):
-            decoder.decode(chunk)
-        decoder.decode(b"", final=True)
-        utf8 = True
-    except UnicodeDecodeError:
-        utf8 = False
-    f.seek(0)
-    lines = _count_lines(f)
-    encoding = "UTF-8" if utf8 else "not valid UTF-8 (read_file shows bad bytes as \ufffd)"
-    return [f"type: file (text, {encoding})", f"language: {language}", f"lines: {lines:,}"]
+    endings: Counter[str] = Counter()
+    lossy, ending = False, "\n"  # an empty file has no line left open
+    for piece, ending in _pieces(f, encoding):
+        endings.update((ending,) if ending else ())
+        lossy = lossy or _undecoded(piece, encoding)
+    lines = endings.total() + (ending == "")  # a last line without an ending counts too
+    kind = f"{encoding.name} with a byte-order mark" if encoding.bom else encoding.name
+    if lossy:
+        kind = f"not valid {encoding.name} (read_file shows bad bytes as \ufffd)"
+    info = [f"type: file (text, {kind})", f"language: {language}", f"lines: {lines:,}"]
+    if set(endings) - {"\n"}:
+        counts = ", ".join(f"{n:,} {_ENDING_NAMES[e]}" for e, n in endings.most_common())
+        info.append(f"line endings: {counts}")
+    return info
 
 
 def _summarise(entries: list[tuple[str, bool]], top: str) -> list[str]:
@@ -771,22 +1123,20 @@ _LOCAL_TOOLS = (
     "list_files", "read_file", "write_file", "edit_file", "search_in_files", "get_file_info",
     "run_command",
 )  # fmt: skip
+# Short on purpose: sent with every request. Each names its parameters, so the prompt's
+# compact parameter list needs no descriptions of its own (parsing.compact_parameters).
 _DESCRIPTIONS = {
-    "list_files": "List files and folders under a folder, recursively (folders end with '/'). "
-    "Skips .git, hidden files, dependency/build folders and whatever .gitignore ignores. "
-    "Large trees are summarised with file counts per folder; then list a subfolder.",
-    "read_file": "Read a text file with line numbers ('  12 | code'). Returns at most "
-    f"{READ_MAX_LINES} lines per call; use start_line/end_line for other parts.",
-    "write_file": "Create a file or replace its whole content (parent folders are created). "
-    "To change part of a file, prefer edit_file.",
-    "edit_file": "Replace exactly one occurrence of old_str with new_str in a file. old_str must "
-    "match the file exactly (whitespace included) and be unique; add context lines if needed.",
-    "search_in_files": "Search file contents with a case-insensitive regular expression, "
-    "line by line, skipping ignored and binary files. Returns matching lines with line numbers.",
-    "get_file_info": "Size, line count, text/binary, language, modification time and "
-    "permissions of a file, or the number of entries in a folder.",
-    "run_command": "Run a shell command in the repository root and return its exit code and "
-    "output (stdout and stderr). No input can be given; it is killed after `timeout` seconds.",
+    "list_files": "List files under path, recursively, without ignored or hidden ones; big "
+    "trees are summarised per folder.",
+    "read_file": f"Read the text file at path with line numbers, at most {READ_MAX_LINES} "
+    "lines a call; start_line/end_line pick a range.",
+    "write_file": "Create or overwrite the file at path with content.",
+    "edit_file": "In the file at path, replace old_str (exact, occurring once) with new_str.",
+    "search_in_files": "Search files under path for a case-insensitive regex pattern; "
+    "file_pattern is a glob such as '*.py'.",
+    "get_file_info": "Size, lines, type, language and permissions of the file at path.",
+    "run_command": "Run a shell command in the repository root: exit code and output. No "
+    "stdin; killed after timeout seconds.",
 }
 _PARAMETERS = {
     "path": "Path relative to the repository root.",
@@ -838,8 +1188,8 @@ def get_available_tools(allow_commands: bool = False) -> list[dict[str, Any]]:
 
 TASK_COMPLETE_SPEC: dict[str, Any] = {
     "name": "task_complete",
-    "description": "Finish: call this once the task is done (or cannot be done), "
-    "with a summary of what was done and the answer.",
+    "description": "Finish with result: what was done and the answer (also when the task "
+    "cannot be done).",
     "parameters": {
         "type": "object",
         "properties": {"result": {"type": "string", "description": "The final answer."}},
