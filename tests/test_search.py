@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
+import socket
 import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
-from toy_agent.search import SEARCH_MAX_MATCHES
+from toy_agent.search import (
+    IGNORE_FILE_MAX_BYTES,
+    IGNORE_FILE_MAX_LINES,
+    IGNORE_PATTERN_MAX_STARS,
+    SEARCH_MAX_MATCHES,
+    _ignore_regex,
+)
 from toy_agent.tools import CodeRepositoryTools, ToolError
+
+T = TypeVar("T")
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 BACKENDS = [
     pytest.param(
@@ -238,3 +259,229 @@ def test_automatic_search_without_grep_or_rg_uses_python(
     caplog.set_level("INFO", logger="toy_agent.tools")
     assert CodeRepositoryTools(tree).search_in_files("todo") == expected
     assert "python backend" in caplog.text
+
+
+# ------------------------------------------------------------------------- hostile repositories
+def finishes(call: Callable[[], T], seconds: float = 20.0) -> T:
+    """Run `call` in a thread and fail, instead of hanging the suite, if it does not return
+    (a call blocked in the kernel, on a FIFO say). The bound is generous (these calls take
+    milliseconds); it is no timing benchmark."""
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed back to the test
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"{call} did not finish in {seconds}s"
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]
+
+
+LIST_AND_SEARCH = """
+import json, sys
+from toy_agent.tools import CodeRepositoryTools
+tools = CodeRepositoryTools(sys.argv[1], search_backend=sys.argv[2])
+print(json.dumps([tools.list_files(), tools.search_in_files("hit")]))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_gitignore_pattern_that_backtracks_exponentially_cannot_stall_list_or_search(
+    tmp_path: Path, backend: str
+) -> None:
+    """pathspec's regex for the first line takes hours on a name of sixty a's; git takes no
+    time. The other two never match here, after trying every split of a long deep path."""
+    lines = [
+        "*a*a*a*a*a*a*a*a*a*a*a*a*b",
+        "**/*a*a*a*a*a*a*b/**/*a*a*a*a*a*a*b",
+        "*a*a*a*a*/**/*a*a*y",
+    ]
+    write(tmp_path, ".gitignore", "\n".join(lines) + "\n")
+    write(tmp_path, "a" * 60, "hit\n")  # no b: kept
+    write(tmp_path, "a" * 59 + "b", "hit\n")  # twelve a's and a b: ignored
+    write(tmp_path, "/".join(["a" * 200] * 15) + "/x", "hit\n")  # long, deep and kept
+    try:  # in a child: a regex loop holds the GIL, so no thread could time it out
+        done = subprocess.run(
+            [sys.executable, "-c", LIST_AND_SEARCH, str(tmp_path), backend],
+            capture_output=True, text=True, timeout=20, check=True,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("list_files and search_in_files did not finish within 20s")
+    listing, out = json.loads(done.stdout)
+    assert "a" * 60 in listing.splitlines() and "a" * 59 + "b" not in listing
+    assert out.splitlines()[0] == "2 matches in 2 files for 'hit' (2 files under .):"
+
+
+def test_gitignore_lines_that_are_broken_or_absurd_are_skipped_and_the_rest_apply(
+    repo: Path,
+) -> None:
+    """pathspec raised on the first three, failing the whole walk."""
+    absurd = "*" * (IGNORE_PATTERN_MAX_STARS + 1) + ".py"
+    write(repo, ".gitignore", f"[z-a]\nfoo\\\n!\n*.log\n[unclosed\n{absurd}\n")
+    write(repo, "debug.log", "x\n")
+    assert CodeRepositoryTools(repo).list_files().splitlines()[1:] == ["app.py"]
+
+
+def test_only_the_start_of_a_huge_gitignore_counts(
+    repo: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    padding = ["# " + "x" * 200] * (IGNORE_FILE_MAX_BYTES // 200)  # over the byte cap
+    write(repo, ".gitignore", "\n".join(["*.log", *padding, "*.tmp"]) + "\n")
+    write(repo, "lib/.gitignore", "\n".join(["*.bak", *["#"] * IGNORE_FILE_MAX_LINES, "*.old"]))
+    for rel in ("a.log", "a.tmp", "lib/a.bak", "lib/a.old"):
+        write(repo, rel, "x\n")
+    listing = CodeRepositoryTools(repo).list_files().splitlines()[1:]
+    assert listing == ["a.tmp", "app.py", "lib/", "lib/a.old"]
+    assert f"over {IGNORE_FILE_MAX_BYTES} bytes; only its start is used" in caplog.text
+    assert f"over {IGNORE_FILE_MAX_LINES} lines; the rest are not used" in caplog.text
+
+
+def test_a_gitignore_is_read_only_when_it_is_a_regular_file(repo: Path) -> None:
+    """A FIFO named .gitignore would block the walk; a symlinked one git does not follow."""
+    os.mkfifo(repo / ".gitignore")
+    write(repo, "rules", "*.py\n")
+    (repo / "lib").mkdir()
+    (repo / "lib" / ".gitignore").symlink_to(repo / "rules")
+    write(repo, "lib/mod.py", "x\n")
+    listing = finishes(CodeRepositoryTools(repo).list_files)
+    assert listing.splitlines()[1:] == ["app.py", "lib/", "lib/mod.py", "rules"]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    write(root, "app.py", "handler\n")
+    return root
+
+
+@pytest.fixture
+def special_repo(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """A real FIFO, a real socket and, as root, a copy of /dev/zero, each with its kind."""
+    os.mkfifo(repo / "pipe")
+    made = {"pipe": "fifo", "sock": "socket"}
+    monkeypatch.chdir(repo)  # a socket path must be short
+    server = socket.socket(socket.AF_UNIX)
+    server.bind("sock")
+    if IS_ROOT:
+        os.mknod(repo / "zero", stat.S_IFCHR | 0o666, os.makedev(1, 5))
+        made["zero"] = "char device"
+    yield made
+    server.close()
+
+
+def test_list_files_shows_special_files_with_their_kind(
+    repo: Path, special_repo: dict[str, str]
+) -> None:
+    listing = finishes(CodeRepositoryTools(repo).list_files).splitlines()
+    assert listing[0] == f"Repository root: {1 + len(special_repo)} files, 0 directories:"
+    assert listing[1:] == ["app.py"] + [f"{name}  ({kind})" for name, kind in special_repo.items()]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_search_never_opens_special_files(
+    repo: Path, special_repo: dict[str, str], backend: str
+) -> None:
+    """grep and rg block on a FIFO and exhaust memory on /dev/zero, so they never see one."""
+    tools = CodeRepositoryTools(repo, search_backend=backend)
+    out = finishes(lambda: tools.search_in_files("handler"))
+    assert out.splitlines()[0] == "1 match in 1 file for 'handler' (1 file under .):"
+    for name, kind in special_repo.items():
+        with pytest.raises(ToolError, match=f"^{name} is a {kind}, not a regular file"):
+            finishes(lambda n=name: tools.search_in_files("handler", path=n))
+
+
+@pytest.mark.parametrize("backend", ["grep", BACKENDS[0]])
+def test_grep_and_rg_get_no_keys_and_no_loader_variables(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """What a repository's .env or the user's shell exported must not reach grep or rg: an
+    LD_PRELOAD would run code in them, a key could be printed by them."""
+    real = shutil.which(backend)
+    if real is None:
+        pytest.skip(f"{backend} not installed")
+    expected = search(tree, "python", "handler")
+    seen = tmp_path / "env.txt"
+    fake_tool(tmp_path / "bin", backend, f'env >> "{seen}"; exec "{real}" "$@"')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("LD_PRELOAD", "/nonexistent/evil.so")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-do-not-leak")
+    assert search(tree, backend, "handler") == expected
+    env = seen.read_text()
+    assert "LC_ALL=C.UTF-8" in env
+    assert "LD_PRELOAD" not in env and "sk-do-not-leak" not in env
+
+
+# ------------------------------------------------------------------------- ignore patterns
+def pathspec_regex(line: str) -> re.Pattern[str] | None:
+    """pathspec's reading of a line, the reference, with git's rule that a [!...] class never
+    matches "/" (pathspec lets it). None where pathspec drops or rejects the line."""
+    try:
+        pattern = GitIgnoreSpecPattern(line)
+    except ValueError:
+        return None
+    if pattern.include is None:
+        return None
+    return re.compile(pattern.regex.pattern.replace("[^]", "[^/\\]").replace("[^", "[^/"))
+
+
+SEGMENT_TOKENS = ["a", "b", "ab", "*", "?", "[ab]", "[!a]", "[a-b]", "\\*", "."]
+SEGMENTS = st.one_of(
+    st.just("**"), st.lists(st.sampled_from(SEGMENT_TOKENS), min_size=1, max_size=5).map("".join)
+)
+IGNORE_LINES = st.builds(
+    lambda negate, lead, segments, trail: negate + lead + "/".join(segments) + trail,
+    st.sampled_from(["", "!"]),
+    st.sampled_from(["", "/"]),
+    st.lists(SEGMENTS, min_size=1, max_size=4),
+    st.sampled_from(["", "/"]),
+)
+PATHS = st.builds(
+    lambda parts, is_dir: "/".join(parts) + ("/" if is_dir else ""),
+    st.lists(st.text("ab.*", min_size=1, max_size=6), min_size=1, max_size=5),
+    st.booleans(),
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(line=IGNORE_LINES, paths=st.lists(PATHS, min_size=1, max_size=8))
+def test_ignore_patterns_mean_what_pathspec_says(line: str, paths: list[str]) -> None:
+    """Our regexes, built not to backtrack without end, against pathspec's on random lines."""
+    reference = pathspec_regex(line)
+    ours = _ignore_regex(line)
+    assert (ours is None) == (reference is None)
+    if reference is None or ours is None:
+        return
+    assert ours[1] == (not line.startswith("!"))
+    regex = re.compile(ours[0])
+    for path in paths:
+        assert bool(regex.match(path)) == bool(reference.search(path)), (path, ours[0])
+
+
+@pytest.mark.parametrize(
+    ("line", "ignored", "kept"),
+    [
+        ("*.log", ["a.log", "x/a.log", "x/a.log/"], ["a.log.txt", "log"]),
+        ("/build/", ["build/", "build/x"], ["build", "x/build/"]),
+        ("doc/*.txt", ["doc/a.txt"], ["doc/x/a.txt", "x/doc/a.txt"]),
+        ("a/**/b", ["a/b", "a/x/y/b", "a/x/b/"], ["a/xb", "x/a/b"]),
+        ("**/x/**/y/**/z", ["x/y/z", "q/x/q/y/q/z/"], ["x/z/y", "z/y/x"]),
+        ("foo/*", ["foo/a", "foo/a/"], ["foo/", "foo"]),
+        ("*/", ["a/", "a/b"], ["a"]),
+        ("a[!b]c", ["axc"], ["abc", "a/c"]),
+        ("[z-a]x", ["zx"], ["ax"]),
+        ("\\*a", ["*a"], ["xa"]),
+        ("x\\ ", ["x "], ["x"]),
+    ],
+)
+def test_ignore_patterns_follow_git(line: str, ignored: list[str], kept: list[str]) -> None:
+    translated = _ignore_regex(line)
+    assert translated is not None
+    regex = re.compile(translated[0])
+    assert [p for p in ignored if not regex.match(p)] == []
+    assert [p for p in kept if regex.match(p)] == []

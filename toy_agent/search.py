@@ -9,19 +9,22 @@ pass paths already resolved and confined to the repository root; nothing here ch
 from __future__ import annotations
 
 import fnmatch
+import functools
 import heapq
+import itertools
 import logging
 import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import pathspec
+from toy_agent.environment import child_environment
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +40,18 @@ SEARCH_LINE_CHARS = 200
 SEARCH_TIMEOUT = 60
 SEARCH_BACKENDS = ("rg", "grep", "python")
 BINARY_SNIFF_BYTES = 8192
+IGNORE_FILE_MAX_BYTES = 1 << 20  # a hostile .gitignore is read only this far
+IGNORE_FILE_MAX_LINES = 10_000
+# A longer .gitignore line, or one with more stars, is skipped: no real pattern is, and it
+# compiles to a big regex (each star is an atomic group, see _ignore_regex).
+IGNORE_PATTERN_MAX_CHARS = 1024
+IGNORE_PATTERN_MAX_STARS = 32
+_KINDS = {
+    stat.S_IFDIR: "dir", stat.S_IFREG: "file", stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "char device", stat.S_IFBLK: "block device",
+}  # fmt: skip
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO to read must not wait for a writer
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 _Specs = tuple[tuple[str, tuple[tuple[re.Pattern[str], bool], ...]], ...]  # (folder, patterns)
 Match = tuple[str, int, str]  # (repo-relative path, line number, line text)
@@ -63,11 +78,13 @@ class SearchResult:
 
 
 # --------------------------------------------------------------------------------- walking
-def walk(root: Path, top: Path) -> Iterator[tuple[str, bool]]:
-    """Yield (repo-relative path, is_dir) under `top`, skipping what git and humans ignore.
+def walk(root: Path, top: Path) -> Iterator[tuple[str, str]]:
+    """Yield (repo-relative path, kind) under `top`, skipping what git and humans ignore. The
+    kind is "dir", "file", or a special file's (see file_kind), which search never opens.
 
-    Directory symlinks are never followed; file symlinks are kept only when they resolve
-    inside the repository, so nothing outside is ever listed or searched.
+    Directory symlinks are never followed; file symlinks are kept, as "file", only when they
+    resolve to a regular file inside the repository, so nothing outside is ever listed or
+    searched.
     """
     specs, explicit = _ancestor_rules(root, top)
     stack = [(str(top), "" if top == root else _rel(root, top), specs)]
@@ -83,21 +100,38 @@ def walk(root: Path, top: Path) -> Iterator[tuple[str, bool]]:
             specs = _with_gitignore(specs, rel_dir, Path(directory, ".gitignore"))
         for entry in entries:
             name = entry.name
-            if name.startswith("."):
+            if name.startswith(".") or name.endswith((".pyc", ".pyo")):
                 continue
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if entry.is_symlink():
-                if not _is_inner_file_link(root, entry.path):
+            if entry.is_dir(follow_symlinks=False):  # no syscall: scandir knows
+                if _is_noise_dir(name, entry.path):
                     continue
-                is_dir = False
-            if (is_dir and _is_noise_dir(name, entry.path)) or name.endswith((".pyc", ".pyo")):
+                kind = "dir"
+            elif entry.is_file(follow_symlinks=False):
+                kind = "file"
+            elif (kind := _link_or_special_kind(root, entry)) is None:
                 continue
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            if specs and _gitignored(rel, is_dir, specs):
+            if specs and _gitignored(rel, kind == "dir", specs):
                 continue
-            yield rel, is_dir
-            if is_dir:
+            yield rel, kind
+            if kind == "dir":
                 stack.append((entry.path, rel, specs))
+
+
+def file_kind(mode: int) -> str:
+    """A stat mode in words: "dir", "file", "fifo", "socket", "char device", "block device"."""
+    return _KINDS.get(stat.S_IFMT(mode), "special file")
+
+
+def _link_or_special_kind(root: Path, entry: os.DirEntry[str]) -> str | None:
+    """The kind of what is neither a folder nor a file: "file" for a symlink to a regular file
+    in the repository, None for any other symlink, else the special file's kind (an lstat)."""
+    if entry.is_symlink():
+        return "file" if _is_inner_file_link(root, entry.path) else None
+    try:
+        return file_kind(entry.stat(follow_symlinks=False).st_mode)
+    except OSError:
+        return None
 
 
 def is_ignored(root: Path, top: Path) -> bool:
@@ -137,14 +171,172 @@ def _rel(root: Path, resolved: Path) -> str:
 
 # --------------------------------------------------------------------------------- ignoring
 def _with_gitignore(specs: _Specs, rel_dir: str, file: Path) -> _Specs:
-    """Add one ignore file's patterns (compiled by pathspec), last pattern first."""
-    try:
-        lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return specs
-    spec = pathspec.GitIgnoreSpec.from_lines(lines)
-    patterns = tuple((p.regex, p.include) for p in reversed(spec.patterns) if p.include is not None)
+    """Add one ignore file's patterns, last pattern first."""
+    compiled = (_ignore_pattern(line) for line in _read_ignore_file(file))
+    patterns = tuple(reversed([pattern for pattern in compiled if pattern is not None]))
     return (*specs, (rel_dir, patterns)) if patterns else specs
+
+
+def _read_ignore_file(file: Path) -> list[str]:
+    """The lines of an ignore file, capped: a regular file only, never read through a symlink
+    (git does the same), so a FIFO or a device named .gitignore cannot block or flood the walk."""
+    try:
+        if not stat.S_ISREG(os.lstat(file).st_mode):
+            return []
+        fd = os.open(file, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped since the lstat
+            return []
+        data = os.read(fd, min(st.st_size, IGNORE_FILE_MAX_BYTES) + 1)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    if len(data) > IGNORE_FILE_MAX_BYTES:
+        logger.warning("%s is over %d bytes; only its start is used", file, IGNORE_FILE_MAX_BYTES)
+        data = data[:IGNORE_FILE_MAX_BYTES].rpartition(b"\n")[0]
+    lines = data.decode("utf-8", "replace").splitlines()
+    if len(lines) > IGNORE_FILE_MAX_LINES:
+        logger.warning("%s has over %d lines; the rest are not used", file, IGNORE_FILE_MAX_LINES)
+    return lines[:IGNORE_FILE_MAX_LINES]
+
+
+@functools.lru_cache(maxsize=256)
+def _ignore_pattern(line: str) -> tuple[re.Pattern[str], bool] | None:
+    """(compiled regex, include) for one line; cached, as the same lines recur in many folders
+    and in every walk. Small, because a long line compiles to a big regex."""
+    if len(line) > IGNORE_PATTERN_MAX_CHARS or line.count("*") > IGNORE_PATTERN_MAX_STARS:
+        logger.warning("ignoring a .gitignore line too long or with too many *: %.80r", line)
+        return None
+    translated = _ignore_regex(line)
+    return None if translated is None else (re.compile(translated[0]), translated[1])
+
+
+def _ignore_regex(line: str) -> tuple[str, bool] | None:
+    """One ignore-file line as (regex, include), None for blank lines, comments and lines git
+    drops (an unclosed [...]). The regex is matched at the start of the path below the ignore
+    file's folder, with "/" appended to folders.
+
+    The meaning is pathspec's GitIgnoreSpec (the tests hold the two side by side), and git's
+    where they differ: a [...] class never matches "/", a reversed range like [z-a] is its first
+    character, and a line pathspec raises on is skipped. The regex is built so that Python's
+    backtracking stays polynomial whatever the line: pathspec's regex for `*a*a*a*a*a*a*b`
+    needs exponential time on a long name of a's. A glob's pieces between stars have fixed
+    lengths, so placing each piece at its first fit never rules out a match that a later fit
+    allows; the same holds for runs of whole path segments between `**`. Each such first fit
+    is made atomic (never retried), which leaves one retried choice: where the last run starts.
+    """
+    if not line.endswith("\\ "):  # "\ " is an escaped trailing space
+        line = line.rstrip()
+    if not line or line.startswith("#") or line == "/":
+        return None
+    include = not line.startswith("!")
+    segments = (line if include else line[1:]).split("/")
+    is_dir = not segments[-1]
+    if not segments[0]:
+        del segments[0]  # "/x": only at the ignore file's own level
+    elif len(segments) == 1 or (len(segments) == 2 and is_dir):
+        segments.insert(0, "**")  # "x" and "x/": at any depth
+    if not segments:
+        return None
+    if not segments[-1]:
+        segments[-1] = "**"  # "x/": what is below a folder x, x itself with its "/"
+    segments = [s for i, s in enumerate(segments) if s != "**" or segments[i - 1 : i] != ["**"]]
+    if (segments == ["**"] and is_dir) or segments == ["**", "*", "**"]:
+        return "[^/]*/", include  # every folder
+    if segments in (["**"], ["**", "*"]):
+        return "", include  # everything
+
+    atomic = _atomic_maker()
+    runs: list[str] = [""]  # regex pieces; a new run starts at each "**/"
+    for i, segment in enumerate(segments):
+        if segment == "**":
+            if i == len(segments) - 1:
+                runs[-1] += "/"  # "x/**": whatever is below x
+                continue
+            runs[-1] += "/" if i else ""
+            runs.append("")
+            continue
+        glob = _segment_regex(segment, atomic)
+        if glob is None:
+            return None
+        runs[-1] += ("/" if i and segments[i - 1] != "**" else "") + glob
+    if segments[-1] != "**":
+        runs[-1] += r"(?:/|\Z)"  # a file, or a folder and all below it
+    first, *middle, last = runs if len(runs) > 1 else [*runs, None]
+    regex = first + "".join(atomic(r"(?:[^/]*/)*?" + run) for run in middle)
+    if last is not None:
+        regex += r"(?s:.*/)??" + last  # the one retried choice: here, then after each "/"
+    return regex, include
+
+
+def _atomic_maker() -> Callable[[str], str]:
+    """Wraps a regex so that its first match is kept and never retried. Python 3.10 has no
+    (?>...), but a lookahead is atomic and the backreference then takes what it matched."""
+    names = itertools.count()
+
+    def atomic(regex: str) -> str:
+        name = f"a{next(names)}"
+        return f"(?=(?P<{name}>{regex}))(?P={name})"
+
+    return atomic
+
+
+def _segment_regex(glob: str, atomic: Callable[[str], str]) -> str | None:
+    """A glob for one path segment (no "/"), None when git drops the pattern."""
+    if glob == "*":
+        return "[^/]+"
+    pieces, i, after_star = [""], 0, False  # the parts between stars
+    while i < len(glob):
+        char, i = glob[i], i + 1
+        if char == "*":
+            if not after_star:
+                pieces.append("")
+            after_star = True
+            continue
+        after_star = False
+        if char == "\\":
+            if i == len(glob):
+                return None  # a trailing backslash
+            char, i = glob[i], i + 1
+            pieces[-1] += re.escape(char)
+        elif char == "?":
+            pieces[-1] += "[^/]"
+        elif char == "[":
+            bracket = _bracket_regex(glob, i)
+            if bracket is None:
+                return None
+            pieces[-1] += bracket[0]
+            i = bracket[1]
+        else:
+            pieces[-1] += re.escape(char)
+    if len(pieces) == 1:
+        return pieces[0]
+    first, *middle, last = pieces
+    return first + "".join(atomic("[^/]*?" + piece) for piece in middle) + "[^/]*" + last
+
+
+def _bracket_regex(glob: str, start: int) -> tuple[str, int] | None:
+    """The [...] class whose "[" is just before `start`, as pathspec reads it ("!" or "^"
+    negates, a "]" first is a member, a backslash is itself): (regex, index past the "]"), or
+    None when it is not closed."""
+    i = start + (glob[start : start + 1] in ("!", "^"))
+    end = glob.find("]", i + (glob[i : i + 1] == "]"))
+    if end == -1:
+        return None
+    members, items, k = glob[i:end], [], 0
+    while k < len(members):
+        if members[k + 1 : k + 2] == "-" and k + 2 < len(members):
+            low, high = members[k], members[k + 2]  # git reads [z-a] as [z]
+            items.append(f"{re.escape(low)}-{re.escape(high)}" if low <= high else re.escape(low))
+            k += 3
+        else:
+            items.append(re.escape(members[k]))
+            k += 1
+    return ("[^/" if i > start else "[") + "".join(items) + "]", end + 1
 
 
 def _gitignored(rel: str, is_dir: bool, specs: _Specs) -> bool:
@@ -203,10 +395,18 @@ def search(
     file_pattern: str | None = None,
     backend: str = "auto",
 ) -> SearchResult:
-    """Case-insensitive, line-by-line search of the files walk() yields under `top` (or of
-    `top` itself, a file). `pattern` is a Python regex unless `literal`; the caller checks it
-    compiles. `backend` is "auto" or one of SEARCH_BACKENDS; raises SearchError."""
-    files = _Replayable(_candidates(root, top, file_pattern))
+    """Case-insensitive, line-by-line search of the regular files walk() yields under `top`
+    (or of `top` itself, a file). `pattern` is a Python regex unless `literal`; the caller
+    checks it compiles. `backend` is "auto" or one of SEARCH_BACKENDS; raises SearchError."""
+    kind = file_kind(top.stat().st_mode)
+    if kind == "file":
+        files = _Replayable(iter([_rel(root, top)]))
+    elif kind == "dir":
+        files = _Replayable(_candidates(root, top, file_pattern))
+    else:
+        raise SearchError(
+            f"{_rel(root, top)} is a {kind}, not a regular file; special files are never searched."
+        )
     counts, shown, used = _run_search(root, backend, pattern, literal, files)
     return SearchResult(shown, sum(counts.values()), len(counts), len(files.all()), used)
 
@@ -244,26 +444,41 @@ def _count(n: int, singular: str, plural: str | None = None) -> str:
 
 
 def is_binary(path: Path | str) -> bool:
-    """NUL in the first 8 KiB, git's own test. Bare os calls: this runs for every matched file."""
+    """NUL in the first 8 KiB, git's own test. Bare os calls: this runs for every matched file.
+    Anything but a regular file counts as binary, unread."""
+    data = _read_regular(path, BINARY_SNIFF_BYTES)
+    return data is None or b"\0" in data
+
+
+def _read_regular(path: Path | str, size: int | None = None) -> bytes | None:
+    """The first `size` bytes (all if None) of a regular file; None for anything else or on an
+    error. Opened without waiting, so a file swapped for a FIFO after the walk cannot block."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_BINARY", 0))
     except OSError:
-        return True
+        return None
     try:
-        return b"\0" in os.read(fd, BINARY_SNIFF_BYTES)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        if size is not None:
+            return os.read(fd, size)
+        chunks, chunk_size = [], max(st.st_size + 1, 1 << 16)  # mostly one read, then EOF
+        while chunk := os.read(fd, chunk_size):
+            chunks.append(chunk)
+        return b"".join(chunks)
     except OSError:
-        return True
+        return None
     finally:
         os.close(fd)
 
 
 def _candidates(root: Path, top: Path, file_pattern: str | None) -> Iterator[str]:
-    if top.is_file():
-        yield _rel(root, top)
-        return
+    """The regular files (and links to them) under the folder `top`: never a FIFO or a device,
+    which would block grep and rg or feed them endless bytes."""
     wanted = _glob_matcher(file_pattern) if file_pattern else None
-    for rel, is_dir in walk(root, top):
-        if not is_dir and (wanted is None or wanted(rel)):
+    for rel, kind in walk(root, top):
+        if kind == "file" and (wanted is None or wanted(rel)):
             yield rel
 
 
@@ -318,7 +533,7 @@ def _count_with(
         found = _search_python(root, _python_regex(pattern, literal), files)
         return {rel: len(matches) for rel, matches in found}
     cmd = [*_command(backend, pattern, literal), "-c"]
-    env = {**os.environ, "LC_ALL": "C.UTF-8"}
+    env = _child_env()
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         runs = [
             pool.submit(_count_batch, backend, [*cmd, "--", *batch], root, env)
@@ -338,16 +553,22 @@ def _lines_with(
         matches = [m for _, file_matches in found for m in file_matches]
     else:  # no file has more than SEARCH_MAX_MATCHES lines shown
         cmd = [*_command(backend, pattern, literal), "-nm", str(SEARCH_MAX_MATCHES), "--", *files]
-        output = _run_batch(cmd, root, {**os.environ, "LC_ALL": "C.UTF-8"})
+        output = _run_batch(cmd, root, _child_env())
         matches = list(_parse_grep_output(output))
     return sorted(matches, key=lambda m: (m[0], m[1]))[:SEARCH_MAX_MATCHES]
 
 
+def _child_env() -> dict[str, str]:
+    """No keys, secrets or loader variables (LD_PRELOAD from a repository's .env) for grep/rg."""
+    return child_environment({"LC_ALL": "C.UTF-8"})
+
+
 def _command(backend: str, pattern: str, literal: bool) -> list[str]:
     """grep or rg, one record per line with the path before a NUL. -a: binary files are judged
-    afterwards, the same way for every backend."""
+    afterwards, the same way for every backend. -D skip: should a file turn into a FIFO or a
+    device after the walk, grep passes it by (rg has no such option)."""
     if backend == "grep":
-        return ["grep", "--null", "-Hasi", *_grep_syntax(pattern, literal)]
+        return ["grep", "--null", "-D", "skip", "-Hasi", *_grep_syntax(pattern, literal)]
     cmd = ["rg", "--no-config", "--no-messages", "-Hai", "--null", "--no-heading"]
     cmd += ["--color", "never", "--encoding", "none", *(["-F"] if literal else [])]
     return [*cmd, "-e", pattern if literal else _to_ere(pattern) or pattern]  # e.g. \: -> :
@@ -382,7 +603,8 @@ def _text_files(root: Path, files: list[str], env: dict[str, str]) -> set[str]:
     Below a couple of hundred files, starting grep costs more than it saves."""
     if len(files) < 200:
         return set()
-    output = _run_batch(["grep", "--null", "-Ils", "-e", "", "--", *files], root, env)
+    cmd = ["grep", "--null", "-D", "skip", "-Ils", "-e", "", "--", *files]
+    output = _run_batch(cmd, root, env)
     return set(os.fsdecode(output).split("\0"))
 
 
@@ -411,11 +633,8 @@ def _search_python(
     # A line match is also a multiline match at the same place, except with \A and \Z.
     whole_rx = None if re.search(r"\\[AZ]", regex) else re.compile(regex, re.I | re.M)
     for rel in files:
-        try:
-            data = (repo / rel).read_bytes()
-        except OSError:
-            continue
-        if b"\0" in data[:BINARY_SNIFF_BYTES]:
+        data = _read_regular(repo / rel)
+        if data is None or b"\0" in data[:BINARY_SNIFF_BYTES]:
             continue
         text = data.decode("utf-8", "replace")
         if whole_rx is not None and not whole_rx.search(text):
