@@ -75,7 +75,8 @@ def test_help_lists_the_seed_flags_without_importing_provider_sdks():
     code = (
         "import sys\nfrom toy_agent.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('anthropic', 'openai', 'google.genai', 'mcp') if m in sys.modules]\n"
+        "heavy = [m for m in ('anthropic', 'openai', 'google.genai', 'mcp', 'rich')\n"
+        "         if m in sys.modules]\n"
         "print('HEAVY', heavy)"
     )
     out = subprocess.run(

@@ -34,6 +34,7 @@ _EXPORTS = {
     "Redactor": "toy_agent.redaction",
     "Action": "toy_agent.parsing",
     "Observation": "toy_agent.parsing",
+    "run_batch": "toy_agent.batch",
 }
 __all__ = ["__version__", *_EXPORTS]
 

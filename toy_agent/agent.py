@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +31,7 @@ from toy_agent.events import (
 )
 from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpToolError, McpTools
-from toy_agent.messages import LlmResponse, Message, ToolCall, Usage, wire_text
+from toy_agent.messages import LlmResponse, Message, ToolCall, ToolResult, Usage, wire_text
 from toy_agent.parsing import (
     MAX_PARAMETER_DEPTH,
     Action,
@@ -42,6 +42,7 @@ from toy_agent.parsing import (
     get_format,
     nesting_depth,
 )
+from toy_agent.pricing import CostLimitReached, CostMeter, price_for
 from toy_agent.redaction import Redactor
 from toy_agent.routes import RouteTable
 from toy_agent.tools import CodeRepositoryTools, ToolError
@@ -65,7 +66,10 @@ DECLINED = (
 )
 
 Confirm = Callable[[Action], bool]
-Outcome = Literal["completed", "max_iterations", "cancelled", "provider_error", "replay_diverged"]
+Outcome = Literal[
+    "completed", "max_iterations", "cancelled", "provider_error", "replay_diverged", "cost_limit"
+]
+UNANSWERED_CALL = "(the previous task ended here)"
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class RunResult:
     diffs: dict[str, str] = field(default_factory=dict)  # path -> unified diff
     tool_errors: int = 0  # observations that were errors (declined ones included)
     declined: int = 0  # actions the user declined under --confirm
+    cost_usd: float | None = None  # None: no price known for the model
 
     @property
     def success(self) -> bool:
@@ -101,6 +106,7 @@ class RunResult:
             "files_changed": list(self.files_changed),
             "tool_errors": self.tool_errors,
             "declined": self.declined,
+            "cost_usd": self.cost_usd,
         }
 
 
@@ -126,8 +132,11 @@ class ReactAgent:
 
     `run()` never raises for the model's or the provider's failures: the returned dict says
     how the run ended (`outcome`: completed, max_iterations, cancelled, provider_error,
-    replay_diverged).
-    `run_result()` does the same and returns the typed `RunResult`.
+    replay_diverged, cost_limit).
+    `run_result()` does the same and returns the typed `RunResult`; given a `history` (an
+    earlier conversation) it continues it with the new task.
+    `instructions` (the project's AGENTS.md, the user's own) end the system prompt; `cost`
+    prices each call and may stop a run before one (default: the model's price, no limit).
     """
 
     def __init__(
@@ -146,6 +155,8 @@ class ReactAgent:
         on_event: Subscriber | Iterable[Subscriber] | None = None,
         confirm: Confirm | None = None,
         stream: bool = False,
+        instructions: str = "",
+        cost: CostMeter | None = None,
     ):
         if max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
@@ -160,6 +171,8 @@ class ReactAgent:
         self.context_budget = context_budget
         self.confirm = confirm
         self.stream = stream
+        self.instructions = instructions
+        self.cost = cost or CostMeter(price_for(getattr(llm_client, "model", "") or ""))
         if on_event is None:
             on_event = []
         self._subscribers = [on_event] if callable(on_event) else list(on_event)
@@ -176,25 +189,27 @@ class ReactAgent:
         """Work on `task` until task_complete, the iteration limit, cancel() or Ctrl-C."""
         return self.run_result(task).to_dict()
 
-    def run_result(self, task: str) -> RunResult:
-        """`run()`, returning the typed RunResult (with the diffs of the changed files)."""
+    def run_result(self, task: str, history: Sequence[Message] = ()) -> RunResult:
+        """`run()`, returning the typed RunResult (with the diffs of the changed files).
+        `history`: an earlier conversation this task continues (the messages before it)."""
         self._cancel.clear()
         self.usage, self.iteration = Usage(), 0
-        started = time.monotonic()
+        started, spent = time.monotonic(), self.cost.spent
         with self._mcp_session() as mcp:
             self._run = self._new_run(mcp)
             changes = self._run.changes
             try:
                 self.system_prompt = self._build_system_prompt()
                 task = wire_text(task)
-                self.conversation_history = [Message("user", self.redactor.redact(task))]
+                task_message = Message("user", self.redactor.redact(task))
+                self.conversation_history = _continued(history, task_message)
                 self._emit(RunStarted(task, self.system_prompt, self.settings()))
                 outcome, answer, error = self._loop()
                 diffs = changes.diffs()
                 result = RunResult(
                     outcome, self.iteration, len(self.conversation_history), answer, error,
                     self.usage, time.monotonic() - started, tuple(changes.diff_stat()), diffs,
-                    self._run.tool_errors, self._run.declined,
+                    self._run.tool_errors, self._run.declined, self.cost.since(spent),
                 )  # fmt: skip
                 self._emit(RunFinished(result.to_dict()))
                 return result
@@ -233,6 +248,9 @@ class ReactAgent:
             return "max_iterations", "", limit
         except (RunCancelled, KeyboardInterrupt):
             return "cancelled", "", "the run was cancelled"
+        except CostLimitReached as exc:
+            self.iteration -= 1  # the step that would have gone over never called the LLM
+            return "cost_limit", "", str(exc)
         except ReplayDiverged as exc:
             return "replay_diverged", "", str(exc)
         except LlmError as exc:
@@ -241,12 +259,14 @@ class ReactAgent:
             return "provider_error", "", str(exc)
 
     def _build_system_prompt(self) -> str:
-        return f"{SYSTEM_PROMPT_INTRO}\n\n{self.format.prompt_section(self._routes.specs)}"
+        prompt = f"{SYSTEM_PROMPT_INTRO}\n\n{self.format.prompt_section(self._routes.specs)}"
+        return f"{prompt}\n\n{self.instructions}" if self.instructions else prompt
 
     def _call_llm(self) -> LlmResponse:
         """Send the history (fitted to the budget), record the reply in the history. The
         reply carries how long the call took (`seconds`)."""
         messages = fit_to_budget(self.conversation_history, self.context_budget)
+        self.cost.check(self.system_prompt, messages)
         self._emit(LlmRequested(self.iteration, messages))
         tools = list(self._routes.specs) if self.format.native_tools else None
         on_text = (lambda text: self._emit(TextDelta(text))) if self.stream else None
@@ -262,6 +282,7 @@ class ReactAgent:
         response = replace(response, text=wire_text(response.text), tool_calls=calls,
                            seconds=time.monotonic() - started)  # fmt: skip
         self.usage += response.usage
+        self.cost.add(response.usage)
         self.conversation_history.append(
             Message("assistant", response.text, tool_calls=response.tool_calls)
         )
@@ -435,6 +456,17 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
+
+
+def _continued(history: Sequence[Message], task: Message) -> list[Message]:
+    """The earlier conversation, then the new task. Native tool calls the last run left
+    unanswered (its task_complete, a call Ctrl-C stopped) get a result in the task's message:
+    providers reject a tool call without one."""
+    answered = {r.call_id for m in history for r in m.tool_results}
+    last = next((m for m in reversed(history) if m.role == "assistant"), None)
+    open_calls = [c for c in (last.tool_calls if last else ()) if c.id not in answered]
+    results = tuple(ToolResult(c.id, c.name, UNANSWERED_CALL) for c in open_calls)
+    return [*history, replace(task, tool_results=results)]
 
 
 def _bounded(call: ToolCall) -> ToolCall:

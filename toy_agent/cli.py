@@ -15,7 +15,7 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +24,12 @@ from toy_agent import __version__
 if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_tools import McpTools
+    from toy_agent.messages import Message
+    from toy_agent.pricing import CostMeter
     from toy_agent.redaction import Redactor
+    from toy_agent.sessions import Session, SessionRecorder, SessionStore
     from toy_agent.tools import CodeRepositoryTools
+    from toy_agent.view import TerminalView
 
 EXIT_COMPLETED, EXIT_NOT_COMPLETED, EXIT_USAGE, EXIT_PROVIDER, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head`
@@ -35,6 +39,7 @@ OUTCOME_EXIT_CODES = {
     "provider_error": EXIT_PROVIDER,
     "cancelled": EXIT_INTERRUPTED,
     "replay_diverged": EXIT_NOT_COMPLETED,
+    "cost_limit": EXIT_NOT_COMPLETED,
 }
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -107,17 +112,55 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level on stderr (default: INFO; WARNING with the live view or --quiet)")
     add("--log-file", metavar="PATH", help="also write the full log (DEBUG) to this file")
     add("--version", action="version", version=f"toy-agent {__version__}")
+    sessions = parser.add_argument_group(
+        "sessions, config and cost", "without --task on a terminal: an interactive session. "
+        "Every run is saved under ~/.local/state/toy-agent/sessions; flags default to "
+        "TOY_AGENT_<FLAG> variables, then to ~/.config/toy-agent/config.toml")
+    sadd = sessions.add_argument
+    sadd("-c", "--continue", dest="continue_session", action="store_true",
+         help="continue the latest session of --repo with this task")
+    sadd("--resume", metavar="ID_OR_FILE", help="continue a saved session: its id, or a "
+         "session or trajectory file")
+    sadd("--undo", action="store_true", help="revert the file changes of the latest run in "
+         "--repo and exit (refused if one of the files changed since)")
+    sadd("--append-system-prompt", metavar="TEXT", help="your own instructions, added to the "
+         "system prompt after the repository's AGENTS.md")
+    sadd("--config", metavar="FILE", help="read defaults from this TOML file instead of "
+         "~/.config/toy-agent/config.toml")
+    sadd("--max-cost", type=_positive_usd, metavar="USD", help="stop before the LLM call that "
+         "would take the spend past USD (outcome cost_limit, exit 1)")
+    sadd("--price-input", type=_usd, metavar="USD", help="USD per million input tokens, for a "
+         "model the price table does not know (or to override it)")
+    sadd("--price-output", type=_usd, metavar="USD", help="USD per million output tokens")
+    batch = parser.add_argument_group(
+        "batch runs", "every task of a JSONL file, each in its own copy of its repository; the "
+        "agent flags above apply to each task")
+    badd = batch.add_argument
+    badd("--tasks-file", metavar="TASKS.jsonl", help='one task a line: {"id", "repo", "task", '
+         '"rev"?, "check"?, "max_iterations"?}')
+    badd("--out", metavar="DIR", help="where results.jsonl, patches/ and trajectories/ go; a "
+         "second run with the same DIR resumes")
+    badd("--workers", type=_positive_int, default=1, metavar="N",
+         help="tasks run at once (default: 1)")
+    badd("--redo", action="store_true", help="run tasks again that already have a result in DIR")
+    badd("--check-timeout", type=_positive_float, default=600.0, metavar="SECONDS",
+         help="limit for each task's check command (default: 600)")
+    badd("--executor", choices=("local", "ray"), default="local",
+         help="local threads, or Ray tasks on a cluster (default: local)")
+    badd("--ray-address", metavar="ADDR", help="the Ray cluster (default: RAY_ADDRESS, else a "
+         "local Ray instance started for the batch)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.llm_provider is None:
-        args.llm_provider = "replay" if args.replay else "claude"
+    parser = build_parser()
+    args = parser.parse_args(argv)
     debug = args.log_level == "DEBUG"
     stopped_by: list[int] = []
     with _stop_signals_interrupt(stopped_by):
         try:
+            args = _settings(parser, argv)
+            debug = args.log_level == "DEBUG"
             code = _run(args)
         except UsageError as exc:
             code = _fail(exc, EXIT_USAGE, debug)
@@ -128,6 +171,28 @@ def main(argv: list[str] | None = None) -> int:
             _silence_stdout()
             code = EXIT_BROKEN_PIPE
     return 128 + stopped_by[-1] if stopped_by else code
+
+
+def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The flags over TOY_AGENT_ variables over the config file (see toy_agent.config)."""
+    from toy_agent.config import ConfigError, load_settings
+
+    try:
+        settings = load_settings(parser, argv, dotenv=Path.cwd() / ".env")
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    for warning in settings.warnings:
+        print(f"toy-agent: warning: {warning}", file=sys.stderr)
+    args = settings.args
+    if args.llm_provider is None:
+        args.llm_provider = "replay" if args.replay else "claude"
+    if args.resume and "repo" not in settings.given:  # the session's own repository
+        recorded = _load_session(args.resume).repo
+        if recorded and not Path(recorded).is_dir():
+            raise UsageError(f"--resume {args.resume}: its repository {recorded} is gone; "
+                             "pass --repo PATH")  # fmt: skip
+        args.repo = recorded or args.repo
+    return args
 
 
 def _silence_stdout() -> None:
@@ -162,31 +227,51 @@ def _stop_signals_interrupt(received: list[int]) -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from toy_agent.config import load_instructions
     from toy_agent.environment import KEY_VARIABLES, load_dotenv_file
+    from toy_agent.llm import preload_sdk
+    from toy_agent.view import TerminalView, run_banner
+
+    if not (args.list_tools or args.undo):
+        preload_sdk(args.llm_provider)
 
     repo = _repo(args.repo)
     live = args.output == "text" and not args.quiet and sys.stdout.isatty()
-    redactor, handlers = _setup_logging(args, live)
+    batch = args.tasks_file is not None or args.out is not None
+    view = TerminalView(sys.stdout) if live and not (batch or args.list_tools) else None
+    redactor, handlers = _setup_logging(args, live or batch, view)  # a batch logs per task
     for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():
         os.environ[name] = value
         if name in KEY_VARIABLES:
             redactor.add_secret(value)
     mcp = None
     try:
+        if batch:
+            _refuse_single_run_flags(args)
+            return _run_batch(args, live)
         if args.list_tools:
             tools = _local_tools(args, repo, redactor)
             mcp = _mcp_tools(args, redactor)
             return _list_tools(args, tools, mcp)
-        task = _task(args.task)
+        if args.undo:
+            return _undo(args, repo)
+        task = None if _interactive(args) else _task(args.task)
         if args.confirm and args.task == "-":
             raise UsageError("--confirm reads answers from stdin, so the task cannot: "
                              "pass it as --task TEXT")
         _check_writable(args.trajectory, "--trajectory")
         tools = _local_tools(args, repo, redactor)
+        instructions = load_instructions(tools, args.append_system_prompt, redactor.redact)
+        if view is not None:  # at once: the provider's SDK may take seconds to load
+            view.start(run_banner(args.llm_provider, args.model, repo, tools, replay=args.replay,
+                                  mcp=bool(args.mcp_server or args.mcp_config),
+                                  instructions=instructions.source))  # fmt: skip
         llm = _llm_client(args)
         mcp = _mcp_tools(args, redactor)
-        return _run_agent(args, repo, task, llm, mcp, redactor, live, tools)
+        return _run_agent(args, repo, task, llm, mcp, redactor, view, tools, instructions.text)
     finally:
+        if view is not None:
+            view.close()
         if mcp is not None:
             mcp.close()
         for handler in handlers:
@@ -197,42 +282,202 @@ def _run(args: argparse.Namespace) -> int:
 def _run_agent(
     args: argparse.Namespace,
     repo: Path,
-    task: str,
+    task: str | None,
     llm: LlmClient,
     mcp: McpTools | None,
     redactor: Redactor,
-    live: bool,
+    view: TerminalView | None,
     tools: CodeRepositoryTools,
+    instructions: str = "",
 ) -> int:
+    """One task, or (`task` None) the interactive session; either way saved as a session."""
     from toy_agent.agent import ReactAgent
     from toy_agent.events import TrajectoryRecorder
-    from toy_agent.view import TerminalView, format_summary, make_confirm, to_json, use_color
+    from toy_agent.view import format_summary, make_confirm, to_json, use_color
 
     subscribers: list[Any] = []
-    if live:
-        subscribers.append(TerminalView(sys.stdout))
+    if view is not None:
+        subscribers.append(view)
     recorder = None
     if args.trajectory:
         recorder = TrajectoryRecorder(Path(args.trajectory), redactor.redact_obj)
         subscribers.append(recorder)
-    confirm = make_confirm(tools, _ask, sys.stderr) if args.confirm else None
+    sessions = _session_recorder(args, repo, tools, redactor, lambda: agent.conversation_history)
+    subscribers.append(sessions)
+    confirm = make_confirm(tools, view.ask if view else _ask) if args.confirm else None
     agent = ReactAgent(
         llm, repo, args.max_iterations, tools=tools, mcp_tools=mcp, tool_format=args.tool_format,
         context_budget=args.context_budget, allow_commands=args.allow_commands,
-        redactor=redactor, on_event=subscribers, confirm=confirm, stream=args.stream and live,
+        redactor=redactor, on_event=subscribers, confirm=confirm,
+        stream=args.stream and view is not None, instructions=instructions,
+        cost=_cost_meter(args, llm),
     )
-    outcome = agent.run_result(task)
-    result = {**redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox}
+    if task is None:
+        from toy_agent.interactive import Repl
+
+        return Repl(agent, sessions, view, show_diff=args.show_diff).run()
+    outcome = agent.run_result(sessions.task(task), history=sessions.conversation())
+    result = {**redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox,
+              "session": sessions.session.id}  # fmt: skip
     if args.output == "json":
         print(to_json(result))
     else:
         diffs = redactor.redact_obj(outcome.diffs)
-        print(format_summary(result, diffs, show_diff=args.show_diff,
-                             color=use_color(sys.stdout)))
+        summary = format_summary(result, diffs, show_diff=args.show_diff,
+                                 color=use_color(sys.stdout))  # fmt: skip
+        (view.show if view else print)(summary)  # the view wraps it to the terminal's width
     sys.stdout.flush()
     if recorder is not None and recorder.error:
         print(f"toy-agent: error: {recorder.error}", file=sys.stderr)
+    if sessions.error:
+        print(f"toy-agent: warning: {sessions.error}", file=sys.stderr)
     return OUTCOME_EXIT_CODES[result["outcome"]]
+
+
+def _session_recorder(
+    args: argparse.Namespace,
+    repo: Path,
+    tools: CodeRepositoryTools,
+    redactor: Redactor,
+    history: Callable[[], Sequence[Message]],
+) -> SessionRecorder:
+    """The run's session: a new one, the latest of --repo (--continue) or --resume's."""
+    from toy_agent.sessions import SessionError, SessionRecorder, SessionStore
+
+    store = SessionStore()
+    if args.resume and args.continue_session:
+        raise UsageError("--continue and --resume: give one of them")
+    if args.resume:
+        session = _load_session(args.resume, store)
+    elif args.continue_session:
+        latest = store.latest(repo)
+        if latest is None:
+            raise UsageError(f"no saved session of {repo} to continue (sessions: {store.root})")
+        session = latest
+    else:
+        session = store.new(repo)
+    session.repo = str(repo)  # a session resumed with another --repo moves there
+    try:
+        return SessionRecorder(store, session, tools, history, redactor.redact_obj)
+    except SessionError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _load_session(id_or_file: str, store: SessionStore | None = None) -> Session:
+    from toy_agent.sessions import SessionError, SessionStore
+
+    try:
+        return (store or SessionStore()).load(id_or_file)
+    except SessionError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _cost_meter(args: argparse.Namespace, llm: LlmClient) -> CostMeter:
+    """The price of the model (the table's, or --price-input/--price-output) and --max-cost."""
+    from toy_agent.pricing import CostMeter, Price, price_for
+
+    model = getattr(llm, "model", "") or ""
+    price = price_for(model)
+    if args.price_input is not None or args.price_output is not None:
+        if price is None and (args.price_input is None or args.price_output is None):
+            missing = "--price-input" if args.price_input is None else "--price-output"
+            raise UsageError(f"no price is known for model {model!r}: give {missing} too")
+        base = price or Price(args.price_input, args.price_output)
+        price = Price(base.input if args.price_input is None else args.price_input,
+                      base.output if args.price_output is None else args.price_output,
+                      base.cached_input)  # fmt: skip
+    if args.max_cost is not None and price is None:
+        raise UsageError(f"--max-cost needs a price, and none is known for model {model!r}: "
+                         "pass --price-input and --price-output (USD per million tokens)")
+    return CostMeter(price, args.max_cost)
+
+
+def _undo(args: argparse.Namespace, repo: Path) -> int:
+    """--undo: revert the latest run in --repo; refused (exit 1) when a file changed since."""
+    from toy_agent.sessions import (
+        NothingToUndo,
+        SessionError,
+        SessionStore,
+        UndoRefused,
+        undo_latest_in_repo,
+    )
+    from toy_agent.view import to_json, visible
+
+    if args.task or args.continue_session or args.resume:
+        raise UsageError("--undo reverts the latest run and exits: it takes no --task, "
+                         "--continue or --resume")  # fmt: skip
+    try:
+        undone = undo_latest_in_repo(SessionStore(), repo)
+    except (UndoRefused, NothingToUndo) as exc:
+        print(f"toy-agent: {visible(str(exc))}", file=sys.stderr)
+        return EXIT_NOT_COMPLETED
+    except SessionError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.output == "json":
+        print(to_json({"session": undone.session.id, "task": undone.task,
+                       "restored": undone.restored, "removed": undone.removed}))  # fmt: skip
+    else:
+        print(f"toy-agent: {visible(undone.describe())}")
+    return EXIT_COMPLETED
+
+
+def _interactive(args: argparse.Namespace) -> bool:
+    """No task on a terminal: an interactive session (text only)."""
+    if args.task is not None or not sys.stdin.isatty():
+        return False
+    if args.output == "json":
+        raise UsageError("the interactive session prints text: with --output json give --task")
+    return True
+
+
+def _refuse_single_run_flags(args: argparse.Namespace) -> None:
+    single = {"--continue": args.continue_session, "--resume": args.resume, "--undo": args.undo,
+              "--append-system-prompt": args.append_system_prompt,
+              "--max-cost": args.max_cost is not None,
+              "--price-input": args.price_input is not None,
+              "--price-output": args.price_output is not None}  # fmt: skip
+    for flag in (flag for flag, given in single.items() if given):
+        raise UsageError(f"{flag} is for a single run or session, not for --tasks-file")
+
+
+def _run_batch(args: argparse.Namespace, live: bool) -> int:
+    """--tasks-file: toy_agent.batch runs every task in its own copy and writes --out."""
+    from toy_agent.batch import BatchError, RunSettings, run_batch
+    from toy_agent.mcp_config import McpError, load_mcp_config
+    from toy_agent.view import to_json
+
+    if not args.tasks_file or not args.out:
+        raise UsageError("batch runs need both --tasks-file TASKS.jsonl and --out DIR")
+    single = {"--task": args.task, "--repo": args.repo != ".", "--trajectory": args.trajectory,
+              "--confirm": args.confirm, "--stream": args.stream, "--show-diff": args.show_diff,
+              "--list-tools": args.list_tools}  # fmt: skip
+    for flag in (flag for flag, given in single.items() if given):
+        raise UsageError(f"{flag} is for a single run: with --tasks-file each line names its "
+                         "repo and task, and patches and trajectories go to --out")  # fmt: skip
+    try:
+        config = load_mcp_config(args.mcp_config) if args.mcp_config else []
+    except McpError as exc:
+        raise UsageError(str(exc)) from exc
+    settings = RunSettings(
+        provider=args.llm_provider, model=args.model, base_url=args.base_url,
+        max_retries=args.max_retries, timeout=args.timeout, replay=args.replay,
+        replay_lenient=args.replay_lenient, max_iterations=args.max_iterations,
+        tool_format=args.tool_format, context_budget=args.context_budget,
+        allow_commands=args.allow_commands, sandbox=args.sandbox,
+        sandbox_network=args.sandbox_network, mcp_servers=(*args.mcp_server, *config),
+        mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
+    )  # fmt: skip
+    try:
+        summary = run_batch(
+            args.tasks_file, args.out, settings, workers=args.workers, redo=args.redo,
+            executor=args.executor, ray_address=args.ray_address, live=live,
+            progress=None if args.output == "json" else sys.stdout, quiet=args.quiet,
+        )  # fmt: skip
+    except BatchError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.output == "json":
+        print(to_json(summary.to_dict()))
+    return summary.exit_code
 
 
 def _list_tools(
@@ -303,9 +548,10 @@ def _mcp_tools(args: argparse.Namespace, redactor: Redactor) -> McpTools | None:
 
 
 def _setup_logging(
-    args: argparse.Namespace, live: bool
+    args: argparse.Namespace, live: bool, view: TerminalView | None = None
 ) -> tuple[Redactor, list[logging.Handler]]:
-    """Console at --log-level, --log-file at DEBUG; both redacted. Returns the handlers."""
+    """Console at --log-level, --log-file at DEBUG; both redacted. Returns the handlers.
+    On the live view's terminal, console records are printed above its live line."""
     from toy_agent.environment import KEY_VARIABLES
     from toy_agent.redaction import RedactingFilter, Redactor
     from toy_agent.view import VisibleFormatter
@@ -314,7 +560,9 @@ def _setup_logging(
     level = args.log_level or ("WARNING" if live or args.quiet else "INFO")
     root = logging.getLogger()
     root.setLevel(logging.DEBUG)
-    console = logging.StreamHandler(sys.stderr)
+    console: logging.Handler = logging.StreamHandler(sys.stderr)
+    if view is not None and sys.stderr.isatty():
+        console = view.log_handler()
     console.setLevel(level)
     console.setFormatter(VisibleFormatter("%(levelname)s %(message)s"))
     handlers: list[logging.Handler] = [console]
@@ -366,7 +614,8 @@ def _check_writable(path: str | None, flag: str) -> None:
 
 def _task(task: str | None) -> str:
     if task is None:
-        raise UsageError("--task is required (use --task - to read it from stdin)")
+        raise UsageError("--task is required when stdin is not a terminal (use --task - to "
+                         "read it from stdin; on a terminal, no --task opens a session)")
     if task == "-":
         task = sys.stdin.read()
     if not task.strip():
@@ -374,8 +623,9 @@ def _task(task: str | None) -> str:
     return task.strip()
 
 
-def _ask(prompt: str) -> str:
-    sys.stderr.write(prompt)
+def _ask(preview: str, question: str) -> str:
+    """--confirm without the live view: the preview and the question on stderr."""
+    sys.stderr.write(f"\n{preview}\n{question}")
     sys.stderr.flush()
     line = sys.stdin.readline()
     if not line:
@@ -430,4 +680,18 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
+    return value
+
+
+def _usd(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be an amount of US dollars, got {text}")
+    return value
+
+
+def _positive_usd(text: str) -> float:
+    value = _usd(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be above 0")
     return value

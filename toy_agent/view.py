@@ -1,24 +1,30 @@
-"""What a person sees in the terminal: the live progress view, the --confirm prompt and the
-end-of-run summary. The live view is an event subscriber; it draws nothing on a non-TTY.
+"""What a person sees in the terminal: the first line, the live progress view, the --confirm
+prompt and the end-of-run summary.
+
+On a terminal, `TerminalView` keeps one live line at the bottom (a spinner, what runs, for how
+long) and prints everything else above it, fitted to the width with `…` wherever a line is cut:
+the steps, the streamed thought, log records (through `log_handler()`), the summary. It draws
+with rich, imported only when a view is made: `--help`, pipes and --quiet never load it.
+Text from the model, the tools or the repository goes through `visible()` before it is shown.
 """
 
 from __future__ import annotations
 
 import difflib
-import itertools
 import logging
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from toy_agent.events import (
     Event,
     LlmResponded,
     RunFinished,
+    RunStarted,
     StepStarted,
     TextDelta,
     ToolFinished,
@@ -28,9 +34,13 @@ from toy_agent.events import (
 from toy_agent.parsing import Action
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.text import Text
+
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-TAG = re.compile(r"</?[A-Za-z_]+>")
 KEY_ARGUMENTS = ("path", "pattern", "command", "query", "url", "name")
+LOG_LEVEL_STYLES = {logging.WARNING: "yellow", logging.ERROR: "red", logging.CRITICAL: "bold red"}
 # C0 controls but tab and newline, DEL, C1 controls, bidi overrides, and lone surrogates
 # (undecodable bytes of a file name): what could move the cursor, hide text or crash print.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -69,78 +79,399 @@ class Style:
         return f"\033[{code}m{text}\033[0m" if self.enabled else text
 
 
+# --- the thought, without the action protocol around it -------------------------------------
+
+_XML_TAG = re.compile(r"<(/?)\s*([A-Za-z_-]+)\s*>")
+_XML_TAG_SO_FAR = re.compile(r"</?\s*[A-Za-z_-]*\s*")  # a tag whose `>` has not arrived yet
+_XML_ACTION_START = frozenset({"action", "tool_name", "tool-name"})
+_XML_ACTION_END = re.compile(r"</\s*action\s*>", re.I)
+# A ReAct label at the start of a line, tolerating markdown, as toy_agent.parsing reads them.
+_REACT_LABEL = re.compile(
+    r"[ \t>*_#`-]*(thought|action[ \t_]*input|action|final[ \t_]*answer|observation)"
+    r"[ \t*_`]*:[ \t*`]*",
+    re.I,
+)
+_REACT_WORDS = ("thought", "actioninput", "finalanswer", "observation")
+
+
+class ThoughtText:
+    """The thought in a reply, fed in the pieces it streams in: the XML tags and the action,
+    or the ReAct labels and what follows `Action:`, are left out (the native format's text is
+    all thought). What may still turn out to be a tag or a label is held back until the next
+    piece tells."""
+
+    def __init__(self, tool_format: str = "xml"):
+        self._split = {"xml": self._xml, "react": self._react}.get(tool_format, self._plain)
+        self._pending = ""
+        self._in_action = False
+        self._line_start = True
+
+    @classmethod
+    def of(cls, text: str, tool_format: str = "xml") -> str:
+        thought = cls(tool_format)
+        return thought.feed(text) + thought.flush()
+
+    def feed(self, text: str) -> str:
+        """The thought text that `text` completes."""
+        self._pending += text
+        return self._split(final=False)
+
+    def flush(self) -> str:
+        """What was held back, at the end of the reply."""
+        return self._split(final=True)
+
+    def _plain(self, final: bool) -> str:
+        text, self._pending = self._pending, ""
+        return text
+
+    def _xml(self, final: bool) -> str:
+        out: list[str] = []
+        text = self._pending
+        while text:
+            if self._in_action:
+                end = _XML_ACTION_END.search(text)
+                if end is None:
+                    text = "" if final else text[-10:]  # a `</ACTION>` may come in pieces
+                    break
+                text, self._in_action = text[end.end() :], False
+                continue
+            lt = text.find("<")
+            if lt < 0:
+                out.append(text)
+                text = ""
+                break
+            out.append(text[:lt])
+            text = text[lt:]
+            tag = _XML_TAG.match(text)
+            if tag:
+                name = tag.group(2).lower()
+                if name in _XML_ACTION_START and not tag.group(1):
+                    self._in_action = True
+                elif name != "thought":
+                    out.append(tag.group())  # a tag the thought talks about: `<div>`
+                text = text[tag.end() :]
+            elif not final and len(text) < 20 and _XML_TAG_SO_FAR.fullmatch(text):
+                break
+            else:
+                out.append("<")
+                text = text[1:]
+        self._pending = text
+        return "".join(out)
+
+    def _react(self, final: bool) -> str:
+        out: list[str] = []
+        text = self._pending
+        while text:
+            if self._line_start:
+                label = _REACT_LABEL.match(text)
+                if not final and _undecided(text, label):
+                    break
+                if label:
+                    self._in_action = not label.group(1).lower().startswith("thought")
+                    text = text[label.end() :]
+                self._line_start = False
+                continue
+            end = text.find("\n") + 1 or len(text)
+            if not self._in_action:
+                out.append(text[:end])
+            self._line_start = text[end - 1] == "\n"
+            text = text[end:]
+        self._pending = text
+        return "".join(out)
+
+
+def _undecided(line_start: str, label: re.Match[str] | None) -> bool:
+    """Whether more text may change what this line starts with: `**Thought:**` arriving in
+    pieces, or `Act` that may become `Action:`."""
+    if label:
+        return label.end() == len(line_start)
+    word = re.sub(r"[ \t>*_#`-]", "", line_start).lower()
+    return "\n" not in line_start and any(name.startswith(word) for name in _REACT_WORDS)
+
+
+def _is_blank(line: str) -> bool:
+    """Nothing to show: an empty line, or a ``` fence around the protocol."""
+    return not line.strip() or line.strip().startswith("```")
+
+
+# --- the live view --------------------------------------------------------------------------
+
+
 class TerminalView:
-    """One line per step, and a spinner with elapsed time while the LLM thinks."""
+    """An event subscriber for a terminal: a line per thought and per tool call, printed
+    above a live line that says what runs and for how long.
+
+    It also asks --confirm's question (`ask`) and prints log records (`log_handler()`) so
+    that neither lands on the live line.
+    """
 
     def __init__(
         self, stream: TextIO = sys.stdout, *, color: bool | None = None, width: int | None = None
     ):
-        self.stream = stream
-        self.style = Style(use_color(stream) if color is None else color)
-        self.width = width or _terminal_width()
-        self._spinner: threading.Thread | None = None
-        self._thinking = threading.Event()
-        self._lock = threading.Lock()
+        from rich.console import Console
+        from rich.live import Live
+
+        color = use_color(stream) if color is None else color
+        self.console = Console(
+            file=stream, width=width, color_system="standard" if color else None,
+            markup=False, emoji=False, highlight=False,
+        )  # fmt: skip
+        self._status: tuple[str, float] | None = None  # what runs, since when
+        self._tool_format = "xml"
+        self._thought = ThoughtText()
         self._streamed = False
+        self._partial = ""  # the streamed thought's unfinished line, shown in the live region
+        self._stream_lines = 0
+        self._stream_gap = False
+        self._tool_clock = 0.0  # when the tool itself started: after --confirm's answer
+        self._live = Live(
+            console=self.console, get_renderable=self._live_line, refresh_per_second=10,
+            transient=True,
+        )  # fmt: skip
 
     def __call__(self, event: Event) -> None:
         match event:
+            case RunStarted(settings=settings):
+                self._tool_format = str(settings.get("tool_format", "xml"))
             case StepStarted(iteration=i, max_iterations=n):
-                self._start_spinner(f"step {i}/{n} thinking")
+                self._thought = ThoughtText(self._tool_format)
+                self._streamed, self._stream_lines, self._stream_gap = False, 0, False
+                self._set_status(f"step {i}/{n} thinking")
             case TextDelta(text=text):
-                self._stop_spinner()
                 self._streamed = True
-                self._write(self.style(visible(text), "2"))
+                self._stream(self._thought.feed(text))
             case LlmResponded(response=response, seconds=seconds):
-                self._stop_spinner()
-                if self._streamed:
-                    self._write("\n")
-                    self._streamed = False
-                thought = _first_line(TAG.sub(" ", visible(response.text)))
-                thought = thought.removeprefix("Thought:")
-                self._line(self.style(f"  thought ({seconds:.1f}s): ", "2") + thought)
+                self._show_thought(response.text, seconds)
             case ToolStarted(action=action):
-                self._start_spinner(f"running {action.tool_name}")
+                self._tool_clock = time.monotonic()
+                self._set_status(f"running {describe_action(action)}")
             case ToolFinished(observation=obs, seconds=seconds):
-                self._stop_spinner()
-                mark = self.style("✗", "31") if obs.is_error else self.style("✓", "32")
-                detail = _first_line(visible(obs.content)) if obs.is_error else ""
-                self._line(
-                    f"  {mark} {describe_action(obs.action)} "
-                    f"{self.style(f'{seconds:.2f}s', '2')} {detail}"
-                )
+                self._status = None
+                self._show_tool(obs.action, obs.content, obs.is_error, seconds)
             case RunFinished():
-                self._stop_spinner()
+                self.close()
 
-    def _line(self, text: str) -> None:
-        self._write(_shorten(text, self.width + 20) + "\n")  # allow for colour codes
+    def start(self, banner: str) -> None:
+        """The first line, at once, then the live line until the run's first step."""
+        self._print_line(self._fitted(banner))
+        self._set_status("starting")
 
-    def _write(self, text: str) -> None:
-        with self._lock:
-            self.stream.write(text)
-            self.stream.flush()
+    def ask(self, preview: str, question: str) -> str:
+        """--confirm's question, with the preview above it. The live line is paused until the
+        answer, so the question and the keys typed stay in view; the wait is not tool time."""
+        from rich.text import Text
 
-    def _start_spinner(self, label: str) -> None:
-        self._stop_spinner()
-        self._thinking.set()
-        started = time.monotonic()
+        status, self._status = self._status, None
+        self._live.stop()
+        try:
+            self.console.print()
+            self.console.print(_diff_text(preview))
+            return self.console.input(Text(question, style="bold"))
+        finally:
+            self._tool_clock = time.monotonic()
+            if status is not None:
+                self._set_status(status[0])
 
-        def spin() -> None:
-            frames = itertools.cycle(SPINNER_FRAMES)
-            while self._thinking.is_set():
-                elapsed = time.monotonic() - started
-                self._write(f"\r{next(frames)} {label} {elapsed:4.1f}s\033[K")
-                time.sleep(0.1)
-            self._write("\r\033[K")
+    def show(self, text: str) -> None:
+        """Print a block (the summary) after the run, wrapped to the width; ANSI colours kept."""
+        from rich.text import Text
 
-        self._spinner = threading.Thread(target=spin, name="toy-agent-spinner", daemon=True)
-        self._spinner.start()
+        self.close()
+        self.console.print(Text.from_ansi(text), overflow="fold")
 
-    def _stop_spinner(self) -> None:
-        if self._spinner is not None:
-            self._thinking.clear()
-            self._spinner.join()
-            self._spinner = None
+    def log_handler(self) -> logging.Handler:
+        """A logging handler that prints each record above the live line."""
+        return _LogAboveLiveLine(self.console)
+
+    def close(self) -> None:
+        """Erase the live line and stop its thread; the view may start again later."""
+        self._status, self._partial = None, ""
+        self._live.stop()
+
+    # -- lines above the live line --------------------------------------------------------
+
+    def _show_thought(self, text: str, seconds: float) -> None:
+        from rich.text import Text
+
+        if self._streamed:  # the thought is on screen already
+            self._stream(self._thought.flush())
+            if self._partial:
+                self._stream_line(self._partial)
+                self._partial = ""
+            return
+        thought = ThoughtText.of(visible(text.replace("\r\n", "\n")), self._tool_format)
+        thought = " ".join(word for word in thought.split() if not word.startswith("```"))
+        head = Text(f"  thought ({seconds:.1f}s)" + (": " if thought else ""), style="dim")
+        self._print_line(self._fitted(thought, head=head))
+
+    def _show_tool(self, action: Action, content: str, is_error: bool, seconds: float) -> None:
+        from rich.text import Text
+
+        seconds = min(seconds, time.monotonic() - self._tool_clock)  # --confirm's wait left out
+        mark = Text("  ✗ ", style="red") if is_error else Text("  ✓ ", style="green")
+        took = Text(f" {seconds:.2f}s", style="dim")
+        error = f" {_first_line(visible(content))}" if is_error else ""
+        self._print_line(self._fitted(describe_action(action), head=mark, tail=took, after=error))
+
+    def _print_line(self, line: Text) -> None:
+        self.console.print(line, no_wrap=True, overflow="ellipsis")  # print's own say, not line's
+
+    def _stream(self, text: str) -> None:
+        """Streamed thought text: whole lines go above the live line, the rest waits in it."""
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            self._stream_line(line.removesuffix("\r"))
+
+    def _stream_line(self, line: str) -> None:
+        if _is_blank(line):  # kept only between lines of text, never leading or trailing
+            self._stream_gap = self._stream_lines > 0
+            return
+        if self._stream_gap:
+            self.console.print()
+        self.console.print(_streamed(visible(line.rstrip())))
+        self._stream_lines += 1
+        self._stream_gap = False
+
+    # -- the live line --------------------------------------------------------------------
+
+    def _set_status(self, label: str) -> None:
+        self._status = (label, time.monotonic())
+        if not self._live.is_started:
+            self._live.start()
+        self._live.refresh()
+
+    def _live_line(self) -> RenderableType:
+        """Called by rich on every refresh (10 a second), from its own thread."""
+        from rich.console import Group
+        from rich.text import Text
+
+        status, partial = self._status, self._partial
+        lines: list[RenderableType] = []
+        if partial and not _is_blank(partial):
+            lines.append(_streamed(visible(partial)))
+        if status is not None:
+            label, since = status
+            elapsed = time.monotonic() - since
+            frame = SPINNER_FRAMES[int(elapsed * 10) % len(SPINNER_FRAMES)]
+            lines.append(self._fitted(label, head=Text(f"{frame} "), tail=Text(f" {elapsed:.1f}s")))
+        return Group(*lines)
+
+    def _fitted(
+        self, text: str, *, head: Text | None = None, tail: Text | None = None, after: str = ""
+    ) -> Text:
+        """head + text + tail + after, as one line of the terminal. `text` gives way (cut
+        with `…`) to the head, the tail and the start of `after`; `after` is cut at the width."""
+        from rich.cells import cell_len
+        from rich.text import Text
+
+        line = Text()
+        if head:
+            line.append_text(head)
+        kept = line.cell_len + (tail.cell_len if tail else 0) + min(cell_len(after), 20)
+        line.append(_cut(text, self.console.width - kept))
+        if tail:
+            line.append_text(tail)
+        line.append(after)
+        line.no_wrap, line.overflow = True, "ellipsis"  # for the live region
+        return line
+
+
+class _LogAboveLiveLine(logging.Handler):
+    """Log records through the view's console: rich prints them above the live line and draws
+    the live line again below, so a record never lands on the spinner's line."""
+
+    def __init__(self, console: Console):
+        super().__init__()
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from rich.text import Text
+
+        try:
+            style = LOG_LEVEL_STYLES.get(record.levelno, "")
+            self.console.print(Text(self.format(record), style=style), overflow="fold")
+        except Exception:
+            self.handleError(record)
+
+
+def _cut(text: str, cells: int) -> str:
+    """`text` in at most `cells` terminal cells, `…` marking the cut."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_len(text) <= cells:
+        return text
+    return set_cell_size(text, cells - 1) + "…" if cells > 0 else ""
+
+
+def _streamed(line: str) -> RenderableType:
+    """A line of the streamed thought: dim, indented, wrapped with its indent."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    return Padding(Text(line, style="dim"), (0, 0, 0, 2), expand=False)
+
+
+def _diff_text(preview: str) -> Text:
+    """--confirm's preview with the diff's lines coloured, wrapped to the width."""
+    from rich.text import Text
+
+    text = Text(overflow="fold")
+    for line in preview.splitlines(keepends=True):
+        if line.startswith(("+++", "---", "$ ")):
+            style = "bold"
+        else:
+            style = {"+": "green", "-": "red", "@": "cyan"}.get(line[:1], "")
+        text.append(line, style=style)
+    return text
+
+
+# --- what runs, before it runs --------------------------------------------------------------
+
+
+def run_banner(
+    provider: str,
+    model: str | None,
+    repo: Path,
+    tools: CodeRepositoryTools,
+    *,
+    replay: str | None = None,
+    mcp: bool = False,
+    instructions: str = "",
+) -> str:
+    """The first line on a terminal, printed before the provider's SDK loads (seconds, for
+    some): `toy-agent · claude claude-sonnet-5-5 · ~/src/app · AGENTS.md · 7 tools · sandbox
+    bwrap`. All of it is known from the flags; MCP servers are connected later, so only named.
+    `instructions` names the project's instructions file, when the prompt has one."""
+    from toy_agent.llm import PROVIDER_CLASSES
+    from toy_agent.routes import RouteTable
+
+    if provider == "replay":
+        model = Path(replay).name if replay else ""
+    elif not model and provider in PROVIDER_CLASSES:
+        model = PROVIDER_CLASSES[provider].default_model
+    count = len(RouteTable.build(tools).specs)
+    parts = [
+        "toy-agent",
+        f"{provider} {model}".strip(),
+        _short_path(repo),
+        *([instructions] if instructions else []),
+        f"{count} tools" + (" + MCP" if mcp else ""),
+        f"sandbox {tools.sandbox}" if tools.allow_commands else "no commands",
+    ]
+    return visible(" · ".join(parts))
+
+
+def _short_path(path: Path) -> str:
+    """The path with ~ for the home folder; a long one keeps its last two parts."""
+    try:
+        home = Path.home()
+        text = "~" if path == home else f"~/{path.relative_to(home)}"
+    except (ValueError, RuntimeError):  # not under home, or no home at all
+        text = str(path)
+    return text if len(text) <= 40 else f"…/{path.parent.name}/{path.name}"
+
+
+# --- tool calls, --confirm and the summary --------------------------------------------------
 
 
 def describe_action(action: Action) -> str:
@@ -168,8 +499,11 @@ def format_summary(
         f"conversation length: {result['conversation_length']} messages, "
         f"time: {result.get('elapsed_seconds', 0):.1f}s",
         f"tokens: {usage.get('input_tokens', 0):,} in, {usage.get('output_tokens', 0):,} out, "
-        f"{usage.get('cached_tokens', 0):,} cached",
+        f"{usage.get('cached_tokens', 0):,} cached"
+        + (f", cost ${result['cost_usd']:.4f}" if result.get("cost_usd") is not None else ""),
     ]
+    if result.get("session"):
+        lines.append(f"session: {result['session']}")
     if result.get("sandbox"):
         lines.append(f"sandbox: {result['sandbox']}")
     if result.get("tool_errors") or result.get("declined"):
@@ -214,19 +548,22 @@ def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
 
 
 def make_confirm(
-    tools: CodeRepositoryTools, ask: Callable[[str], str], out: TextIO
+    tools: CodeRepositoryTools, ask: Callable[[str, str], str]
 ) -> Callable[[Action], bool]:
-    """A --confirm hook: y (yes), n (no), a (yes to everything from now on)."""
+    """A --confirm hook: y (yes), n (no), a (yes to everything from now on).
+
+    `ask(preview, question)` shows what the action would do, asks, and returns the answer
+    (EOFError: no answer, which declines): `TerminalView.ask` on a terminal."""
     approve_all = False
 
     def confirm(action: Action) -> bool:
         nonlocal approve_all
         if approve_all:
             return True
-        out.write(f"\n{visible(preview_action(action, tools))}\n")
-        out.flush()
+        preview = visible(preview_action(action, tools))
+        question = f"Allow {describe_action(action)}? [y]es/[n]o/[a]ll: "
         try:
-            answer = ask(f"Allow {describe_action(action)}? [y]es/[n]o/[a]ll: ").strip().lower()
+            answer = ask(preview, question).strip().lower()
         except EOFError:
             return False
         approve_all = answer in ("a", "all")
@@ -240,17 +577,6 @@ def to_json(result: dict[str, Any]) -> str:
 
 
 def _first_line(text: str) -> str:
-    stripped = text.strip()
-    return stripped.splitlines()[0] if stripped else ""
-
-
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _terminal_width() -> int:
-    try:
-        columns = os.get_terminal_size().columns
-    except OSError:
-        columns = 0
-    return columns or 100  # a fresh pseudo-terminal reports 0 columns
+    """The first line, with `…` when there is more."""
+    lines = text.strip().splitlines()
+    return lines[0] + (" …" if len(lines) > 1 else "") if lines else ""

@@ -1,0 +1,30 @@
+"""Every run saves a session under $XDG_STATE_HOME and reads $XDG_CONFIG_HOME/toy-agent: no
+test may touch the real ~/.local/state or ~/.config.
+
+The variables are set once at import (before any test module snapshots os.environ for its
+subprocesses), then per test to a folder of that test's own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_SCRATCH = tempfile.mkdtemp(prefix="toy-agent-tests-")
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
+os.environ["XDG_STATE_HOME"] = os.path.join(_SCRATCH, "state")
+os.environ["XDG_CONFIG_HOME"] = os.path.join(_SCRATCH, "config")
+for _name in [name for name in os.environ if name.startswith("TOY_AGENT_")]:
+    del os.environ[_name]  # a developer's own settings must not change what tests see
+
+
+@pytest.fixture(autouse=True)
+def private_state_and_config(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    return home

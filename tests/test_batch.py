@@ -1,0 +1,480 @@
+"""Batch runs (--tasks-file): isolated copies, patches, checks, resume, Ctrl-C, Ray.
+
+The model is a loopback server speaking the Anthropic wire format that answers each task
+from its own script, so tasks may run in any order or side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_providers import FakeProvider, RecordedRequest, Reply, anthropic_reply, error_reply
+from fakes import ScriptedLlm, xml_action
+
+from toy_agent.batch import RECORD_KEYS, BatchError, RunSettings, prepare_copy, remove_copy
+from toy_agent.batch import Task as BatchTask
+from toy_agent.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = (
+    "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY",
+    "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "RAY_ADDRESS",
+)  # fmt: skip
+GIT_IDENTITY = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
+
+
+class TaskScripts(FakeProvider):
+    """Replies per task: the script is picked by a marker in the task text, the reply by how
+    many replies the conversation already holds. `delays` slows a task's replies down."""
+
+    def __init__(self, scripts: dict[str, list[str]], delays: dict[str, float] | None = None):
+        super().__init__()
+        self.scripts = scripts
+        self.delays = delays or {}
+        self.seen: dict[str, list[float]] = defaultdict(list)  # marker -> request times
+
+    def _next(self, request: RecordedRequest) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+        messages = request.body["messages"]
+        marker = next((m for m in self.scripts if m in json.dumps(messages[0])), None)
+        if marker is None:
+            return error_reply(501, "no script for this task")
+        self.seen[marker].append(time.monotonic())
+        step = sum(1 for m in messages if m["role"] == "assistant")
+        if step >= len(self.scripts[marker]):
+            return error_reply(501, f"the script of {marker} has no reply {step + 1}")
+        reply = anthropic_reply(self.scripts[marker][step])
+        return replace(reply, delay=self.delays.get(marker, 0.0))
+
+    def asked_by(self, marker: str) -> int:
+        return len(self.seen[marker])
+
+
+def done(result: str = "done") -> str:
+    return xml_action("task_complete", result=result)
+
+
+SCRIPTS = {
+    "alpha": [  # fixes the greeting and adds a file; its check passes
+        xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello"),
+        xml_action("write_file", path="docs/new.txt", content="new\n"),
+        done("fixed"),
+    ],
+    "bravo": [  # on the same repository, a different edit; its check fails
+        xml_action("edit_file", path="hello.py", old_str="helo", new_str="HELLO"),
+        done("shouted"),
+    ],
+    "charlie": [  # a plain folder: a changed file and a new one
+        xml_action("write_file", path="notes.txt", content="rewritten\n"),
+        xml_action("write_file", path="sub/added.md", content="# added\n"),
+        done(),
+    ],
+    "delta": [xml_action("list_files")],  # runs out of iterations, changes nothing
+}
+TASKS = [
+    {"id": "alpha", "repo": "repo", "task": "[alpha] fix the greeting",
+     "check": "grep -q \"'hello'\" hello.py && test -f docs/new.txt"},
+    {"id": "bravo", "repo": "repo", "task": "[bravo] shout", "check": "grep -q hello hello.py"},
+    {"id": "charlie", "repo": "plain", "task": "[charlie] notes", "check": "test -f sub/added.md"},
+    {"id": "delta", "repo": "plain", "task": "[delta] look around", "max_iterations": 1},
+]  # fmt: skip
+
+
+def git(*args: str, cwd: Path) -> str:
+    done = subprocess.run(["git", *GIT_IDENTITY, *args], cwd=cwd, capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return done.stdout
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file outside .git, and for a repository its refs, HEAD, status and worktrees."""
+    files = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+             if p.is_file() and ".git" not in p.relative_to(folder).parts}  # fmt: skip
+    if (folder / ".git").exists():
+        for args in (["for-each-ref"], ["rev-parse", "HEAD"], ["status", "--porcelain"],
+                     ["worktree", "list", "--porcelain"], ["stash", "list"]):  # fmt: skip
+            files[" ".join(args)] = git(*args, cwd=folder).encode()
+    return files
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    for key in KEYS:
+        monkeypatch.delenv(key, raising=False)
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    return workdir
+
+
+@pytest.fixture
+def sources(tmp_path: Path) -> dict[str, Path]:
+    """A git repository and a plain folder, next to where the task file goes."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "hello.py").write_text("print('helo')\n")
+    (repo / "logo.bin").write_bytes(b"\x00\x01binary")
+    git("init", "-q", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-qm", "base", cwd=repo)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "notes.txt").write_text("original\n")
+    return {"repo": repo, "plain": plain}
+
+
+def write_tasks(path: Path, tasks: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    return path
+
+
+def results(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def run_batch_cli(
+    provider: FakeProvider, tasks: Path, out: Path, *extra: str, monkeypatch: pytest.MonkeyPatch
+) -> int:
+    for name, value in provider.env("claude").items():
+        monkeypatch.setenv(name, value)
+    return main(["--tasks-file", str(tasks), "--out", str(out), "--sandbox", "auto", *extra])
+
+
+# ------------------------------------------------------------------------- the main scenario
+def test_a_batch_over_a_git_repo_and_a_plain_folder_records_patches_checks_and_trajectories(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    before = {name: snapshot(path) for name, path in sources.items()}
+    tasks, out = write_tasks(tmp_path / "tasks.jsonl", TASKS), tmp_path / "out"
+    with TaskScripts(SCRIPTS, delays={"alpha": 0.15, "bravo": 0.15}) as provider:
+        code = run_batch_cli(provider, tasks, out, "--workers", "2", monkeypatch=monkeypatch)
+
+    assert code == 1  # bravo's check failed, delta did not complete
+    records = {r["id"]: r for r in results(out)}
+    assert sorted(records) == ["alpha", "bravo", "charlie", "delta"]
+    assert all(list(r) == list(RECORD_KEYS) for r in records.values())
+
+    alpha, bravo, charlie, delta = (records[k] for k in ("alpha", "bravo", "charlie", "delta"))
+    assert alpha["outcome"] == "completed" and alpha["success"] is True
+    assert alpha["check"] == {"passed": True, "exit_code": 0, "output_tail": ""}
+    assert alpha["iterations"] == 3 and alpha["usage"]["input_tokens"] == 30
+    assert alpha["cost_usd"] == pytest.approx(0.000315)  # 30 in x $3/M + 15 out x $15/M
+    assert alpha["files_changed"] == [{"path": "docs/new.txt", "added": 1, "removed": 0},
+                                      {"path": "hello.py", "added": 1, "removed": 1}]  # fmt: skip
+    assert alpha["base_commit"] == git("rev-parse", "HEAD", cwd=sources["repo"]).strip()
+    assert bravo["outcome"] == "completed" and bravo["success"] is False
+    assert bravo["check"]["passed"] is False and bravo["check"]["exit_code"] == 1
+    assert charlie["success"] is True and charlie["base_commit"] is None
+    assert delta["outcome"] == "max_iterations" and delta["success"] is False
+    assert delta["check"] is None and delta["patch"] is None and delta["files_changed"] == []
+    assert "iteration limit" in delta["error"]
+
+    # Each task saw only its own changes: one repository, two independent copies.
+    patches = {k: (out / r["patch"]).read_text() for k, r in records.items() if r["patch"]}
+    assert "+print('hello')" in patches["alpha"] and "HELLO" not in patches["alpha"]
+    assert "+print('HELLO')" in patches["bravo"] and "docs/new.txt" not in patches["bravo"]
+    assert "new file mode" in patches["alpha"] and "new file mode" in patches["charlie"]
+    for task_id, source in (("alpha", "repo"), ("bravo", "repo"), ("charlie", "plain")):
+        subprocess.run(["git", "apply", "--check", str(out / records[task_id]["patch"])],
+                       cwd=sources[source], check=True)  # fmt: skip
+
+    trajectory = json.loads((out / alpha["trajectory"]).read_text())
+    assert trajectory["task"] == "[alpha] fix the greeting"
+    assert [s["actions"][0]["tool_name"] for s in trajectory["steps"]] == [
+        "edit_file", "write_file", "task_complete"]  # fmt: skip
+
+    # The two tasks on one repository ran side by side.
+    alpha_times, bravo_times = provider.seen["alpha"], provider.seen["bravo"]
+    assert bravo_times[0] < alpha_times[-1] and alpha_times[0] < bravo_times[-1]
+
+    assert {name: snapshot(path) for name, path in sources.items()} == before
+    out_text = capsys.readouterr().out
+    assert "[4/4]" in out_text and "✓ alpha" in out_text and "✗ bravo" in out_text
+    assert "check failed (exit 1)" in out_text
+    assert "4 tasks: 2 passed, 2 failed" in out_text and "\x1b" not in out_text
+
+
+def test_a_second_run_resumes_without_any_llm_request_and_redo_reruns(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    tasks, out = write_tasks(tmp_path / "tasks.jsonl", TASKS[:3]), tmp_path / "out"
+    with TaskScripts(SCRIPTS) as provider:
+        first = run_batch_cli(provider, tasks, out, monkeypatch=monkeypatch)
+        asked = len(provider.requests)
+        lines = (out / "results.jsonl").read_text()
+        capsys.readouterr()
+        second = run_batch_cli(provider, tasks, out, "--workers", "3", "--output", "json",
+                               monkeypatch=monkeypatch)  # fmt: skip
+        assert len(provider.requests) == asked  # nothing ran again
+        assert (out / "results.jsonl").read_text() == lines
+        totals = json.loads(capsys.readouterr().out)  # one object, nothing else
+        assert totals["total"] == totals["skipped"] == 3 and totals["ran"] == 0
+        assert (totals["passed"], totals["failed"], totals["not_run"]) == (2, 1, 0)
+
+        redo = run_batch_cli(provider, tasks, out, "--redo", monkeypatch=monkeypatch)
+        assert len(provider.requests) == 2 * asked
+
+    assert first == second == redo == 1  # bravo's check fails every time
+    assert [r["id"] for r in results(out)] == ["alpha", "bravo", "charlie"]  # one line each
+    assert "3 tasks to run" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (['{"id": "a", "repo": "repo", "task": "t"}', "{not json"], "line 2: not valid JSON"),
+        (['{"id": "a", "repo": "repo", "task": "t", "model": "x"}'], "line 1: unknown key 'model'"),
+        (['{"id": "a", "repo": "repo"}'], "line 1: 'task' is missing"),
+        (['{"id": "a", "repo": "repo", "task": "t"}', "", '{"id": "a", "repo": "plain", '
+          '"task": "u"}'], "line 3: duplicate id 'a' (first on line 1)"),
+        (['{"id": "../x", "repo": "repo", "task": "t"}'], "line 1: id '../x' must be"),
+        (['{"id": "a", "repo": "nowhere", "task": "t"}'], "line 1: repo nowhere is not a folder"),
+        (['{"id": "a", "repo": "plain", "task": "t", "rev": "main"}'], "line 1: 'rev' needs a git"),
+        (['{"id": "a", "repo": "repo", "task": "t", "max_iterations": 0}'], "line 1: 'max_iter"),
+        (["[1, 2]"], "line 1: expected a JSON object"),
+    ],
+)  # fmt: skip
+def test_task_file_mistakes_are_rejected_before_anything_runs(
+    lines: list[str], message: str, sources: dict[str, Path], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: Any,
+) -> None:  # fmt: skip
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("\n".join(lines) + "\n")
+    with TaskScripts(SCRIPTS) as provider:
+        code = run_batch_cli(provider, tasks, tmp_path / "out", monkeypatch=monkeypatch)
+        assert provider.requests == []
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--task", "x"], "--task is for a single run"),
+        (["--trajectory", "t.json"], "--trajectory is for a single run"),
+        (["--executor", "local", "--ray-address", "ray://h:10001"], "--ray-address needs"),
+        (["--llm-provider", "replay"], "--replay FILE"),
+    ],
+)
+def test_flags_that_do_not_fit_a_batch_exit_with_code_two(
+    argv: list[str], message: str, sources: dict[str, Path], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: Any,
+) -> None:  # fmt: skip
+    tasks = write_tasks(tmp_path / "tasks.jsonl", TASKS[:1])
+    with TaskScripts(SCRIPTS) as provider:
+        code = run_batch_cli(provider, tasks, tmp_path / "out", *argv, monkeypatch=monkeypatch)
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_out_without_a_tasks_file_and_a_missing_key_are_usage_errors(
+    sources: dict[str, Path], tmp_path: Path, capsys: Any
+) -> None:
+    assert main(["--out", str(tmp_path / "out")]) == 2
+    assert "--tasks-file" in capsys.readouterr().err
+    tasks = write_tasks(tmp_path / "tasks.jsonl", TASKS[:1])
+    assert main(["--tasks-file", str(tasks), "--out", str(tmp_path / "out")]) == 2
+    assert "ANTHROPIC_API_KEY is not set" in capsys.readouterr().err
+
+
+def test_executor_ray_without_ray_names_the_install_command(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    tasks = write_tasks(tmp_path / "tasks.jsonl", TASKS[:1])
+    with TaskScripts(SCRIPTS) as provider:
+        code = run_batch_cli(provider, tasks, tmp_path / "out", "--executor", "ray",
+                             monkeypatch=monkeypatch)  # fmt: skip
+        assert provider.requests == []
+    assert code == 2
+    assert 'pip install "toy-agent[ray]"' in capsys.readouterr().err
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+# ---------------------------------------------------------------------------------- Ctrl-C
+def test_ctrl_c_keeps_finished_results_and_the_next_run_does_the_rest(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[2]])
+    out = tmp_path / "out"
+    with TaskScripts(SCRIPTS, delays={"charlie": 30}) as provider:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "main.py"), "--tasks-file", str(tasks), "--out",
+             str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **provider.env("claude"), "NO_COLOR": "1"},
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while provider.asked_by("charlie") == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 130, stderr
+    assert [r["id"] for r in results(out)] == ["alpha"]
+    assert "stopping: 1 running task will not be recorded" in stdout
+    assert "2 tasks: 1 passed, 0 failed, 1 not run" in stdout
+    assert git("worktree", "list", "--porcelain", cwd=sources["repo"]).count("worktree ") == 1
+
+    with TaskScripts(SCRIPTS) as provider:
+        code = run_batch_cli(provider, tasks, out, monkeypatch=monkeypatch)
+        assert provider.asked_by("alpha") == 0 and provider.asked_by("charlie") == 3
+    assert code == 0
+    assert [r["id"] for r in results(out)] == ["alpha", "charlie"]
+    assert "1 task to run with 1 worker (1 of 2 already have results)" in capsys.readouterr().out
+
+
+def test_on_a_terminal_a_progress_line_shows_done_running_tokens_and_eta(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[2]])
+    with TaskScripts(SCRIPTS, delays={"alpha": 0.3, "charlie": 0.3}) as provider:
+        screen = run_in_pty(
+            [sys.executable, str(ROOT / "main.py"), "--tasks-file", str(tasks), "--out",
+             str(tmp_path / "out")], provider.env("claude"),
+        )  # fmt: skip
+    assert "\r\x1b[K" in screen
+    assert "0/2 done · 1 running · ✓ 0 ✗ 0 · 0 tokens" in screen
+    assert "1/2 done · 1 running · ✓ 1 ✗ 0 · 45 tokens" in screen and "ETA" in screen
+    assert "2 tasks: 2 passed, 0 failed" in screen
+
+
+def run_in_pty(argv: list[str], extra_env: dict[str, str]) -> str:
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "TERM": "xterm", **extra_env}
+    proc = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env,
+                            close_fds=True)  # fmt: skip
+    os.close(terminal)
+    chunks = []
+    while select.select([controller], [], [], 30)[0]:
+        try:
+            data = os.read(controller, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(30)
+    os.close(controller)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+# ------------------------------------------------------------------------------- Python API
+def test_run_batch_from_python_with_any_llm_client(sources: dict[str, Path]) -> None:
+    from toy_agent import run_batch
+
+    def scripted() -> ScriptedLlm:
+        return ScriptedLlm(xml_action("write_file", path="out.txt", content="x\n"), done())
+
+    tasks = [{"id": f"t{i}", "repo": str(sources["repo"]), "task": "write", "check": "test -f "
+              "out.txt"} for i in range(3)]  # fmt: skip
+    out = sources["repo"].parent / "api-out"
+    summary = run_batch(tasks, out, RunSettings(make_llm=scripted, sandbox="off"), workers=3)
+
+    assert (summary.exit_code, summary.passed, summary.failed, summary.ran) == (0, 3, 0, 3)
+    assert [r["files_changed"] for r in summary.records] == [
+        [{"path": "out.txt", "added": 1, "removed": 0}]] * 3  # fmt: skip
+    assert summary.to_dict()["usage"] == {"input_tokens": 0, "output_tokens": 0,
+                                          "cached_tokens": 0}  # fmt: skip
+    with pytest.raises(BatchError, match="tasks line 2: duplicate id 't0'"):
+        run_batch([tasks[0], tasks[0]], out, RunSettings(make_llm=scripted))
+
+
+def test_checks_run_sandboxed_without_secrets_and_are_killed_at_the_timeout(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toy_agent import run_batch
+    from toy_agent.sandbox import SCRATCH_HOME, bwrap_problem
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-value-1234567890")
+    sandboxed = bwrap_problem() is None
+    in_sandbox = f'test "$HOME" = {SCRATCH_HOME}' if sandboxed else "true"
+    tasks = [
+        {"id": "clean", "repo": str(sources["plain"]), "task": "x",
+         "check": f'test -z "$ANTHROPIC_API_KEY" && {in_sandbox} && echo checked'},
+        {"id": "slow", "repo": str(sources["plain"]), "task": "x", "check": "sleep 30"},
+    ]  # fmt: skip
+    settings = RunSettings(make_llm=lambda: ScriptedLlm(done()), check_timeout=1,
+                           sandbox="bwrap" if sandboxed else "off")  # fmt: skip
+    started = time.monotonic()
+    summary = run_batch(tasks, tmp_path / "out", settings, workers=2)
+
+    clean, slow = summary.records
+    assert clean["check"] == {"passed": True, "exit_code": 0, "output_tail": "checked\n"}
+    assert slow["check"]["passed"] is False and slow["check"]["exit_code"] is None
+    assert "timed out after 1s" in slow["check"]["output_tail"]
+    assert time.monotonic() - started < 15
+
+
+def test_a_task_whose_copy_cannot_be_made_is_recorded_as_an_error(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    from toy_agent import run_batch
+
+    tasks = [{"id": "bad-rev", "repo": str(sources["repo"]), "task": "x", "rev": "no-such-rev"},
+             {"id": "bad-url", "repo": f"file://{tmp_path}/missing.git", "task": "x"}]  # fmt: skip
+    summary = run_batch(tasks, tmp_path / "out", RunSettings(make_llm=ScriptedLlm))
+    assert summary.exit_code == 1
+    for record in summary.records:
+        assert record["outcome"] == "error" and record["patch"] is None
+        assert record["error"].startswith(("git worktree failed", "git clone failed"))
+    assert git("worktree", "list", "--porcelain", cwd=sources["repo"]).count("worktree ") == 1
+
+
+def test_copies_are_fresh_and_leave_the_source_as_it_was(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    git("tag", "v0", cwd=sources["repo"])
+    (sources["repo"] / "hello.py").write_text("print('uncommitted')\n")  # not in the copy
+    scratch = tmp_path / "scratch"
+    before = snapshot(sources["repo"])
+    task = BatchTask("w", str(sources["repo"]), "x", rev="v0")
+    url_task = BatchTask("u", f"file://{sources['repo']}", "x", rev="v0")
+    for copy in (prepare_copy(task, scratch), prepare_copy(url_task, scratch)):
+        assert (copy.path / "hello.py").read_text() == "print('helo')\n"
+        (copy.path / "hello.py").write_text("changed\n")
+        remove_copy(copy)
+        assert not copy.path.exists()
+    assert snapshot(sources["repo"]) == before
+
+
+# -------------------------------------------------------------------------------------- Ray
+def test_ray_runs_the_same_task_file_with_results_identical_in_shape_to_local(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    pytest.importorskip("ray")
+    url_task = {"id": "echo", "repo": f"file://{sources['repo']}", "task": "[alpha] via a URL",
+                "check": TASKS[0]["check"]}  # fmt: skip
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[2], url_task])
+    before = {name: snapshot(path) for name, path in sources.items()}
+    with TaskScripts(SCRIPTS) as provider:
+        local = run_batch_cli(provider, tasks, tmp_path / "local", "--workers", "2",
+                              monkeypatch=monkeypatch)  # fmt: skip
+        on_ray = run_batch_cli(provider, tasks, tmp_path / "ray", "--workers", "2",
+                               "--executor", "ray", monkeypatch=monkeypatch)  # fmt: skip
+
+    assert local == on_ray == 0, capsys.readouterr()
+    by_id = {r["id"]: r for r in results(tmp_path / "local")}
+    for record in results(tmp_path / "ray"):
+        expected = by_id[record["id"]]
+        assert list(record) == list(expected)
+        varying = ("elapsed_seconds",)
+        assert {k: v for k, v in record.items() if k not in varying} == {
+            k: v for k, v in expected.items() if k not in varying}  # fmt: skip
+        assert (tmp_path / "ray" / record["patch"]).read_bytes() == (
+            tmp_path / "local" / expected["patch"]).read_bytes()  # fmt: skip
+        assert (tmp_path / "ray" / record["trajectory"]).exists()
+    assert {name: snapshot(path) for name, path in sources.items()} == before

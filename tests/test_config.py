@@ -1,0 +1,152 @@
+"""The config file and TOY_AGENT_ variables: precedence, validation, and what an untrusted
+repository cannot set."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_providers import FakeProvider, anthropic_reply
+from fakes import xml_action
+
+from toy_agent.cli import build_parser, main
+from toy_agent.config import ConfigError, config_path, load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """HOME, XDG_CONFIG_HOME and XDG_STATE_HOME in tmp_path; no TOY_AGENT_ or provider variables."""
+    root = tmp_path / "home"
+    for name, sub in (("HOME", ""), ("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config")):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv(name, str(root / sub))
+    for name in list(os.environ):
+        if name.startswith("TOY_AGENT_") or name.endswith(("_API_KEY", "_BASE_URL")):
+            monkeypatch.delenv(name)
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    return root
+
+
+def write_config(home: Path, text: str) -> Path:
+    path = home / "config" / "toy-agent" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def settings(argv: list[str], environ: dict[str, str] | None = None, dotenv: Path | None = None):
+    env = {**os.environ, **(environ or {})}
+    return load_settings(build_parser(), argv, env, dotenv).args
+
+
+def test_the_config_file_lives_under_xdg_config_home(home):
+    assert config_path() == home / "config" / "toy-agent" / "config.toml"
+    assert config_path({"XDG_CONFIG_HOME": "relative"}) == Path.home() / ".config" / (
+        "toy-agent/config.toml"
+    )
+
+
+def test_flags_beat_the_environment_which_beats_the_config_file(home):
+    write_config(home, 'max_iterations = 30\nmodel = "from-config"\nllm_provider = "openai"\n')
+    env = {"TOY_AGENT_MAX_ITERATIONS": "20", "TOY_AGENT_MODEL": "from-env"}
+
+    assert settings([]).max_iterations == 30
+    assert settings([], env).max_iterations == 20
+    assert settings(["--max-iterations", "10"], env).max_iterations == 10
+    assert settings(["--max-iterations", "10"], env).model == "from-env"
+    assert settings(["--model", "flag"], env).model == "flag"
+    assert settings([], env).llm_provider == "openai"  # from the config, nothing above it
+    assert settings(["--max-iterations", "10"]).context_budget == 100_000  # built-in default
+
+
+def test_switches_and_repeatable_flags_take_their_natural_values(home):
+    write_config(home, 'allow_commands = true\nmcp_server = ["a", "b"]\nsandbox = "off"\n')
+    args = settings([])
+    assert args.allow_commands is True and args.mcp_server == ["a", "b"] and args.sandbox == "off"
+    assert settings([], {"TOY_AGENT_ALLOW_COMMANDS": "0"}).allow_commands is False
+    assert settings(["--mcp-server", "c"]).mcp_server == ["c"]  # the flag replaces the list
+
+
+def test_a_config_file_sets_defaults_for_a_real_run(home, tmp_path, capsys):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    write_config(home, 'model = "claude-from-config"\nmax_retries = 0\n')
+    with FakeProvider() as server:
+        server.enqueue(anthropic_reply(xml_action("task_complete", result="ok")))
+        env = {**os.environ, **server.env("claude"), "TOY_AGENT_OUTPUT": "json"}
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "main.py"), "--task", "x", "--repo", str(repo)],
+            capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["result"] == "ok"  # TOY_AGENT_OUTPUT=json
+    assert server.requests[0].body["model"] == "claude-from-config"
+
+
+@pytest.mark.parametrize(
+    ("config", "environ", "message"),
+    [
+        ("modle = 'x'\n", {}, "unknown key 'modle' in"),
+        ("max_iterations = 0\n", {}, "max_iterations: invalid value '0': must be at least 1"),
+        ("llm_provider = 'bard'\n", {}, "llm_provider: invalid choice 'bard'"),
+        ("allow_commands = 'yes please'\n", {}, "--allow-commands is on or off"),
+        ("task = 'x'\n", {}, "--task is not a setting"),
+        ("max_iterations = [\n", {}, "is not valid TOML"),
+        ("", {"TOY_AGENT_MAX_ITERATIONS": "many"}, "TOY_AGENT_MAX_ITERATIONS: invalid value"),
+        ("", {"TOY_AGENT_SANDBOX": "docker"}, "TOY_AGENT_SANDBOX: invalid choice 'docker'"),
+        ("", {"TOY_AGENT_MODLE": "x"}, "unknown variable TOY_AGENT_MODLE"),
+    ],
+)
+def test_bad_settings_exit_with_code_two_naming_the_key_or_variable(
+    home, monkeypatch, capsys, config, environ, message
+):
+    write_config(home, config)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert main(["--task", "x", "--replay", "missing.json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_a_config_file_inside_the_repository_is_never_read_unless_named(home, tmp_path):
+    repo = tmp_path / "repo"
+    write_config(repo, "allow_commands = true\n")  # repo/config/toy-agent/config.toml
+    inside = {"XDG_CONFIG_HOME": str(repo / "config")}
+    parsed = load_settings(build_parser(), ["--repo", str(repo)], {**os.environ, **inside})
+    assert parsed.args.allow_commands is False
+    assert "never read" in parsed.warnings[0]
+
+    named = ["--repo", str(repo), "--config", str(repo / "config" / "toy-agent" / "config.toml")]
+    assert settings(named, inside).allow_commands is True
+
+
+def test_a_dotenv_inside_the_repository_cannot_change_settings(home, tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    hostile = repo / ".env"
+    hostile.write_text("TOY_AGENT_ALLOW_COMMANDS=1\nTOY_AGENT_MCP_SERVER=sh -c evil\n")
+    monkeypatch.chdir(repo)  # the usual case: toy-agent run inside the repository, --repo .
+    parsed = load_settings(build_parser(), [], os.environ, hostile)
+    assert parsed.args.allow_commands is False and parsed.args.mcp_server == []
+    assert "TOY_AGENT_ALLOW_COMMANDS, TOY_AGENT_MCP_SERVER" in parsed.warnings[0]
+
+    own = tmp_path / "own.env"  # the user's own .env, outside the repository, counts
+    own.write_text("TOY_AGENT_MAX_ITERATIONS=7\n")
+    assert settings(["--repo", str(repo)], dotenv=own).max_iterations == 7
+    assert (
+        settings(["--repo", str(repo)], {"TOY_AGENT_MAX_ITERATIONS": "9"}, own).max_iterations == 9
+    )
+
+
+def test_a_missing_named_config_file_is_an_error(home):
+    with pytest.raises(ConfigError, match="not found"):
+        settings(["--config", str(home / "nope.toml")])

@@ -1,0 +1,445 @@
+"""Sessions: the interactive mode on a real terminal, continue and resume across processes,
+the session files, undo, and the project's instructions in the system prompt."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+from fake_providers import FakeProvider, Reply, anthropic_reply
+from fakes import ScriptedLlm, native_call, xml_action
+
+from toy_agent import ReactAgent
+from toy_agent.cli import main
+from toy_agent.config import MAX_INSTRUCTIONS_BYTES
+from toy_agent.messages import LlmResponse
+from toy_agent.sessions import (
+    NothingToUndo,
+    SessionRecorder,
+    SessionStore,
+    undo_last_run,
+    undo_latest_in_repo,
+)
+from toy_agent.tools import CodeRepositoryTools
+
+ROOT = Path(__file__).resolve().parents[1]
+PROVIDER_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "GEMINI_API_KEY",
+                      "GOOGLE_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL")  # fmt: skip
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A private home: state, config and HOME all under tmp_path; no provider variables."""
+    root = tmp_path / "home"
+    for name, sub in (("HOME", ""), ("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config")):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv(name, str(root / sub))
+    for name in PROVIDER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    return root
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "hello.py").write_text("print('helo')\n")
+    return root
+
+
+def sessions_dir(home: Path) -> Path:
+    return home / "state" / "toy-agent" / "sessions"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "main.py"), *args], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "NO_COLOR": "1", **(env or {})},
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def sent_text(request) -> str:
+    return json.dumps(request.body)
+
+
+# --- the interactive mode, on a pseudo-terminal ---------------------------------------------
+
+
+class Terminal:
+    """toy-agent on a pseudo-terminal it controls, so Ctrl-C (\\x03) is the real thing."""
+
+    ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\r")
+
+    def __init__(self, args: list[str], env: dict[str, str]):
+        self.controller, terminal = pty.openpty()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "main.py"), *args], stdin=terminal, stdout=terminal,
+            stderr=terminal, env={**os.environ, "TERM": "xterm", **env}, close_fds=True,
+            start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+        )  # fmt: skip
+        os.close(terminal)
+        self.raw = b""
+        self.seen = 0  # what expect() has matched up to
+
+    @property
+    def text(self) -> str:
+        return self.ANSI.sub("", self.raw.decode("utf-8", "replace"))
+
+    def expect(self, wanted: str, timeout: float = 30) -> str:
+        """Wait for `wanted` after the last match; return the text up to it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.text.find(wanted, self.seen)
+            if found >= 0:
+                before, self.seen = self.text[self.seen : found], found + len(wanted)
+                return before
+            ready, _, _ = select.select([self.controller], [], [], 0.1)
+            if ready:
+                with contextlib.suppress(OSError):  # OSError: the child closed the terminal
+                    self.raw += os.read(self.controller, 65536)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"never saw {wanted!r}; the terminal shows:\n{self.text}")
+
+    def type(self, text: str) -> None:
+        os.write(self.controller, text.encode())
+
+    def close(self) -> int:
+        try:
+            return self.proc.wait(30)
+        finally:
+            os.close(self.controller)
+
+
+def test_an_interactive_session_continues_the_conversation_and_undoes_a_task(home, repo):
+    with FakeProvider() as server:
+        server.enqueue(
+            anthropic_reply(
+                xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello")
+            ),  # fmt: skip
+            anthropic_reply(xml_action("task_complete", result="Fixed the greeting.")),
+            anthropic_reply(
+                xml_action("write_file", path="tests/test_hello.py", content="import hello\n")
+            ),  # fmt: skip
+            anthropic_reply(xml_action("task_complete", result="Added a test.")),
+        )
+        term = Terminal(["--repo", str(repo)], server.env("claude"))
+        term.expect("/help for commands")
+        term.expect("> ")
+        term.type("fix the greeting\n")
+        term.expect("Fixed the greeting.")
+        term.expect("> ")
+        term.type("now add a test for it\n")
+        term.expect("Added a test.")
+        term.expect("> ")
+
+        first_request_of_task_two = sent_text(server.requests[2])
+        assert "fix the greeting" in first_request_of_task_two
+        assert "print('hello')" in first_request_of_task_two  # the first task's observation
+        assert "Fixed the greeting." in first_request_of_task_two
+        assert (repo / "tests" / "test_hello.py").exists()
+
+        term.type("/diff\n")
+        assert "+import hello" in term.expect("> ")
+        term.type("/undo\n")
+        assert "removed tests/test_hello.py" in term.expect("> ")
+        assert not (repo / "tests").exists()  # the folder the task made goes too
+        term.type("/undo\n")
+        assert "restored hello.py" in term.expect("> ")
+        assert (repo / "hello.py").read_text() == "print('helo')\n"
+        term.type("/exit\n")
+        assert term.close() == 0
+
+    [session_file] = sessions_dir(home).glob("*.json")
+    session = json.loads(session_file.read_text())
+    assert session["repo"] == str(repo.resolve())
+    assert [run["task"] for run in session["runs"]] == ["fix the greeting",
+                                                        "now add a test for it"]  # fmt: skip
+    assert all(run["undone"] for run in session["runs"])
+
+
+def test_ctrl_c_cancels_the_task_in_flight_and_returns_to_the_prompt(home, repo):
+    with FakeProvider() as server:
+        server.enqueue(
+            Reply(delay=30, body=anthropic_reply("late").body),
+            anthropic_reply(xml_action("task_complete", result="Second answer.")),
+        )
+        term = Terminal(["--repo", str(repo)], server.env("claude"))
+        term.expect("> ")
+        term.type("a slow task\n")
+        deadline = time.monotonic() + 30
+        while not server.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        term.type("\x03")
+        term.expect("cancelled")
+        term.expect("> ")
+        term.type("a quick task\n")
+        term.expect("Second answer.")
+        term.expect("> ")
+        term.type("\x04")  # Ctrl-D ends the session
+        assert term.close() == 0
+
+    assert len(server.requests) == 2
+    assert "a slow task" in sent_text(server.requests[1])  # still part of the conversation
+
+
+def test_without_a_terminal_and_without_a_task_the_exit_code_is_two(home, repo):
+    proc = run_cli("--repo", str(repo))
+    assert proc.returncode == 2
+    assert "--task is required" in proc.stderr
+
+
+# --- continue and resume, across processes --------------------------------------------------
+
+
+def test_continue_and_resume_carry_the_conversation_into_a_new_process(home, repo, tmp_path):
+    trajectory = tmp_path / "first.json"
+    with FakeProvider() as server:
+        server.enqueue(
+            anthropic_reply(
+                xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello")
+            ),  # fmt: skip
+            anthropic_reply(xml_action("task_complete", result="Fixed.")),
+            anthropic_reply(xml_action("task_complete", result="It prints hello.")),
+            anthropic_reply(xml_action("task_complete", result="Resumed.")),
+            anthropic_reply(xml_action("task_complete", result="From the trajectory.")),
+        )
+        env = server.env("claude")
+        first = run_cli("--repo", str(repo), "--task", "fix the greeting", "--output", "json",
+                        "--trajectory", str(trajectory), env=env)  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        session_id = json.loads(first.stdout)["session"]
+        assert (sessions_dir(home) / f"{session_id}.json").is_file()
+
+        second = run_cli("--repo", str(repo), "-c", "--task", "what does it print now?",
+                         "--output", "json", env=env)  # fmt: skip
+        assert second.returncode == 0, second.stderr
+        assert json.loads(second.stdout)["session"] == session_id
+        continued = sent_text(server.requests[2])
+        assert "fix the greeting" in continued and "print('hello')" in continued
+        assert continued.index("fix the greeting") < continued.index("what does it print now?")
+
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()  # --resume ID works from any folder: the session knows its repo
+        third = subprocess.run(
+            [sys.executable, str(ROOT / "main.py"), "--resume", session_id, "--task", "and now?",
+             "--output", "json"], cwd=elsewhere, capture_output=True, text=True, timeout=60,
+            env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert third.returncode == 0, third.stderr
+        resumed = sent_text(server.requests[3])
+        assert "what does it print now?" in resumed and "and now?" in resumed
+
+        fourth = run_cli("--repo", str(repo), "--resume", str(trajectory), "--task",
+                         "explain the fix", "--output", "json", env=env)  # fmt: skip
+        assert fourth.returncode == 0, fourth.stderr
+        from_trajectory = sent_text(server.requests[4])
+        assert "fix the greeting" in from_trajectory and "print('hello')" in from_trajectory
+        assert "what does it print now?" not in from_trajectory
+        assert json.loads(fourth.stdout)["session"] != session_id  # a new session from it
+
+    saved = json.loads((sessions_dir(home) / f"{session_id}.json").read_text())
+    assert [run["task"] for run in saved["runs"]] == [
+        "fix the greeting", "what does it print now?", "and now?"]  # fmt: skip
+
+
+def test_continue_without_a_saved_session_is_a_usage_error(home, repo, tmp_path, capsys):
+    replay = tmp_path / "r.json"
+    steps = [{"response": LlmResponse(xml_action("task_complete", result="ok")).to_dict()}]
+    replay.write_text(json.dumps({"steps": steps}))
+    assert main(["--repo", str(repo), "-c", "--task", "x", "--replay", str(replay)]) == 2
+    assert "no saved session" in capsys.readouterr().err
+
+
+def test_a_continued_conversation_is_fitted_to_the_context_budget(home, repo):
+    (repo / "big.txt").write_text("word " * 20_000)
+    store = SessionStore()
+    tools = CodeRepositoryTools(repo)
+    llm = ScriptedLlm(
+        xml_action("read_file", path="big.txt"),
+        xml_action("task_complete", result="read it"),
+        xml_action("list_files"),
+        xml_action("read_file", path="hello.py"),
+        xml_action("task_complete", result="done"),
+    )
+    agent = ReactAgent(llm, tools=tools, context_budget=500)
+    sessions = SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
+    agent._subscribers.append(sessions)
+    agent.run_result("read big.txt")
+    agent.run_result("now something else", history=store.load(sessions.session.id).history())
+
+    sent = json.dumps([m.to_dict() for m in llm.requests[-1]["messages"]])
+    assert "read big.txt" in sent and "elided" in sent
+    assert "word " * 1000 not in sent
+
+
+def test_the_session_is_saved_after_every_step(home, repo):
+    store = SessionStore()
+    tools = CodeRepositoryTools(repo)
+    seen: list[dict] = []
+
+    class Peeking(ScriptedLlm):
+        def call_llm(self, system_prompt, messages, *, tools=None, on_text=None):
+            seen.extend(json.loads(p.read_text()) for p in store.root.glob("*.json"))
+            return super().call_llm(system_prompt, messages, tools=tools, on_text=on_text)
+
+    llm = Peeking(xml_action("list_files"), xml_action("task_complete", result="ok"))
+    agent = ReactAgent(llm, tools=tools)
+    agent._subscribers.append(
+        SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
+    )
+    agent.run_result("look around")
+
+    assert seen and seen[-1]["runs"][0]["outcome"] == "running"
+    assert "list_files" in json.dumps(seen[-1]["messages"])  # the first step, already on disk
+
+
+def test_native_calls_left_open_by_a_finished_task_are_answered_when_it_continues(repo):
+    llm = ScriptedLlm(
+        native_call(("task_complete", {"result": "first"})),
+        native_call(("task_complete", {"result": "second"})),
+    )
+    agent = ReactAgent(llm, repo, tool_format="native")
+    agent.run_result("first task")
+    agent.run_result("second task", history=agent.conversation_history)
+
+    last = llm.requests[1]["messages"][-1]
+    assert last.content == "second task"
+    assert [r.call_id for r in last.tool_results] == ["call_0"]
+
+
+# --- undo -----------------------------------------------------------------------------------
+
+
+def edit_run(repo: Path, *replies: str, task: str = "edit") -> SessionStore:
+    store = SessionStore()
+    tools = CodeRepositoryTools(repo)
+    agent = ReactAgent(ScriptedLlm(*replies), tools=tools)
+    agent._subscribers.append(
+        SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
+    )
+    agent.run_result(task)
+    return store
+
+
+def test_undo_refuses_when_a_file_changed_since_the_run(home, repo, capsys):
+    edit_run(repo, xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello"),
+             xml_action("write_file", path="notes.txt", content="new\n"),
+             xml_action("task_complete", result="ok"))  # fmt: skip
+    (repo / "hello.py").write_text("print('edited by hand')\n")
+
+    assert main(["--undo", "--repo", str(repo)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [err] and "hello.py" in err and "changed since" in err
+    assert (repo / "hello.py").read_text() == "print('edited by hand')\n"
+    assert (repo / "notes.txt").exists()  # nothing was reverted
+
+    (repo / "hello.py").write_text("print('hello')\n")  # as the run left it: undo may go on
+    assert main(["--undo", "--repo", str(repo)]) == 0
+    assert (repo / "hello.py").read_text() == "print('helo')\n"
+    assert not (repo / "notes.txt").exists()
+
+
+def test_undo_goes_back_one_run_at_a_time_and_restores_bytes_exactly(home, repo):
+    (repo / "data.bin").write_bytes(b"caf\xe9 in latin-1\r\n")
+    edit_run(repo, xml_action("write_file", path="data.bin", content="text now"),
+             xml_action("task_complete", result="ok"), task="first")  # fmt: skip
+    edit_run(repo, xml_action("write_file", path="data.bin", content="text again"),
+             xml_action("task_complete", result="ok"), task="second")  # fmt: skip
+    store = SessionStore()
+
+    assert undo_latest_in_repo(store, repo).task == "second"
+    assert (repo / "data.bin").read_text() == "text now"
+    assert undo_latest_in_repo(store, repo).task == "first"
+    assert (repo / "data.bin").read_bytes() == b"caf\xe9 in latin-1\r\n"
+    with pytest.raises(NothingToUndo):
+        undo_latest_in_repo(store, repo)
+
+
+def test_undo_tells_the_model_with_the_next_task(home, repo):
+    store = edit_run(repo, xml_action("write_file", path="a.txt", content="A"),
+                     xml_action("task_complete", result="ok"))  # fmt: skip
+    session = store.latest(repo.resolve())
+    undo_last_run(store, session)
+    llm = ScriptedLlm(xml_action("task_complete", result="ok"))
+    tools = CodeRepositoryTools(repo)
+    agent = ReactAgent(llm, tools=tools)
+    recorder = SessionRecorder(store, store.latest(repo.resolve()), tools,
+                               lambda: agent.conversation_history)  # fmt: skip
+    agent.run_result(recorder.task("next"), history=recorder.session.history())
+    assert "reverted the file changes" in llm.requests[0]["messages"][-1].content
+
+
+def test_a_declined_or_failed_write_leaves_nothing_to_undo(home, repo, capsys):
+    edit_run(repo, xml_action("edit_file", path="hello.py", old_str="absent", new_str="x"),
+             xml_action("task_complete", result="ok"))  # fmt: skip
+    assert main(["--undo", "--repo", str(repo)]) == 1
+    assert "nothing to undo" in capsys.readouterr().err
+
+
+# --- project instructions -------------------------------------------------------------------
+
+
+def test_agents_md_and_the_users_instructions_reach_the_system_prompt(
+    home, repo, capsys, monkeypatch
+):
+    (repo / "AGENTS.md").write_text("Run `make check` before finishing.\n")
+    with FakeProvider() as server:
+        server.enqueue(anthropic_reply(xml_action("task_complete", result="ok")))
+        for name, value in server.env("claude").items():
+            monkeypatch.setenv(name, value)
+        code = main(["--repo", str(repo), "--task", "x", "--output", "json",
+                     "--append-system-prompt", "Answer in French."])  # fmt: skip
+
+    assert code == 0, capsys.readouterr().err
+    system = json.dumps(server.requests[0].body["system"])
+    assert "Run `make check` before finishing." in system
+    assert "Answer in French." in system
+    assert system.index("make check") < system.index("Answer in French.")
+
+
+def test_a_long_agents_md_is_cut_and_the_prompt_says_so(home, repo):
+    (repo / "AGENTS.md").write_text("rule\n" * (MAX_INSTRUCTIONS_BYTES // 4))
+    llm = ScriptedLlm(xml_action("task_complete", result="ok"))
+    from toy_agent.config import load_instructions
+
+    tools = CodeRepositoryTools(repo)
+    instructions = load_instructions(tools)
+    ReactAgent(llm, tools=tools, instructions=instructions.text).run("x")
+
+    system = llm.requests[0]["system"]
+    assert instructions.source == "AGENTS.md (cut at 32 KB)"
+    assert "AGENTS.md was cut here" in system
+    assert system.count("rule") <= MAX_INSTRUCTIONS_BYTES // 5 + 1
+
+
+def test_an_agents_md_linking_out_of_the_repository_is_not_read(home, repo, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the private key\n")
+    (repo / "AGENTS.md").symlink_to(secret)
+    from toy_agent.config import load_instructions
+
+    assert load_instructions(CodeRepositoryTools(repo)).text == ""
+
+
+def test_the_live_views_first_line_names_agents_md(home, repo, tmp_path):
+    (repo / "AGENTS.md").write_text("Be brief.\n")
+    replay = tmp_path / "r.json"
+    steps = [{"response": LlmResponse(xml_action("task_complete", result="ok")).to_dict()}]
+    replay.write_text(json.dumps({"steps": steps}))
+    term = Terminal(["--repo", str(repo), "--replay", str(replay), "--task", "x"], {})
+    first_line = term.expect("\n")
+    assert "AGENTS.md" in first_line and first_line.startswith("toy-agent")
+    assert term.close() == 0

@@ -1,0 +1,332 @@
+"""The terminal view, as a person sees it: real runs on a pseudo-terminal of a set size."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+from fake_providers import FakeProvider, anthropic_reply, error_reply
+from fakes import xml_action
+from rich.cells import cell_len
+
+from toy_agent.messages import LlmResponse
+from toy_agent.view import ThoughtText
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_REPO = ROOT / "examples" / "demo_repo"
+DEMO_TRAJECTORY = ROOT / "examples" / "demo_trajectory.json"
+DEMO_TASK = "Fix median() in stats.py so that tests/test_stats.py passes"
+CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+SGR = re.compile(r"\x1b\[[0-9;]*m")
+SPINNER = re.compile("[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]")
+KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY",
+        "OPENAI_API_KEY", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "NO_COLOR")  # fmt: skip
+
+
+class Terminal:
+    """A command on a pseudo-terminal `columns` wide: read as it writes, typed into."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None,
+                 columns: int = 100):  # fmt: skip
+        self._controller, terminal = pty.openpty()
+        fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+        base = {k: v for k, v in os.environ.items() if k not in KEYS}
+        self.proc = subprocess.Popen(
+            argv, stdin=terminal, stdout=terminal, stderr=terminal, cwd=cwd, close_fds=True,
+            env={**base, "TERM": "xterm", "PYTHONPATH": str(ROOT), **(env or {})},
+        )  # fmt: skip
+        os.close(terminal)
+        self.output = ""
+        self._closed = False
+
+    def read(self, seconds: float) -> str:
+        """What the command writes within `seconds` (less if it ends)."""
+        before, deadline = len(self.output), time.monotonic() + seconds
+        while not self._closed and (left := deadline - time.monotonic()) > 0:
+            if select.select([self._controller], [], [], left)[0]:
+                try:
+                    data = os.read(self._controller, 65536)
+                except OSError:  # the command closed the terminal
+                    data = b""
+                self._closed = not data
+                self.output += data.decode("utf-8", "replace")
+        return self.output[before:]
+
+    def read_until(self, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output and not self._closed and time.monotonic() < deadline:
+            self.read(0.05)
+        assert text in self.output, f"{text!r} never came; got {self.output!r}"
+
+    def type(self, keys: str) -> None:
+        os.write(self._controller, keys.encode())
+
+    def finish(self, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while not self._closed and time.monotonic() < deadline:
+            self.read(0.2)
+        self.proc.wait(timeout)
+        os.close(self._controller)
+        return self.output
+
+
+def toy_agent(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "main.py"), *args]
+
+
+def screen_lines(output: str) -> list[str]:
+    """The lines as the terminal shows them, cursor moves and colours left out: each piece
+    between carriage returns and newlines is a line the terminal drew."""
+    return re.split(r"\r\n|\r|\n", CSI.sub("", output))
+
+
+def write_replay(path: Path, *replies: str) -> Path:
+    steps = [{"response": LlmResponse(text).to_dict()} for text in replies]
+    path.write_text(json.dumps({"steps": steps, "settings": {"model": "replayed"}}))
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "hello.py").write_text("print('helo')\n")
+    return root
+
+
+def test_confirm_question_stays_visible_and_its_wait_is_not_tool_time(repo, tmp_path):
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("write_file", path="a.txt", content="A"),
+        xml_action("task_complete", result="ok"),
+    )
+    term = Terminal(toy_agent("--task", "write", "--repo", str(repo), "--replay", str(replay),
+                              "--confirm"), tmp_path)  # fmt: skip
+    term.read_until("[a]ll: ")
+    waiting = term.read(0.6)  # the person reads the diff
+    term.type("y\r")
+    output = term.finish()
+
+    assert term.proc.returncode == 0, output
+    assert waiting == ""  # the live line is paused: nothing overwrites the question
+    plain = CSI.sub("", output)
+    question = plain.index("Allow write_file a.txt? [y]es/[n]o/[a]ll: y")  # typed after it
+    assert plain.index("+A") < question
+    seconds = float(re.search(r"✓ write_file a\.txt (\d+\.\d+)s", plain).group(1))
+    assert seconds < 0.3  # the 0.6 s the question waited is not the tool's time
+    assert (repo / "a.txt").read_text() == "A"
+
+
+def test_log_records_print_above_the_live_line_never_on_it(repo, tmp_path):
+    with FakeProvider() as server:
+        server.enqueue(
+            error_reply(429, "rate limited", retry_after="0.5"),
+            anthropic_reply(xml_action("task_complete", result="ok")),
+        )
+        term = Terminal(toy_agent("--task", "x", "--repo", str(repo)), tmp_path,
+                        server.env("claude"))  # fmt: skip
+        output = term.finish()
+
+    assert term.proc.returncode == 0, output
+    lines = screen_lines(output)
+    warning = next(i for i, line in enumerate(lines) if "WARNING" in line)
+    assert lines[warning].startswith("WARNING claude API error 429")  # on a line of its own
+    assert any("step 1/10 thinking" in line for line in lines[warning + 1 :])  # drawn again
+
+
+SLOW_SDK = """
+import importlib.util, os, sys, time
+
+class SlowSdk:  # anthropic takes seconds to import on a cold start: make it so here
+    def find_spec(self, name, path=None, target=None):
+        if name != "anthropic":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        load = spec.loader.exec_module
+
+        def slow_load(module):
+            time.sleep(1.5)
+            load(module)
+            os.write(1, b"<anthropic imported>\\r\\n")
+
+        spec.loader.exec_module = slow_load
+        return spec
+
+sys.meta_path.insert(0, SlowSdk())
+from toy_agent.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_first_line_names_the_run_before_the_provider_sdk_has_loaded(repo, tmp_path):
+    with FakeProvider() as server:
+        server.enqueue(anthropic_reply(xml_action("task_complete", result="ok")))
+        term = Terminal([sys.executable, "-c", SLOW_SDK, "--task", "x", "--repo", str(repo)],
+                        tmp_path, server.env("claude"), columns=200)  # fmt: skip
+        output = term.finish()
+
+    assert term.proc.returncode == 0, output
+    plain = CSI.sub("", output)
+    banner = re.search(r"toy-agent · claude claude-\S+ · \S*/repo · \d+ tools · no commands",
+                       plain)  # fmt: skip
+    assert banner, plain
+    sdk_loaded = plain.index("<anthropic imported>")
+    assert banner.start() < sdk_loaded
+    assert SPINNER.search(plain, banner.end(), sdk_loaded)  # and the live line at once
+
+
+def test_every_line_fits_a_50_column_terminal_and_every_cut_is_marked(repo, tmp_path):
+    long_path = "src/" + "deeply/nested/" * 4 + "module.py"
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action(
+            "read_file",
+            path=long_path,
+            thought="Short first line.\nThen a second line that is long enough to need "
+            "more than the fifty columns this terminal has.",
+        ),  # fmt: skip
+        "Prose without any action, which the parser answers with a long warning.",
+        xml_action("task_complete", result="Done. " + "A long final answer. " * 8),
+    )
+    term = Terminal(toy_agent("--task", "look", "--repo", str(repo), "--replay", str(replay)),
+                    tmp_path, columns=50)  # fmt: skip
+    output = term.finish()
+
+    assert term.proc.returncode == 0, output
+    lines = screen_lines(output)
+    assert max(cell_len(line) for line in lines) <= 50, [w for w in lines if cell_len(w) > 50]
+    thought = next(line for line in lines if "Short first line." in line)
+    assert "Then a second" in thought and thought.endswith("…")  # not just the first line
+    tool = next(line for line in lines if "✗ read_file" in line)
+    assert re.search(r"… \d+\.\d\ds ", tool) and tool.endswith("…")  # path and error cut
+    assert any(line.startswith("WARNING") for line in lines)
+    plain = "".join(lines)
+    assert plain.count("A long final answer.") == 8  # the result is wrapped, never cut
+
+
+@pytest.mark.parametrize(
+    ("tool_format", "chunks"),
+    [
+        ("xml", ["<THO", "UGHT>Look at the ", "files first.</THOUGHT>\n<ACT", "ION>\n<tool_",
+                 'name>list_files</tool_name>\n<parameters>{"path": "."}</parameters>\n</ACTION>']),
+        ("react", ["Thou", "ght: Look at the ", "files first.\nAct", "ion: list_files\nAction ",
+                   'Input: {"path": "."}']),
+    ],
+)  # fmt: skip
+def test_stream_shows_the_thought_text_without_the_protocol(tool_format, chunks, repo, tmp_path):
+    done = {"xml": xml_action("task_complete", result="ok", thought="All done."),
+            "react": "Thought: All done.\nFinal Answer: ok"}[tool_format]  # fmt: skip
+    with FakeProvider() as server:
+        server.enqueue(anthropic_reply(chunks, stream=True), anthropic_reply(done, stream=True))
+        term = Terminal(
+            toy_agent("--task", "x", "--repo", str(repo), "--stream", "--tool-format", tool_format),
+            tmp_path,
+            server.env("claude"),
+        )
+        output = term.finish()  # fmt: skip
+
+    assert term.proc.returncode == 0, output
+    plain = CSI.sub("", output)
+    assert plain.count("Look at the files first.") == 1  # streamed, not repeated afterwards
+    assert "  All done." in plain and "thought (" not in plain
+    for protocol in ("THOUGHT", "ACTION", "tool_name", "parameters", "Thought:", "Action",
+                     "Final Answer"):  # fmt: skip
+        assert protocol not in plain
+    assert "✓ list_files ." in plain
+
+
+def test_a_terminal_replay_costs_at_most_milliseconds_a_step_more_than_piped(tmp_path):
+    steps = len(json.loads(DEMO_TRAJECTORY.read_text())["steps"])
+
+    def run_seconds(on_terminal: bool) -> float:
+        repo = tmp_path / "demo"
+        shutil.rmtree(repo, ignore_errors=True)
+        shutil.copytree(DEMO_REPO, repo)
+        trajectory = tmp_path / "t.json"
+        argv = toy_agent(
+            "--replay",
+            str(DEMO_TRAJECTORY),
+            "--repo",
+            str(repo),
+            "--task",
+            DEMO_TASK,
+            "--trajectory",
+            str(trajectory),
+            "--log-level",
+            "WARNING",
+        )
+        if on_terminal:  # fmt: skip
+            Terminal(argv, tmp_path).finish()
+        else:
+            subprocess.run(argv, capture_output=True, timeout=60, check=True)
+        return json.loads(trajectory.read_text())["result"]["elapsed_seconds"]
+
+    terminal = min(run_seconds(True) for _ in range(3))
+    piped = min(run_seconds(False) for _ in range(3))
+    assert (terminal - piped) / steps < 0.010, (terminal, piped)  # was 0.17 s a step
+
+
+@pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {"TERM": "dumb"}])
+def test_no_color_and_a_dumb_terminal_get_no_colour(env, repo, tmp_path):
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
+    term = Terminal(toy_agent("--task", "x", "--repo", str(repo), "--replay", str(replay)),
+                    tmp_path, env)  # fmt: skip
+    output = term.finish()
+
+    assert "✓ completed" in output and "thought (" in output
+    assert not SGR.search(output)
+
+
+def test_control_characters_from_the_model_are_shown_never_obeyed(repo, tmp_path):
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("read_file", path="evil\x1b]52;c;cm0gLXJm\x07.py", thought="Hi\x1b[2Jthere"),
+        xml_action("task_complete", result="ok\x1b[31m"),
+    )
+    output = Terminal(toy_agent("--task", "x", "--repo", str(repo), "--replay", str(replay)),
+                      tmp_path).finish()  # fmt: skip
+
+    assert "Hi\\x1b[2Jthere" in output and "evil\\x1b]52;c;cm0gLXJm\\x07.py" in output
+    assert "ok\\x1b[31m" in output
+    assert "\x1b]" not in output and "\x1b[2J" not in output and "\x07" not in output
+
+
+# --- the thought without the protocol, piece by piece ---------------------------------------
+
+REPLIES = {
+    "xml": (
+        "Some prose.\n\n<THOUGHT>Use <div> tags & a < b.</THOUGHT>\n<ACTION>\n<tool_name>x"
+        '</tool_name>\n<parameters>{"a": "</THOUGHT>"}</parameters>\n</ACTION>',
+        "Some prose.\n\nUse <div> tags & a < b.\n",
+    ),
+    "react": (
+        '**Thought:** Check a: b.\nThen this.\nAction: read_file\nAction Input: {"path":'
+        ' "Thought: no"}\n',
+        "Check a: b.\nThen this.\n",
+    ),
+    "native": ("Plain <THOUGHT> text.", "Plain <THOUGHT> text."),
+}
+
+
+@pytest.mark.parametrize("tool_format", REPLIES)
+def test_thought_text_is_the_same_however_the_reply_is_cut(tool_format):
+    reply, thought = REPLIES[tool_format]
+    assert ThoughtText.of(reply, tool_format) == thought
+    for cut in range(len(reply) + 1):
+        pieces = ThoughtText(tool_format)
+        assert pieces.feed(reply[:cut]) + pieces.feed(reply[cut:]) + pieces.flush() == thought
+    one_by_one = ThoughtText(tool_format)
+    assert "".join(one_by_one.feed(c) for c in reply) + one_by_one.flush() == thought
