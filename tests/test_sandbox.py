@@ -353,3 +353,25 @@ def test_a_command_still_running_when_the_agent_exits_is_killed(repo: Path) -> N
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0 and "exiting" in done.stdout, done.stderr
     assert wait_until(lambda: not running(a) and not running(b), 5)
+
+
+@needs_bwrap
+def test_git_works_read_only_in_a_worktree_whose_history_is_hidden(tmp_path):
+    """A batch copy is a git worktree: its history lives in the source repository, here under
+    /tmp, which the sandbox hides. git reads it; nothing can write the source."""
+    source, copy = tmp_path / "source", tmp_path / "copy"
+    source.mkdir()
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=source, check=True)
+    (source / "a.txt").write_text("a\n")
+    subprocess.run([*git, "add", "a.txt"], cwd=source, check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], cwd=source, check=True)
+    subprocess.run([*git, "worktree", "add", "-q", "--detach", str(copy)], cwd=source, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    tools = CodeRepositoryTools(copy, allow_commands=True, sandbox="bwrap")
+    out = tools.run_command("git log --format=%H; echo b >> a.txt; git commit -qam second")
+    assert head in out and "Read-only file system" in out
+    after = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True,
+                           text=True, check=True).stdout.strip()  # fmt: skip
+    assert after == head

@@ -115,6 +115,9 @@ def bwrap_argv(
     hidden = [p for p in _hidden_folders(network, homes) if p != repo]
     mounts = [(p, ["--tmpfs", str(p)]) for p in [Path("/tmp"), *hidden]]
     mounts.append((repo, ["--bind", str(repo), str(repo)]))
+    git_dir = linked_git_dir(repo)
+    if git_dir is not None and not git_dir.is_relative_to(repo):
+        mounts.append((git_dir, ["--ro-bind", str(git_dir), str(git_dir)]))
     argv = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
             "--proc", "/proc"]  # fmt: skip
     for _, options in sorted(mounts, key=lambda mount: len(mount[0].parts)):
@@ -124,6 +127,24 @@ def bwrap_argv(
         argv += ["--remount-ro", str(path)]
     argv += ["--unshare-all", *(["--share-net"] if network else [])]
     return [*argv, "--die-with-parent", "--new-session", "--chdir", str(repo), "--"]
+
+
+def linked_git_dir(repo: Path) -> Path | None:
+    """The git folder a worktree's `.git` file points to, through its `commondir`: a batch
+    copy's history lives in the source repository, often under the hidden home or /tmp. It is
+    mounted read-only, so git commands in the copy read it and cannot change the source."""
+    try:
+        text = (repo / ".git").read_text(encoding="utf-8", errors="replace")
+    except OSError:  # no .git, or a .git folder: nothing outside to mount
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    gitdir = (repo / text[7:].strip()).resolve()
+    try:
+        common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+    except OSError:
+        common = gitdir
+    return common if common.is_dir() else None
 
 
 def _hidden_folders(network: bool, homes: Iterable[Path] | None) -> list[Path]:
