@@ -108,8 +108,11 @@ def walk(root: Path, top: Path) -> Iterator[tuple[str, str]]:
                 kind = "dir"
             elif entry.is_file(follow_symlinks=False):
                 kind = "file"
-            elif (kind := _link_or_special_kind(root, entry)) is None:
-                continue
+            else:
+                other = _link_or_special_kind(root, entry)
+                if other is None:
+                    continue
+                kind = other
             rel = f"{rel_dir}/{name}" if rel_dir else name
             if specs and _gitignored(rel, kind == "dir", specs):
                 continue
@@ -266,7 +269,7 @@ def _ignore_regex(line: str) -> tuple[str, bool] | None:
         runs[-1] += ("/" if i and segments[i - 1] != "**" else "") + glob
     if segments[-1] != "**":
         runs[-1] += r"(?:/|\Z)"  # a file, or a folder and all below it
-    first, *middle, last = runs if len(runs) > 1 else [*runs, None]
+    first, middle, last = runs[0], runs[1:-1], (runs[-1] if len(runs) > 1 else None)
     regex = first + "".join(atomic(r"(?:[^/]*/)*?" + run) for run in middle)
     if last is not None:
         regex += r"(?s:.*/)??" + last  # the one retried choice: here, then after each "/"
@@ -612,7 +615,8 @@ class _Replayable:
     """Yields a stream once while recording it, so a fallback backend can replay it whole."""
 
     def __init__(self, items: Iterator[str]):
-        self._items, self._seen = items, []
+        self._items: Iterator[str] = items
+        self._seen: list[str] = []
 
     def __iter__(self) -> Iterator[str]:
         for item in self._items:
@@ -647,7 +651,9 @@ def _search_python(
             yield rel, found
 
 
-def _batches(files: Iterable[str], size: int = 2000, max_bytes: int = 200_000):
+def _batches(
+    files: Iterable[str], size: int = 2000, max_bytes: int = 200_000
+) -> Iterator[list[str]]:
     """Cut the stream into runs that start while the walk goes on and fit the OS argv limit."""
     batch: list[str] = []
     used = 0

@@ -242,8 +242,11 @@ class CodeRepositoryTools:
         with self._rewrite(target) as file:
             encoding, ending = _existing_format(file)
             text = content.removeprefix("\ufeff") if encoding.bom else content
-            converted = ending is not None and "\n" in text and "\r" not in text
-            data = _encode(text.replace("\n", ending) if converted else text, encoding, "content")
+            if ending is not None and "\n" in text and "\r" not in text:
+                converted, text = ending, text.replace("\n", ending)
+            else:
+                converted = None
+            data = _encode(text, encoding, "content")
             old_size = None if file.seen is None else file.seen.st_size
             file.replace(data)
         lines = len(_ENDING.findall(content)) + (content[-1:] not in ("", "\n", "\r"))
@@ -252,7 +255,7 @@ class CodeRepositoryTools:
         if old_size is None:
             return f"{done} (created)."
         kept = [f"its {encoding.name} encoding with byte-order mark"] if encoding.bom else []
-        kept += [f"its {_ENDING_NAMES[ending]} line endings"] if converted else []
+        kept += [f"its {_ENDING_NAMES[converted]} line endings"] if converted else []
         note = f"; kept {' and '.join(kept)}" if kept else ""
         return f"{done} (overwrote the previous {old_size:,} bytes{note})."
 
@@ -1071,6 +1074,7 @@ def _run_shell(
     )  # fmt: skip
     timed_out = False
     with owned_process_group(proc):
+        assert proc.stdout is not None  # stdout=PIPE
         capture = _OutputCapture(proc.stdout)
         try:
             proc.wait(timeout=timeout)
@@ -1083,7 +1087,7 @@ def _run_shell(
 class _OutputCapture(threading.Thread):
     """Reads a pipe to the end keeping only its head and tail, so endless output is cheap."""
 
-    def __init__(self, stream: typing.BinaryIO):
+    def __init__(self, stream: typing.IO[bytes]):
         super().__init__(daemon=True)
         self.stream = stream
         self.head, self.tail = bytearray(), bytearray()
