@@ -64,91 +64,219 @@ def build_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--task", metavar="TEXT", help="the task for the agent; '-' reads it from stdin")
     add("--repo", default=".", metavar="PATH", help="the repository to work on (default: .)")
-    add("--max-iterations", type=_positive_int, default=10, metavar="N",
-        help="maximum THINK/ACT cycles (default: 10)")
-    add("--llm-provider", choices=(*PROVIDER_CLASSES, "replay"),
+    add(
+        "--max-iterations",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="maximum THINK/ACT cycles (default: 10)",
+    )
+    add(
+        "--llm-provider",
+        choices=(*PROVIDER_CLASSES, "replay"),
         help="the LLM provider (default: claude, or replay when --replay is given); replay "
-        "re-runs a --trajectory file offline")
+        "re-runs a --trajectory file offline",
+    )
     add("--model", metavar="NAME", help=f"model name (defaults: {models})")
-    add("--base-url", metavar="URL", help="API base URL, e.g. http://localhost:11434/v1 for Ollama "
-        "(default: the SDK's, or ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL / OPENAI_BASE_URL)")
-    add("--replay", metavar="FILE", help="trajectory whose LLM responses --llm-provider "
-        "replay plays back")
-    add("--replay-lenient", action="store_true", help="keep replaying when the tools answer "
-        "differently from the recording (default: stop with outcome replay_diverged, exit 1)")
-    add("--max-retries", type=_non_negative_int, default=4, metavar="N",
-        help="retries of transient provider failures (default: 4)")
-    add("--timeout", type=_positive_float, default=120.0, metavar="SECONDS",
-        help="seconds to wait for one LLM response (default: 120)")
-    add("--tool-format", choices=FORMAT_NAMES, default="xml",
+    add(
+        "--base-url",
+        metavar="URL",
+        help="API base URL, e.g. http://localhost:11434/v1 for Ollama "
+        "(default: the SDK's, or ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL / OPENAI_BASE_URL)",
+    )
+    add(
+        "--replay",
+        metavar="FILE",
+        help="trajectory whose LLM responses --llm-provider replay plays back",
+    )
+    add(
+        "--replay-lenient",
+        action="store_true",
+        help="keep replaying when the tools answer "
+        "differently from the recording (default: stop with outcome replay_diverged, exit 1)",
+    )
+    add(
+        "--max-retries",
+        type=_non_negative_int,
+        default=4,
+        metavar="N",
+        help="retries of transient provider failures (default: 4)",
+    )
+    add(
+        "--timeout",
+        type=_positive_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="seconds to wait for one LLM response (default: 120)",
+    )
+    add(
+        "--tool-format",
+        choices=FORMAT_NAMES,
+        default="xml",
         help="how the LLM writes actions: xml tags (default), react text, or the provider's "
-        "native tool calls")
-    add("--context-budget", type=_positive_int, default=DEFAULT_CONTEXT_BUDGET, metavar="TOKENS",
-        help=f"token budget for what is sent to the LLM (default: {DEFAULT_CONTEXT_BUDGET})")
-    add("--allow-commands", action="store_true",
-        help="offer the run_command tool (shell commands in the repository)")
-    add("--sandbox", choices=SANDBOX_MODES, default="auto",
+        "native tool calls",
+    )
+    add(
+        "--context-budget",
+        type=_positive_int,
+        default=DEFAULT_CONTEXT_BUDGET,
+        metavar="TOKENS",
+        help=f"token budget for what is sent to the LLM (default: {DEFAULT_CONTEXT_BUDGET})",
+    )
+    add(
+        "--allow-commands",
+        action="store_true",
+        help="offer the run_command tool (shell commands in the repository)",
+    )
+    add(
+        "--sandbox",
+        choices=SANDBOX_MODES,
+        default="auto",
         help="where run_command runs: bwrap (bubblewrap: writes only in the repository and "
         "/tmp, home hidden, no network, no surviving processes), off, or auto: bwrap when it "
-        "works, else off with a warning (default: auto)")
-    add("--sandbox-network", action="store_true",
-        help="let sandboxed commands use the network (default: no network at all)")
-    add("--confirm", action="store_true",
-        help="ask before each write_file, edit_file or run_command")
-    add("--mcp-server", action="append", default=[], metavar="URL_OR_COMMAND",
-        help="an MCP server: an http(s):// URL or a command line (repeatable)")
+        "works, else off with a warning (default: auto)",
+    )
+    add(
+        "--sandbox-network",
+        action="store_true",
+        help="let sandboxed commands use the network (default: no network at all)",
+    )
+    add(
+        "--confirm",
+        action="store_true",
+        help="ask before each write_file, edit_file or run_command",
+    )
+    add(
+        "--mcp-server",
+        action="append",
+        default=[],
+        metavar="URL_OR_COMMAND",
+        help="an MCP server: an http(s):// URL or a command line (repeatable)",
+    )
     add("--mcp-config", metavar="FILE", help='MCP servers in the "mcpServers" JSON format')
-    add("--mcp-timeout", type=_positive_float, default=30.0, metavar="SECONDS",
-        help="seconds for MCP start-up and for each MCP tool call (default: 30)")
+    add(
+        "--mcp-timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds for MCP start-up and for each MCP tool call (default: 30)",
+    )
     add("--list-tools", action="store_true", help="print the tools the agent would offer, exit")
     add("--trajectory", metavar="FILE", help="write the whole run as JSON to FILE")
-    add("--output", choices=("text", "json"), default="text",
-        help="text summary, or one JSON object on stdout (default: text)")
+    add(
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text summary, or one JSON object on stdout (default: text)",
+    )
     add("--stream", action="store_true", help="show the LLM's text as it is generated")
-    add("--quiet", action="store_true",
-        help="no live progress view, and only warnings in the log unless --log-level is set")
+    add(
+        "--quiet",
+        action="store_true",
+        help="no live progress view, and only warnings in the log unless --log-level is set",
+    )
     add("--show-diff", action="store_true", help="print the full diff of changed files")
-    add("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-        help="log level on stderr (default: INFO; WARNING with the live view or --quiet)")
+    add(
+        "--log-level",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="log level on stderr (default: INFO; WARNING with the live view or --quiet)",
+    )
     add("--log-file", metavar="PATH", help="also write the full log (DEBUG) to this file")
     add("--version", action="version", version=f"toy-agent {__version__}")
     sessions = parser.add_argument_group(
-        "sessions, config and cost", "without --task on a terminal: an interactive session. "
+        "sessions, config and cost",
+        "without --task on a terminal: an interactive session. "
         "Every run is saved under ~/.local/state/toy-agent/sessions; flags default to "
-        "TOY_AGENT_<FLAG> variables, then to ~/.config/toy-agent/config.toml")
+        "TOY_AGENT_<FLAG> variables, then to ~/.config/toy-agent/config.toml",
+    )
     sadd = sessions.add_argument
-    sadd("-c", "--continue", dest="continue_session", action="store_true",
-         help="continue the latest session of --repo with this task")
-    sadd("--resume", metavar="ID_OR_FILE", help="continue a saved session: its id, or a "
-         "session or trajectory file")
-    sadd("--undo", action="store_true", help="revert the file changes of the latest run in "
-         "--repo and exit (refused if one of the files changed since)")
-    sadd("--append-system-prompt", metavar="TEXT", help="your own instructions, added to the "
-         "system prompt after the repository's AGENTS.md")
-    sadd("--config", metavar="FILE", help="read defaults from this TOML file instead of "
-         "~/.config/toy-agent/config.toml")
-    sadd("--max-cost", type=_positive_usd, metavar="USD", help="stop before the LLM call that "
-         "would take the spend past USD (outcome cost_limit, exit 1)")
-    sadd("--price-input", type=_usd, metavar="USD", help="USD per million input tokens, for a "
-         "model the price table does not know (or to override it)")
+    sadd(
+        "-c",
+        "--continue",
+        dest="continue_session",
+        action="store_true",
+        help="continue the latest session of --repo with this task",
+    )
+    sadd(
+        "--resume",
+        metavar="ID_OR_FILE",
+        help="continue a saved session: its id, or a session or trajectory file",
+    )
+    sadd(
+        "--undo",
+        action="store_true",
+        help="revert the file changes of the latest run in "
+        "--repo and exit (refused if one of the files changed since)",
+    )
+    sadd(
+        "--append-system-prompt",
+        metavar="TEXT",
+        help="your own instructions, added to the system prompt after the repository's AGENTS.md",
+    )
+    sadd(
+        "--config",
+        metavar="FILE",
+        help="read defaults from this TOML file instead of ~/.config/toy-agent/config.toml",
+    )
+    sadd(
+        "--max-cost",
+        type=_positive_usd,
+        metavar="USD",
+        help="stop before the LLM call that "
+        "would take the spend past USD (outcome cost_limit, exit 1)",
+    )
+    sadd(
+        "--price-input",
+        type=_usd,
+        metavar="USD",
+        help="USD per million input tokens, for a "
+        "model the price table does not know (or to override it)",
+    )
     sadd("--price-output", type=_usd, metavar="USD", help="USD per million output tokens")
     batch = parser.add_argument_group(
-        "batch runs", "every task of a JSONL file, each in its own copy of its repository; the "
-        "agent flags above apply to each task")
+        "batch runs",
+        "every task of a JSONL file, each in its own copy of its repository; the "
+        "agent flags above apply to each task",
+    )
     badd = batch.add_argument
-    badd("--tasks-file", metavar="TASKS.jsonl", help='one task a line: {"id", "repo", "task", '
-         '"rev"?, "check"?, "max_iterations"?}')
-    badd("--out", metavar="DIR", help="where results.jsonl, patches/ and trajectories/ go; a "
-         "second run with the same DIR resumes")
-    badd("--workers", type=_positive_int, default=1, metavar="N",
-         help="tasks run at once (default: 1)")
+    badd(
+        "--tasks-file",
+        metavar="TASKS.jsonl",
+        help='one task a line: {"id", "repo", "task", "rev"?, "check"?, "max_iterations"?}',
+    )
+    badd(
+        "--out",
+        metavar="DIR",
+        help="where results.jsonl, patches/ and trajectories/ go; a "
+        "second run with the same DIR resumes",
+    )
+    badd(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="tasks run at once (default: 1)",
+    )
     badd("--redo", action="store_true", help="run tasks again that already have a result in DIR")
-    badd("--check-timeout", type=_positive_float, default=600.0, metavar="SECONDS",
-         help="limit for each task's check command (default: 600)")
-    badd("--executor", choices=("local", "ray"), default="local",
-         help="local threads, or Ray tasks on a cluster (default: local)")
-    badd("--ray-address", metavar="ADDR", help="the Ray cluster (default: RAY_ADDRESS, else a "
-         "local Ray instance started for the batch)")
+    badd(
+        "--check-timeout",
+        type=_positive_float,
+        default=600.0,
+        metavar="SECONDS",
+        help="limit for each task's check command (default: 600)",
+    )
+    badd(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local threads, or Ray tasks on a cluster (default: local)",
+    )
+    badd(
+        "--ray-address",
+        metavar="ADDR",
+        help="the Ray cluster (default: RAY_ADDRESS, else a "
+        "local Ray instance started for the batch)",
+    )
     return parser
 
 
@@ -257,8 +385,9 @@ def _run(args: argparse.Namespace) -> int:
             return _undo(args, repo)
         task = None if _interactive(args) else _task(args.task)
         if args.confirm and args.task == "-":
-            raise UsageError("--confirm reads answers from stdin, so the task cannot: "
-                             "pass it as --task TEXT")
+            raise UsageError(
+                "--confirm reads answers from stdin, so the task cannot: pass it as --task TEXT"
+            )
         _check_writable(args.trajectory, "--trajectory")
         tools = _local_tools(args, repo, redactor)
         instructions = load_instructions(tools, args.append_system_prompt, redactor.redact)
@@ -306,10 +435,19 @@ def _run_agent(
     subscribers.append(sessions)
     confirm = make_confirm(tools, view.ask if view else _ask) if args.confirm else None
     agent = ReactAgent(
-        llm, repo, args.max_iterations, tools=tools, mcp_tools=mcp, tool_format=args.tool_format,
-        context_budget=args.context_budget, allow_commands=args.allow_commands,
-        redactor=redactor, on_event=subscribers, confirm=confirm,
-        stream=args.stream and view is not None, instructions=instructions,
+        llm,
+        repo,
+        args.max_iterations,
+        tools=tools,
+        mcp_tools=mcp,
+        tool_format=args.tool_format,
+        context_budget=args.context_budget,
+        allow_commands=args.allow_commands,
+        redactor=redactor,
+        on_event=subscribers,
+        confirm=confirm,
+        stream=args.stream and view is not None,
+        instructions=instructions,
         cost=_cost_meter(args, llm),
     )
     if task is None:
@@ -387,8 +525,10 @@ def _cost_meter(args: argparse.Namespace, llm: LlmClient) -> CostMeter:
                       base.output if args.price_output is None else args.price_output,
                       base.cached_input)  # fmt: skip
     if args.max_cost is not None and price is None:
-        raise UsageError(f"--max-cost needs a price, and none is known for model {model!r}: "
-                         "pass --price-input and --price-output (USD per million tokens)")
+        raise UsageError(
+            f"--max-cost needs a price, and none is known for model {model!r}: "
+            "pass --price-input and --price-output (USD per million tokens)"
+        )
     return CostMeter(price, args.max_cost)
 
 
@@ -480,9 +620,7 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
     return summary.exit_code
 
 
-def _list_tools(
-    args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTools | None
-) -> int:
+def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTools | None) -> int:
     import json
 
     from toy_agent.routes import RouteTable
@@ -502,17 +640,20 @@ def _list_tools(
     return EXIT_COMPLETED
 
 
-def _local_tools(
-    args: argparse.Namespace, repo: Path, redactor: Redactor
-) -> CodeRepositoryTools:
+def _local_tools(args: argparse.Namespace, repo: Path, redactor: Redactor) -> CodeRepositoryTools:
     """The repository tools, with the sandbox resolved: `--sandbox bwrap` without a working
     bwrap is a usage error, `auto` without one warns (once, and only when commands run)."""
     from toy_agent.sandbox import SandboxUnavailable
     from toy_agent.tools import CodeRepositoryTools
 
     try:
-        return CodeRepositoryTools(repo, allow_commands=args.allow_commands, redactor=redactor,
-                                   sandbox=args.sandbox, sandbox_network=args.sandbox_network)
+        return CodeRepositoryTools(
+            repo,
+            allow_commands=args.allow_commands,
+            redactor=redactor,
+            sandbox=args.sandbox,
+            sandbox_network=args.sandbox_network,
+        )
     except SandboxUnavailable as exc:
         raise UsageError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from exc
 
@@ -527,8 +668,13 @@ def _llm_client(args: argparse.Namespace) -> LlmClient:
             return ReplayLlmClient(args.replay, lenient=args.replay_lenient)
         if args.replay:
             raise UsageError(f"--replay is for --llm-provider replay, not {args.llm_provider}")
-        return create_llm_client(args.llm_provider, model=args.model, base_url=args.base_url,
-                                 max_retries=args.max_retries, timeout=args.timeout)
+        return create_llm_client(
+            args.llm_provider,
+            model=args.model,
+            base_url=args.base_url,
+            max_retries=args.max_retries,
+            timeout=args.timeout,
+        )
     except LlmConfigError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -578,8 +724,21 @@ def _setup_logging(
     for handler in handlers:
         handler.addFilter(RedactingFilter(redactor))
         root.addHandler(handler)
-    for noisy in ("httpx", "httpx2", "httpcore", "httpcore2", "hpack", "anthropic", "openai",
-                  "google_genai", "google", "mcp", "asyncio", "urllib3", "sse_starlette"):
+    for noisy in (
+        "httpx",
+        "httpx2",
+        "httpcore",
+        "httpcore2",
+        "hpack",
+        "anthropic",
+        "openai",
+        "google_genai",
+        "google",
+        "mcp",
+        "asyncio",
+        "urllib3",
+        "sse_starlette",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return redactor, handlers
 
@@ -614,8 +773,10 @@ def _check_writable(path: str | None, flag: str) -> None:
 
 def _task(task: str | None) -> str:
     if task is None:
-        raise UsageError("--task is required when stdin is not a terminal (use --task - to "
-                         "read it from stdin; on a terminal, no --task opens a session)")
+        raise UsageError(
+            "--task is required when stdin is not a terminal (use --task - to "
+            "read it from stdin; on a terminal, no --task opens a session)"
+        )
     if task == "-":
         task = sys.stdin.read()
     if not task.strip():

@@ -85,4 +85,3 @@ def _stub(text: str) -> str:
 
 def _stub_value(value: object) -> object:
     return _stub(value) if isinstance(value, str) else value
-
