@@ -231,10 +231,9 @@ def test_configuration_mistakes_are_one_line_and_exit_code_two(
 
 
 def test_bad_flag_values_exit_with_code_two(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--task", "x", "--max-iterations", "0"])
-    assert exit_info.value.code == 2
-    assert "--max-iterations" in capsys.readouterr().err
+    assert main(["--task", "x", "--max-iterations", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == "toy-agent: error: argument --max-iterations: must be at least 1, got 0\n"
 
 
 def test_task_dash_reads_the_task_from_stdin(repo, tmp_path):
@@ -612,8 +611,86 @@ def test_the_readme_flag_table_lists_exactly_the_parsers_flags():
     table = readme.split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
     documented = set()
     for row in table.splitlines():
-        if row.startswith("| `-"):
+        if row.startswith("| `"):
             first_cell = row.split("|")[1]
             documented |= set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", first_cell))
     flags = {option for action in build_parser()._actions for option in action.option_strings}
     assert documented == flags - {"-h", "--help"}
+
+
+def test_a_positional_task_and_short_flags_work_like_the_long_ones(repo, tmp_path, capsys):
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="done"))
+    code = main(["fix the greeting", "-r", str(repo), "--replay", str(replay), "-q",
+                 "--output", "json"])  # fmt: skip
+    assert code == 0 and json.loads(capsys.readouterr().out)["result"] == "done"
+    assert main(["a", "--task", "b", "-r", str(repo), "--replay", str(replay)]) == 2
+    assert "give the task once" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("model", "provider"),
+    [("claude-opus-4-1", "claude"), ("gemini-2.5-pro", "gemini"), ("gpt-5", "openai"),
+     ("o3-mini", "openai"), ("o4", "openai"), (None, "claude")],
+)  # fmt: skip
+def test_the_model_name_picks_the_provider(model, provider):
+    from toy_agent.cli import provider_for_model
+
+    assert provider_for_model(model) == provider
+
+
+def test_a_missing_key_names_the_provider_whose_key_is_set(repo, capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
+    assert main(["x", "-r", str(repo)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("or use --llm-provider openai (its key is set)")
+    assert len(err.splitlines()) == 1
+
+
+def test_an_alias_reaches_its_provider_end_to_end(repo, capsys, monkeypatch):
+    with FakeProvider() as server:
+        server.enqueue(anthropic_reply(xml_action("task_complete", result="via alias")))
+        for name, value in server.env("claude").items():
+            monkeypatch.setenv(name, value)
+        code = main(["x", "-r", str(repo), "--llm-provider", "anthropic", "--output", "json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and (result["provider"], result["result"]) == ("claude", "via alias")
+    assert server.requests[0].path == "/v1/messages"
+
+
+def test_a_mistyped_flag_is_one_line_with_a_suggestion_and_json_still_gets_an_object(capsys):
+    assert main(["--mdoel", "x", "--output", "json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == (
+        "toy-agent: error: unrecognized arguments: --mdoel (did you mean --model?)"
+    )
+    assert json.loads(captured.out) == {
+        "success": False,
+        "outcome": "usage_error",
+        "error": "unrecognized arguments: --mdoel (did you mean --model?)",
+        "exit_code": 2,
+    }
+
+
+def test_help_has_examples_and_the_environment_it_reads(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "examples:" in out and 'toy-agent "fix the failing test"' in out
+    assert "ANTHROPIC_API_KEY" in out and "TOY_AGENT_<FLAG>" in out
+
+
+def test_a_missing_dependency_is_one_line_naming_the_install_command(tmp_path):
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'dotenv':\n"
+        "            raise ModuleNotFoundError(\"No module named 'dotenv'\", name='dotenv')\n"
+        "sys.meta_path.insert(0, Block())\n"
+    )
+    done = run_cli("x", "-r", str(tmp_path), env={"PYTHONPATH": str(blocker)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().startswith("toy-agent: error: the dotenv package is missing")
+    assert "pip install" in done.stderr and "Traceback" not in done.stderr

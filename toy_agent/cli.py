@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
 import math
 import os
+import re
 import signal
 import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from toy_agent import __version__
 
@@ -44,6 +46,48 @@ OUTCOME_EXIT_CODES = {
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+PROVIDER_ALIASES = {"anthropic": "claude", "google": "gemini"}
+_EPILOG = """\
+examples:
+  toy-agent "fix the failing test"                    # in the current folder, with Claude
+  toy-agent -r ~/src/app -m gpt-5-mini "add type hints" # the provider follows the model
+  toy-agent --task - < task.md --output json          # scripted: one JSON object on stdout
+  toy-agent --replay run.json --repo /tmp/copy        # replay a recorded run, offline
+  toy-agent                                           # on a terminal: an interactive session
+
+environment:
+  ANTHROPIC_API_KEY, GEMINI_API_KEY (or GOOGLE_API_KEY), OPENAI_API_KEY   provider keys
+  ANTHROPIC_BASE_URL, GOOGLE_GEMINI_BASE_URL, OPENAI_BASE_URL           base URLs
+  TOY_AGENT_<FLAG>   a default for any long flag, e.g. TOY_AGENT_MAX_ITERATIONS=30
+  NO_COLOR           no colour on the terminal
+  a .env in the current folder may set these (never a base URL from inside --repo)"""
+
+
+def provider_for_model(model: str | None) -> str:
+    """The provider a model name belongs to: claude-* -> claude, gemini-* -> gemini, gpt-*
+    and o1/o3/o4-style names -> openai; anything else (or no model) -> claude."""
+    name = (model or "").lower().rsplit("/", 1)[-1]
+    if name.startswith("gemini"):
+        return "gemini"
+    if name.startswith(("gpt-", "chatgpt", "codex")) or re.match(r"o\d(\b|-)", name):
+        return "openai"
+    return "claude"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (and a "did you mean" for a mistyped flag)
+    instead of the usage dump, through the same UsageError as every other mistake."""
+
+    def error(self, message: str) -> NoReturn:
+        unknown = re.match(r"unrecognized arguments: (\S+)", message)
+        if unknown:
+            flags = [o for a in self._actions for o in a.option_strings]
+            close = difflib.get_close_matches(unknown[1].split("=")[0], flags, n=1)
+            if close:
+                message += f" (did you mean {close[0]}?)"
+        raise UsageError(message)
+
+
 class UsageError(Exception):
     """A mistake in the flags or the environment: one line on stderr, exit code 2."""
 
@@ -55,15 +99,19 @@ def build_parser() -> argparse.ArgumentParser:
     from toy_agent.sandbox import SANDBOX_MODES
 
     models = ", ".join(f"{p}: {m}" for p, m in DEFAULT_MODELS.items())
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="toy-agent",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="A ReAct coding agent: it thinks, calls a tool, observes, until the task "
         "is complete. Exit codes: 0 completed, 1 not completed, 2 usage or configuration "
         "error, 3 LLM provider failure, 130 interrupted (143 SIGTERM, 129 SIGHUP).",
     )
     add = parser.add_argument
+    add("task_text", nargs="?", metavar="TASK", help="the task, like --task")
     add("--task", metavar="TEXT", help="the task for the agent; '-' reads it from stdin")
-    add("--repo", default=".", metavar="PATH", help="the repository to work on (default: .)")
+    add("-r", "--repo", default=".", metavar="PATH",
+        help="the repository to work on (default: .)")  # fmt: skip
     add(
         "--max-iterations",
         type=_positive_int,
@@ -73,11 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--llm-provider",
-        choices=(*PROVIDER_CLASSES, "replay"),
-        help="the LLM provider (default: claude, or replay when --replay is given); replay "
-        "re-runs a --trajectory file offline",
+        choices=(*PROVIDER_CLASSES, *PROVIDER_ALIASES, "replay"),
+        help="the LLM provider (default: from --model's name, else claude; replay when "
+        "--replay is given); anthropic and google are aliases; replay re-runs a --trajectory "
+        "file offline",
     )
-    add("--model", metavar="NAME", help=f"model name (defaults: {models})")
+    add("-m", "--model", metavar="NAME", help=f"model name (defaults: {models})")
     add(
         "--base-url",
         metavar="URL",
@@ -171,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--stream", action="store_true", help="show the LLM's text as it is generated")
     add(
+        "-q",
         "--quiet",
         action="store_true",
         help="no live progress view, and only warnings in the log unless --log-level is set",
@@ -281,17 +331,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    debug = args.log_level == "DEBUG"
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "DEBUG" in argv
     stopped_by: list[int] = []
     with _stop_signals_interrupt(stopped_by):
         try:
+            parser = build_parser()
+            parser.parse_args(argv)
             args = _settings(parser, argv)
             debug = args.log_level == "DEBUG"
             code = _run(args)
         except UsageError as exc:
-            code = _fail(exc, EXIT_USAGE, debug)
+            code = _fail(exc, EXIT_USAGE, debug, json_output=_wants_json(argv))
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.split(".")[0] not in _DEPENDENCIES:
+                raise  # our own bug
+            missing = UsageError(
+                f"the {exc.name} package is missing: install toy-agent's dependencies with "
+                "`pip install -e .` in its folder (or `pip install toy-agent`), in the "
+                "environment you run it from"
+            )
+            code = _fail(missing, EXIT_USAGE, debug, json_output=_wants_json(argv))
         except KeyboardInterrupt:
             print("toy-agent: interrupted", file=sys.stderr)
             code = EXIT_INTERRUPTED
@@ -312,8 +372,13 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
     for warning in settings.warnings:
         print(f"toy-agent: warning: {warning}", file=sys.stderr)
     args = settings.args
+    if args.task_text is not None:
+        if args.task is not None:
+            raise UsageError("give the task once: as TASK or as --task, not both")
+        args.task = args.task_text
+    args.llm_provider = PROVIDER_ALIASES.get(args.llm_provider, args.llm_provider)
     if args.llm_provider is None:
-        args.llm_provider = "replay" if args.replay else "claude"
+        args.llm_provider = "replay" if args.replay else provider_for_model(args.model)
     if args.resume and "repo" not in settings.given:  # the session's own repository
         recorded = _load_session(args.resume).repo
         if recorded and not Path(recorded).is_dir():
@@ -321,6 +386,19 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
                              "pass --repo PATH")  # fmt: skip
         args.repo = recorded or args.repo
     return args
+
+
+# Third-party packages toy_agent imports (by module name): one missing is a setup problem.
+_DEPENDENCIES = frozenset(
+    {"anthropic", "google", "openai", "mcp", "mcp_types", "dotenv", "pathspec", "rich",
+     "httpx", "pydantic", "anyio", "tomli"}
+)  # fmt: skip
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """Whether --output json was asked for, read from the raw arguments (they may not parse)."""
+    pairs = zip(argv, [*argv[1:], ""], strict=False)
+    return any(a == "--output=json" or (a == "--output" and b == "json") for a, b in pairs)
 
 
 def _silence_stdout() -> None:
@@ -456,7 +534,9 @@ def _run_agent(
         return Repl(agent, sessions, view, show_diff=args.show_diff).run()
     outcome = agent.run_result(sessions.task(task), history=sessions.conversation())
     result = {**redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox,
-              "session": sessions.session.id}  # fmt: skip
+              "session": sessions.session.id, "provider": args.llm_provider,
+              "model": getattr(llm, "model", None), "trajectory": args.trajectory,
+              "exit_code": OUTCOME_EXIT_CODES[outcome.outcome]}  # fmt: skip
     if args.output == "json":
         print(to_json(result))
     else:
@@ -794,10 +874,16 @@ def _ask(preview: str, question: str) -> str:
     return line
 
 
-def _fail(exc: Exception, code: int, debug: bool) -> int:
+def _fail(exc: Exception, code: int, debug: bool, *, json_output: bool = False) -> int:
+    """One line on stderr; with --output json also the one JSON object stdout always gets."""
     if debug:
         logging.getLogger("toy_agent").exception("exiting with code %d", code)
     print(f"toy-agent: error: {exc}", file=sys.stderr)
+    if json_output:
+        from toy_agent.view import to_json
+
+        print(to_json({"success": False, "outcome": "usage_error", "error": str(exc),
+                       "exit_code": code}))  # fmt: skip
     return code
 
 

@@ -217,7 +217,10 @@ def resolve_settings(
         key = LOCAL_SERVER_KEY
     if not key:
         shown = names[0] + "".join(f" (or {n})" for n in names[1:])
-        raise LlmConfigError(f"{shown} is not set: export it or put it in .env")
+        others = [p for p, c in PROVIDER_CLASSES.items()
+                  if p != provider and any(environ.get(n) for n in c.key_envs)]  # fmt: skip
+        hint = f", or use --llm-provider {others[0]} (its key is set)" if others else ""
+        raise LlmConfigError(f"{shown} is not set: export it or put it in .env{hint}")
     return key, custom_url or facts.default_base_url
 
 
