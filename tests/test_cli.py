@@ -694,3 +694,21 @@ def test_a_missing_dependency_is_one_line_naming_the_install_command(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().startswith("toy-agent: error: the dotenv package is missing")
     assert "pip install" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_stream_json_is_one_object_per_line_ending_with_the_json_result(tmp_path):
+    import shutil
+
+    copy = shutil.copytree(DEMO, tmp_path / "demo")
+    args = ["--replay", str(DEMO_TRAJECTORY), "-r", str(copy), DEMO_TASK]
+    streamed = run_cli(*args, "--output", "stream-json")
+    lines = [json.loads(line) for line in streamed.stdout.splitlines()]
+    types = [line["type"] for line in lines]
+    assert types[0] == "run_started" and types[-1] == "run_finished"
+    assert {"step_started", "llm_response", "tool_started", "tool_finished"} <= set(types)
+    shutil.rmtree(copy)
+    shutil.copytree(DEMO, copy)
+    whole = json.loads(run_cli(*args, "--output", "json").stdout)
+    last = {k: v for k, v in lines[-1].items() if k != "type"}
+    assert last.keys() == whole.keys()
+    assert (last["outcome"], last["provider"], last["trajectory"]) == ("completed", "replay", None)

@@ -214,9 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--trajectory", metavar="FILE", help="write the whole run as JSON to FILE")
     add(
         "--output",
-        choices=("text", "json"),
+        choices=("text", "json", "stream-json"),
         default="text",
-        help="text summary, or one JSON object on stdout (default: text)",
+        help="text summary, one JSON object on stdout, or stream-json: one JSON object per "
+        "line as the run goes, the last being the json one (default: text)",
     )
     add("--stream", action="store_true", help="show the LLM's text as it is generated")
     add(
@@ -395,10 +396,15 @@ _DEPENDENCIES = frozenset(
 )  # fmt: skip
 
 
-def _wants_json(argv: list[str]) -> bool:
-    """Whether --output json was asked for, read from the raw arguments (they may not parse)."""
-    pairs = zip(argv, [*argv[1:], ""], strict=False)
-    return any(a == "--output=json" or (a == "--output" and b == "json") for a, b in pairs)
+def _wants_json(argv: list[str]) -> str | None:
+    """ "json" or "stream-json" when --output asks for it, read from the raw arguments (they
+    may not parse); else None."""
+    for flag, value in zip(argv, [*argv[1:], ""], strict=False):
+        if flag.startswith("--output="):
+            flag, value = "--output", flag.partition("=")[2]
+        if flag == "--output" and value in ("json", "stream-json"):
+            return value
+    return None
 
 
 def _silence_stdout() -> None:
@@ -499,10 +505,13 @@ def _run_agent(
 ) -> int:
     """One task, or (`task` None) the interactive session; either way saved as a session."""
     from toy_agent.agent import ReactAgent
-    from toy_agent.events import TrajectoryRecorder
+    from toy_agent.events import JsonLinesWriter, TrajectoryRecorder
     from toy_agent.view import format_summary, make_confirm, to_json, use_color
 
     subscribers: list[Any] = []
+    lines = JsonLinesWriter(sys.stdout, redactor.redact_obj)
+    if args.output == "stream-json":
+        subscribers.append(lines)
     if view is not None:
         subscribers.append(view)
     recorder = None
@@ -539,6 +548,8 @@ def _run_agent(
               "exit_code": OUTCOME_EXIT_CODES[outcome.outcome]}  # fmt: skip
     if args.output == "json":
         print(to_json(result))
+    elif args.output == "stream-json":
+        lines.write({"type": "run_finished", **result})
     else:
         diffs = redactor.redact_obj(outcome.diffs)
         summary = format_summary(result, diffs, show_diff=args.show_diff,
@@ -874,7 +885,7 @@ def _ask(preview: str, question: str) -> str:
     return line
 
 
-def _fail(exc: Exception, code: int, debug: bool, *, json_output: bool = False) -> int:
+def _fail(exc: Exception, code: int, debug: bool, *, json_output: str | None = None) -> int:
     """One line on stderr; with --output json also the one JSON object stdout always gets."""
     if debug:
         logging.getLogger("toy_agent").exception("exiting with code %d", code)
@@ -882,7 +893,8 @@ def _fail(exc: Exception, code: int, debug: bool, *, json_output: bool = False) 
     if json_output:
         from toy_agent.view import to_json
 
-        print(to_json({"success": False, "outcome": "usage_error", "error": str(exc),
+        kind = {"type": "run_finished"} if json_output == "stream-json" else {}
+        print(to_json({**kind, "success": False, "outcome": "usage_error", "error": str(exc),
                        "exit_code": code}))  # fmt: skip
     return code
 

@@ -171,6 +171,37 @@ def log_event(event: Event) -> None:
 
 
 @dataclass
+class JsonLinesWriter:
+    """`--output stream-json`: one JSON object per line as the run goes, flushed per line so
+    `| jq` follows it live. Every line has a "type": run_started, step_started, llm_response,
+    tool_started, tool_finished; the caller writes the last, run_finished, with the result."""
+
+    stream: Any
+    redact: Callable[[Any], Any] = lambda obj: obj
+
+    def __call__(self, event: Event) -> None:
+        match event:
+            case RunStarted(task=task, settings=settings):
+                self.write({"type": "run_started", "task": task, **settings})
+            case StepStarted(iteration=i, max_iterations=n):
+                self.write({"type": "step_started", "iteration": i, "max_iterations": n})
+            case LlmResponded(iteration=i, response=response, seconds=seconds):
+                line = {"type": "llm_response", "iteration": i, **response.to_dict()}
+                self.write({**line, "seconds": round(seconds, 3)})
+            case ToolStarted(iteration=i, action=action):
+                self.write({"type": "tool_started", "iteration": i, "tool": action.tool_name,
+                            "parameters": action.parameters})  # fmt: skip
+            case ToolFinished(iteration=i, observation=obs, seconds=seconds):
+                self.write({"type": "tool_finished", "iteration": i,
+                            "tool": obs.action.tool_name, "content": obs.content,
+                            "is_error": obs.is_error, "seconds": round(seconds, 3)})  # fmt: skip
+
+    def write(self, obj: dict[str, Any]) -> None:
+        self.stream.write(json_text(self.redact(obj), indent=None) + "\n")
+        self.stream.flush()
+
+
+@dataclass
 class TrajectoryRecorder:
     """Writes the run as JSON after every step and when it finishes (also after Ctrl-C), each
     time whole and atomically (a temp file renamed over the last one), so a crash or a kill
