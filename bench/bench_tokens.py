@@ -58,7 +58,7 @@ def reply_text(fmt: str, thought: str, tool: str, params: dict) -> str:
 def run(fmt: str) -> tuple[int, int, int]:
     """(characters sent, characters received, requests) for one run in format `fmt`."""
     scratch = Path(tempfile.mkdtemp())
-    repo = shutil.copytree(ROOT / "examples" / "demo_repo", scratch / "demo")
+    repo = shutil.copytree(ROOT / "toy_agent" / "demo" / "repo", scratch / "demo")
     received = 0
     with FakeProvider() as server:
         for i, (thought, tool, params) in enumerate(STEPS):

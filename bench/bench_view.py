@@ -3,7 +3,7 @@
     python bench/bench_view.py            # 7 runs of each
     python bench/bench_view.py 15         # or as many as you like
 
-Every run replays examples/demo_trajectory.json on a fresh copy of examples/demo_repo. "run" is
+Every run replays toy_agent/demo/trajectory.json on a fresh copy of toy_agent/demo/repo. "run" is
 the run's own elapsed_seconds, read back from its --trajectory file: the agent loop with its
 event subscribers, the terminal view included, interpreter start-up left out. "process" is
 the whole command, start-up and imports (rich, on a terminal) included. Figures are medians
@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO_REPO = ROOT / "examples" / "demo_repo"
-DEMO_TRAJECTORY = ROOT / "examples" / "demo_trajectory.json"
+DEMO_REPO = ROOT / "toy_agent" / "demo" / "repo"
+DEMO_TRAJECTORY = ROOT / "toy_agent" / "demo" / "trajectory.json"
 DEMO_TASK = "Fix median() in stats.py so that tests/test_stats.py passes"
 TERMINAL_SIZE = (30, 100)  # rows, columns
 

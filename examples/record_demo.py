@@ -1,4 +1,4 @@
-"""Re-record examples/demo_trajectory.json: the real agent on a copy of demo_repo.
+"""Re-record toy_agent/demo/trajectory.json: the real agent on a copy of toy_agent/demo/repo.
 
 The LLM side of this recording is written by hand (there is no network where it was made),
 so the replay shows the whole loop — real tools, real observations, the trajectory format —
@@ -19,6 +19,7 @@ from toy_agent.llm import LlmClient
 from toy_agent.messages import LlmResponse
 
 HERE = Path(__file__).parent
+DEMO = HERE.parent / "toy_agent" / "demo"  # the demo the package ships (toy-agent --demo)
 TASK = "Fix median() in stats.py so that tests/test_stats.py passes"
 
 REPLIES = [
@@ -88,8 +89,8 @@ class AuthoredReplies(LlmClient):
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "demo_repo"
-        shutil.copytree(HERE / "demo_repo", repo)
-        recorder = TrajectoryRecorder(HERE / "demo_trajectory.json")
+        shutil.copytree(DEMO / "repo", repo)
+        recorder = TrajectoryRecorder(DEMO / "trajectory.json")
         result = ReactAgent(AuthoredReplies(REPLIES), repo, on_event=recorder).run(TASK)
     print(result)
 

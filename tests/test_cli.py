@@ -554,8 +554,8 @@ def test_module_and_script_entry_points_print_the_version(entry):
     assert proc.stdout.strip() == f"toy-agent {__version__}"
 
 
-DEMO = ROOT / "examples" / "demo_repo"
-DEMO_TRAJECTORY = ROOT / "examples" / "demo_trajectory.json"
+DEMO = ROOT / "toy_agent" / "demo" / "repo"
+DEMO_TRAJECTORY = ROOT / "toy_agent" / "demo" / "trajectory.json"
 DEMO_TASK = "Fix median() in stats.py so that tests/test_stats.py passes"
 
 

@@ -24,8 +24,8 @@ from toy_agent.messages import LlmResponse
 from toy_agent.view import ThoughtText
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO_REPO = ROOT / "examples" / "demo_repo"
-DEMO_TRAJECTORY = ROOT / "examples" / "demo_trajectory.json"
+DEMO_REPO = ROOT / "toy_agent" / "demo" / "repo"
+DEMO_TRAJECTORY = ROOT / "toy_agent" / "demo" / "trajectory.json"
 DEMO_TASK = "Fix median() in stats.py so that tests/test_stats.py passes"
 CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 SGR = re.compile(r"\x1b\[[0-9;]*m")

@@ -233,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level on stderr (default: INFO; WARNING with the live view or --quiet)",
     )
     add("--log-file", metavar="PATH", help="also write the full log (DEBUG) to this file")
+    add("--demo", action="store_true", help="replay the bundled demo (a median() bug fixed "
+        "in 7 steps) on a fresh copy of its repository: no key, no network")  # fmt: skip
     add("--version", action="version", version=f"toy-agent {__version__}")
     sessions = parser.add_argument_group(
         "sessions, config and cost",
@@ -373,6 +375,8 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
     for warning in settings.warnings:
         print(f"toy-agent: warning: {warning}", file=sys.stderr)
     args = settings.args
+    if args.demo:
+        _use_demo(args)
     if args.task_text is not None:
         if args.task is not None:
             raise UsageError("give the task once: as TASK or as --task, not both")
@@ -405,6 +409,27 @@ def _wants_json(argv: list[str]) -> str | None:
         if flag == "--output" and value in ("json", "stream-json"):
             return value
     return None
+
+
+def _use_demo(args: argparse.Namespace) -> None:
+    """--demo: the bundled demo repository copied into a fresh temporary folder (so running
+    it twice never collides), replayed with its bundled recording, the diff shown."""
+    import json
+    import shutil
+    import tempfile
+    from importlib.resources import as_file, files
+
+    if args.task or args.task_text or args.replay:
+        raise UsageError("--demo brings its own task and recording: leave out the task and "
+                         "--replay")  # fmt: skip
+    folder = Path(tempfile.mkdtemp(prefix="toy-agent-demo-"))
+    demo = files("toy_agent") / "demo"
+    with as_file(demo / "repo") as repo, as_file(demo / "trajectory.json") as recording:
+        shutil.copytree(repo, folder / "demo")
+        shutil.copyfile(recording, folder / "trajectory.json")
+    args.repo, args.replay = str(folder / "demo"), str(folder / "trajectory.json")
+    args.task = json.loads((folder / "trajectory.json").read_text(encoding="utf-8"))["task"]
+    args.llm_provider, args.show_diff, args.demo_folder = "replay", True, folder
 
 
 def _silence_stdout() -> None:
@@ -560,6 +585,11 @@ def _run_agent(
         print(f"toy-agent: error: {recorder.error}", file=sys.stderr)
     if sessions.error:
         print(f"toy-agent: warning: {sessions.error}", file=sys.stderr)
+    if getattr(args, "demo_folder", None):
+        where = sys.stdout if args.output == "text" else sys.stderr
+        print(f"\nThe demo ran on a copy in {args.demo_folder / 'demo'}: look around, or "
+              f"run the tests there (python -m pytest {args.demo_folder / 'demo'}).",
+              file=where)  # fmt: skip
     return OUTCOME_EXIT_CODES[result["outcome"]]
 
 
