@@ -36,16 +36,15 @@ from toy_agent.llm import (
     PROVIDER_CLASSES,
     LlmClient,
     LlmConfigError,
-    ReplayLlmClient,
-    create_llm_client,
+    client_for,
     resolve_settings,
 )
 from toy_agent.mcp_config import McpError, McpServerConfig
 from toy_agent.mcp_tools import McpTools
 from toy_agent.messages import Usage
 from toy_agent.redaction import Redactor
-from toy_agent.sandbox import SandboxUnavailable, _kill_live_groups, resolve_sandbox
-from toy_agent.tools import CodeRepositoryTools, _run_shell
+from toy_agent.sandbox import SandboxUnavailable, kill_live_groups, resolve_sandbox
+from toy_agent.tools import CodeRepositoryTools, run_shell
 
 logger = logging.getLogger(__name__)
 
@@ -325,7 +324,7 @@ class StopSignal:
             agents = list(self._agents)
         for agent in agents:
             agent.cancel()
-        _kill_live_groups()
+        kill_live_groups()
 
     def is_set(self) -> bool:
         return self._event.is_set()
@@ -431,14 +430,9 @@ def build_llm(settings: RunSettings) -> LlmClient:
     environment, which Ray workers receive through their runtime environment)."""
     if settings.make_llm is not None:
         return settings.make_llm()
-    if settings.provider == "replay":
-        if not settings.replay:
-            raise LlmConfigError("--llm-provider replay needs --replay FILE (a trajectory)")
-        return ReplayLlmClient(settings.replay, lenient=settings.replay_lenient)
-    if settings.replay:
-        raise LlmConfigError(f"--replay is for --llm-provider replay, not {settings.provider}")
-    return create_llm_client(
+    return client_for(
         settings.provider, model=settings.model, base_url=settings.base_url,
+        replay=settings.replay, replay_lenient=settings.replay_lenient,
         max_retries=settings.max_retries, timeout=settings.timeout,
     )  # fmt: skip
 
@@ -446,7 +440,7 @@ def build_llm(settings: RunSettings) -> LlmClient:
 def run_check(command: str, tools: CodeRepositoryTools, timeout: float) -> dict[str, Any]:
     """The task's check in its copy, sandboxed like run_command (no secrets in its
     environment; in bubblewrap when the sandbox is on), killed after `timeout` seconds."""
-    code, output, timed_out = _run_shell(
+    code, output, timed_out = run_shell(
         command, tools.repo_path, math.ceil(timeout), sandbox=tools.sandbox,
         network=tools.sandbox_network,
     )  # fmt: skip

@@ -780,22 +780,14 @@ def _local_tools(args: argparse.Namespace, repo: Path, redactor: Redactor) -> Co
 
 
 def _llm_client(args: argparse.Namespace) -> LlmClient:
-    from toy_agent.llm import LlmConfigError, ReplayLlmClient, create_llm_client
+    from toy_agent.llm import LlmConfigError, client_for
 
     try:
-        if args.llm_provider == "replay":
-            if not args.replay:
-                raise UsageError("--llm-provider replay needs --replay FILE (a trajectory)")
-            return ReplayLlmClient(args.replay, lenient=args.replay_lenient)
-        if args.replay:
-            raise UsageError(f"--replay is for --llm-provider replay, not {args.llm_provider}")
-        return create_llm_client(
-            args.llm_provider,
-            model=args.model,
-            base_url=args.base_url,
-            max_retries=args.max_retries,
+        return client_for(
+            args.llm_provider, model=args.model, base_url=args.base_url, replay=args.replay,
+            replay_lenient=args.replay_lenient, max_retries=args.max_retries,
             timeout=args.timeout,
-        )
+        )  # fmt: skip
     except LlmConfigError as exc:
         raise UsageError(str(exc)) from exc
 

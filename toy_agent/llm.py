@@ -224,6 +224,29 @@ def resolve_settings(
     return key, custom_url or facts.default_base_url
 
 
+def client_for(
+    provider: str,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    replay: str | None = None,
+    replay_lenient: bool = False,
+    max_retries: int = 4,
+    timeout: float = 120.0,
+) -> LlmClient:
+    """The client the command-line settings ask for: the replay of a recording, or a real
+    provider (keys and base URLs from the environment). Mistakes raise LlmConfigError."""
+    if provider == "replay":
+        if not replay:
+            raise LlmConfigError("--llm-provider replay needs --replay FILE (a trajectory)")
+        return ReplayLlmClient(replay, lenient=replay_lenient)
+    if replay:
+        raise LlmConfigError(f"--replay is for --llm-provider replay, not {provider}")
+    return create_llm_client(
+        provider, model=model, base_url=base_url, max_retries=max_retries, timeout=timeout
+    )
+
+
 def create_llm_client(
     provider: str,
     *,

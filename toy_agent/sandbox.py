@@ -227,10 +227,10 @@ def kill_process_group(proc: subprocess.Popen) -> None:
 
 @functools.cache
 def _register_atexit() -> None:
-    atexit.register(_kill_live_groups)
+    atexit.register(kill_live_groups)
 
 
-def _kill_live_groups() -> None:
+def kill_live_groups() -> None:
     with _live_lock:
         groups = list(_live_groups) if hasattr(os, "killpg") else []
     for pgid in groups:

@@ -367,7 +367,7 @@ class CodeRepositoryTools:
         if not 1 <= timeout <= COMMAND_MAX_TIMEOUT:
             raise ToolError(f"timeout must be between 1 and {COMMAND_MAX_TIMEOUT} seconds.")
         started = time.perf_counter()
-        code, output, timed_out = _run_shell(
+        code, output, timed_out = run_shell(
             command, self.repo_path, timeout, sandbox=self.sandbox, network=self.sandbox_network
         )
         elapsed = time.perf_counter() - started
@@ -1058,7 +1058,7 @@ _COMMAND_ENV = {
 }  # fmt: skip
 
 
-def _run_shell(
+def run_shell(
     command: str, cwd: Path, timeout: int, *, sandbox: str = "off", network: bool = False
 ) -> tuple[int, str, bool]:
     """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
