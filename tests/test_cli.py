@@ -712,3 +712,11 @@ def test_stream_json_is_one_object_per_line_ending_with_the_json_result(tmp_path
     last = {k: v for k, v in lines[-1].items() if k != "type"}
     assert last.keys() == whole.keys()
     assert (last["outcome"], last["provider"], last["trajectory"]) == ("completed", "replay", None)
+
+
+def test_help_groups_the_flags(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for group in ("task:", "provider:", "tools:", "MCP:", "output:", "logging:"):
+        assert f"\n{group}\n" in out, group

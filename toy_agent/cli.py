@@ -103,11 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="toy-agent",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="A ReAct coding agent: it thinks, calls a tool, observes, until the task "
-        "is complete. Exit codes: 0 completed, 1 not completed, 2 usage or configuration "
-        "error, 3 LLM provider failure, 130 interrupted (143 SIGTERM, 129 SIGHUP).",
+        description="A ReAct coding agent: it thinks, calls a tool, observes, until the task\n"
+        "is complete. Exit codes: 0 completed, 1 not completed, 2 usage or configuration\n"
+        "error, 3 LLM provider failure, 130 interrupted (143 SIGTERM, 129 SIGHUP, 141\n"
+        "closed stdout).",
     )
-    add = parser.add_argument
+    add = parser.add_argument_group(
+        "task", "the task (positional TASK or --task) and the repository"
+    ).add_argument
     add("task_text", nargs="?", metavar="TASK", help="the task, like --task")
     add("--task", metavar="TEXT", help="the task for the agent; '-' reads it from stdin")
     add("-r", "--repo", default=".", metavar="PATH",
@@ -119,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="maximum THINK/ACT cycles (default: 10)",
     )
+    add = parser.add_argument_group(
+        "provider", "the LLM provider and how it is called"
+    ).add_argument
     add(
         "--llm-provider",
         choices=(*PROVIDER_CLASSES, *PROVIDER_ALIASES, "replay"),
@@ -156,8 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=120.0,
         metavar="SECONDS",
-        help="seconds to wait for one LLM response (default: 120)",
+        help="seconds for one whole LLM response, streaming included (default: 120)",
     )
+    add = parser.add_argument_group("tools", "the tools and how actions are written").add_argument
     add(
         "--tool-format",
         choices=FORMAT_NAMES,
@@ -195,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="ask before each write_file, edit_file or run_command",
     )
+    add = parser.add_argument_group("MCP", "MCP servers whose tools are offered too").add_argument
     add(
         "--mcp-server",
         action="append",
@@ -210,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="seconds for MCP start-up and for each MCP tool call (default: 30)",
     )
+    add = parser.add_argument_group("output", "what is printed and saved").add_argument
     add("--list-tools", action="store_true", help="print the tools the agent would offer, exit")
     add("--trajectory", metavar="FILE", help="write the whole run as JSON to FILE")
     add(
@@ -227,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="no live progress view, and only warnings in the log unless --log-level is set",
     )
     add("--show-diff", action="store_true", help="print the full diff of changed files")
+    add = parser.add_argument_group("logging").add_argument
     add(
         "--log-level",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
