@@ -478,3 +478,36 @@ def test_ray_runs_the_same_task_file_with_results_identical_in_shape_to_local(
             tmp_path / "local" / expected["patch"]).read_bytes()  # fmt: skip
         assert (tmp_path / "ray" / record["trajectory"]).exists()
     assert {name: snapshot(path) for name, path in sources.items()} == before
+
+
+# ------------------------------------------------------------------------------- cost limits
+def test_max_cost_limits_each_task_and_max_total_cost_starts_no_task_past_it(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each call reports 10 in / 5 out tokens: $0.000105 at Claude Sonnet's price."""
+    tasks = write_tasks(tmp_path / "tasks.jsonl", TASKS)
+    per_task = tmp_path / "per-task"
+    with TaskScripts(SCRIPTS) as provider:
+        run_batch_cli(provider, tasks, per_task, "--max-cost", "0.0002", monkeypatch=monkeypatch)
+    records = {r["id"]: r for r in results(per_task)}
+    assert records["alpha"]["outcome"] == "cost_limit"  # a third call would pass $0.0002
+    assert all(r["cost_usd"] <= 0.0002 for r in records.values())
+
+    total = tmp_path / "total"
+    with TaskScripts(SCRIPTS) as provider:
+        code = run_batch_cli(provider, tasks, total, "--max-total-cost", "0.0001",
+                             monkeypatch=monkeypatch)  # fmt: skip
+    assert code == 1
+    assert [r["id"] for r in results(total)] == ["alpha"]  # it alone already cost more
+
+
+def test_a_cost_limit_without_a_price_is_refused_before_anything_runs(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    tasks = write_tasks(tmp_path / "tasks.jsonl", TASKS)
+    with TaskScripts(SCRIPTS) as provider:
+        code = run_batch_cli(provider, tasks, tmp_path / "out", "--model", "my-local-model",
+                             "--max-total-cost", "1", monkeypatch=monkeypatch)  # fmt: skip
+        assert provider.requests == []
+    err = capsys.readouterr().err
+    assert code == 2 and "none is known for model 'my-local-model'" in err

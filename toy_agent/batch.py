@@ -42,6 +42,7 @@ from toy_agent.llm import (
 from toy_agent.mcp_config import McpError, McpServerConfig
 from toy_agent.mcp_tools import McpTools
 from toy_agent.messages import Usage
+from toy_agent.pricing import meter_for
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import SandboxUnavailable, kill_live_groups, resolve_sandbox
 from toy_agent.tools import CodeRepositoryTools, run_shell
@@ -107,6 +108,9 @@ class RunSettings:
     mcp_servers: tuple[str | McpServerConfig, ...] = ()
     mcp_timeout: float = 30.0
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
+    max_cost: float | None = None  # per task, like --max-cost for one run
+    price_input: float | None = None  # USD per million tokens, over the price table's
+    price_output: float | None = None
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -407,6 +411,8 @@ def _run_agent(
     stop: StopSignal | None,
 ) -> RunResult:
     llm = build_llm(settings)
+    cost = meter_for(getattr(llm, "model", "") or "", settings.max_cost, settings.price_input,
+                     settings.price_output)  # fmt: skip
     mcp_session = (
         McpTools(list(settings.mcp_servers), timeout=settings.mcp_timeout)
         if settings.mcp_servers else contextlib.nullcontext(None)
@@ -417,7 +423,7 @@ def _run_agent(
         agent = ReactAgent(
             llm, tools=tools, max_iterations=task.max_iterations or settings.max_iterations,
             mcp_tools=mcp, tool_format=settings.tool_format,
-            context_budget=settings.context_budget, redactor=redactor,
+            context_budget=settings.context_budget, redactor=redactor, cost=cost,
             on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
                       lambda event: agent.cancel() if stop and stop.is_set() else None],
         )  # fmt: skip
@@ -680,6 +686,7 @@ def run_batch(
     progress: TextIO | None = None,
     live: bool = False,
     quiet: bool = False,
+    max_total_cost: float | None = None,
 ) -> BatchSummary:
     """Run every task (a JSONL file, or dicts with the same keys) with results in `out`.
 
@@ -687,7 +694,8 @@ def run_batch(
     before any task runs (BatchError). `progress` gets the progress line (`live`, on a
     terminal) or one line per finished task, then the summary table; `quiet`: the summary
     only. Ctrl-C keeps every finished result, prints the summary and re-raises
-    KeyboardInterrupt; the tasks it stopped are not recorded, so the next run does them."""
+    KeyboardInterrupt; the tasks it stopped are not recorded, so the next run does them.
+    `max_total_cost` (USD): no new task starts once the finished ones cost that much."""
     settings = settings or RunSettings()
     if isinstance(tasks, (str, os.PathLike)):
         task_list = load_tasks(tasks)
@@ -725,7 +733,11 @@ def run_batch(
             ran += 1
             view.finished(results[result["id"]])
 
-        interrupted = _drive(engine, todo, workers, record, view)
+        def over_budget() -> bool:
+            spent = sum(r.get("cost_usd") or 0.0 for r in results.values())
+            return max_total_cost is not None and spent >= max_total_cost
+
+        interrupted = _drive(engine, todo, workers, record, view, over_budget)
     finally:
         if engine is not None:
             engine.close()
@@ -774,8 +786,10 @@ def _drive(
     workers: int,
     record: Callable[[dict[str, Any]], None],
     view: BatchView,
+    over_budget: Callable[[], bool] = lambda: False,
 ) -> bool:
-    """Keep `workers` tasks running until none is left; True when stopped by Ctrl-C."""
+    """Keep `workers` tasks running until none is left, or no new one may start past the
+    total cost; True when stopped by Ctrl-C."""
     running: dict[Any, Task] = {}
 
     def collect(timeout: float) -> None:
@@ -786,6 +800,9 @@ def _drive(
 
     try:
         while todo or running:
+            if todo and over_budget():
+                logger.warning("--max-total-cost reached: %d task(s) not started", len(todo))
+                todo.clear()  # not recorded: a later run with a higher limit does them
             while todo and len(running) < workers:
                 task = todo.popleft()
                 running[engine.submit(task)] = task

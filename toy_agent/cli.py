@@ -321,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="tasks run at once (default: 1)",
     )
     badd("--redo", action="store_true", help="run tasks again that already have a result in DIR")
+    badd("--max-total-cost", type=_positive_float, metavar="USD",
+         help="no new task starts once the finished ones cost this much (--max-cost still "
+         "limits each task)")  # fmt: skip
     badd(
         "--check-timeout",
         type=_positive_float,
@@ -643,24 +646,13 @@ def _load_session(id_or_file: str, store: SessionStore | None = None) -> Session
 
 def _cost_meter(args: argparse.Namespace, llm: LlmClient) -> CostMeter:
     """The price of the model (the table's, or --price-input/--price-output) and --max-cost."""
-    from toy_agent.pricing import CostMeter, Price, price_for
+    from toy_agent.pricing import PriceError, meter_for
 
-    model = getattr(llm, "model", "") or ""
-    price = price_for(model)
-    if args.price_input is not None or args.price_output is not None:
-        if price is None and (args.price_input is None or args.price_output is None):
-            missing = "--price-input" if args.price_input is None else "--price-output"
-            raise UsageError(f"no price is known for model {model!r}: give {missing} too")
-        base = price or Price(args.price_input, args.price_output)
-        price = Price(base.input if args.price_input is None else args.price_input,
-                      base.output if args.price_output is None else args.price_output,
-                      base.cached_input)  # fmt: skip
-    if args.max_cost is not None and price is None:
-        raise UsageError(
-            f"--max-cost needs a price, and none is known for model {model!r}: "
-            "pass --price-input and --price-output (USD per million tokens)"
-        )
-    return CostMeter(price, args.max_cost)
+    try:
+        return meter_for(getattr(llm, "model", "") or "", args.max_cost, args.price_input,
+                         args.price_output)  # fmt: skip
+    except PriceError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _undo(args: argparse.Namespace, repo: Path) -> int:
@@ -703,10 +695,7 @@ def _interactive(args: argparse.Namespace) -> bool:
 
 def _refuse_single_run_flags(args: argparse.Namespace) -> None:
     single = {"--continue": args.continue_session, "--resume": args.resume, "--undo": args.undo,
-              "--append-system-prompt": args.append_system_prompt,
-              "--max-cost": args.max_cost is not None,
-              "--price-input": args.price_input is not None,
-              "--price-output": args.price_output is not None}  # fmt: skip
+              "--append-system-prompt": args.append_system_prompt}  # fmt: skip
     for flag in (flag for flag, given in single.items() if given):
         raise UsageError(f"{flag} is for a single run or session, not for --tasks-file")
 
@@ -729,6 +718,8 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         config = load_mcp_config(args.mcp_config) if args.mcp_config else []
     except McpError as exc:
         raise UsageError(str(exc)) from exc
+    if args.max_total_cost is not None or args.max_cost is not None:
+        _batch_prices(args)
     settings = RunSettings(
         provider=args.llm_provider, model=args.model, base_url=args.base_url,
         max_retries=args.max_retries, timeout=args.timeout, replay=args.replay,
@@ -737,11 +728,13 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         allow_commands=args.allow_commands, sandbox=args.sandbox,
         sandbox_network=args.sandbox_network, mcp_servers=(*args.mcp_server, *config),
         mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
+        max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
     )  # fmt: skip
     try:
         summary = run_batch(
             args.tasks_file, args.out, settings, workers=args.workers, redo=args.redo,
             executor=args.executor, ray_address=args.ray_address, live=live,
+            max_total_cost=args.max_total_cost,
             progress=None if args.output == "json" else sys.stdout, quiet=args.quiet,
         )  # fmt: skip
     except BatchError as exc:
@@ -749,6 +742,20 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
     if args.output == "json":
         print(to_json(summary.to_dict()))
     return summary.exit_code
+
+
+def _batch_prices(args: argparse.Namespace) -> None:
+    """Cost limits on a batch need a price for its model, known before any task runs."""
+    from toy_agent.llm import PROVIDER_CLASSES
+    from toy_agent.pricing import PriceError, meter_for
+
+    facts = PROVIDER_CLASSES.get(args.llm_provider)
+    model = args.model or (facts.default_model if facts else args.llm_provider)
+    limit = args.max_cost if args.max_cost is not None else args.max_total_cost
+    try:
+        meter_for(model, limit, args.price_input, args.price_output)
+    except PriceError as exc:
+        raise UsageError(str(exc).replace("--max-cost", "a cost limit")) from exc
 
 
 def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTools | None) -> int:

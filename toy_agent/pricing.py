@@ -153,3 +153,35 @@ def _chars(message: Message) -> int:
         + sum(len(r.content) for r in message.tool_results)
         + sum(len(str(c.arguments)) for c in message.tool_calls)
     )
+
+
+class PriceError(ValueError):
+    """A cost limit or price flag that cannot be applied to the model (a usage error)."""
+
+
+def meter_for(
+    model: str,
+    limit: float | None = None,
+    price_input: float | None = None,
+    price_output: float | None = None,
+) -> CostMeter:
+    """The meter for `model`: the table's price, or --price-input/--price-output over it,
+    and the --max-cost `limit`. Raises PriceError when a limit or one price has no price to
+    apply to."""
+    price = price_for(model)
+    if price_input is not None or price_output is not None:
+        if price is None and (price_input is None or price_output is None):
+            missing = "--price-input" if price_input is None else "--price-output"
+            raise PriceError(f"no price is known for model {model!r}: give {missing} too")
+        base = price or Price(price_input or 0.0, price_output or 0.0)
+        price = Price(
+            base.input if price_input is None else price_input,
+            base.output if price_output is None else price_output,
+            base.cached_input,
+        )
+    if limit is not None and price is None:
+        raise PriceError(
+            f"--max-cost needs a price, and none is known for model {model!r}: "
+            "pass --price-input and --price-output (USD per million tokens)"
+        )
+    return CostMeter(price, limit)
