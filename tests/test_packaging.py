@@ -60,7 +60,7 @@ def test_the_sdist_carries_its_tests_and_their_fixtures(tmp_path):
     sdist = build("sdist", tmp_path / "dist")
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-    for needed in ("tests/conftest.py", "tests/fakes.py", "tests/fake_providers.py",
+    for needed in ("main.py", "tests/conftest.py", "tests/fakes.py", "tests/fake_providers.py",
                    "tests/mcp_servers/demo_server.py", "toy_agent/demo/trajectory.json",
                    "toy_agent/demo/repo/stats.py", "LICENSE", "pyproject.toml"):  # fmt: skip
         assert needed in names, needed
