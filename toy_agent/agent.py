@@ -229,6 +229,7 @@ class ReactAgent:
             "tool_format": self.format.name,
             "context_budget": self.context_budget,
             "allow_commands": self.tools.allow_commands,
+            "sandbox": self.tools.sandbox,
             "tools": self._routes.names,
         }
 
