@@ -299,3 +299,14 @@ def test_thought_text_is_the_same_however_the_reply_is_cut(tool_format):
         assert pieces.feed(reply[:cut]) + pieces.feed(reply[cut:]) + pieces.flush() == thought
     one_by_one = ThoughtText(tool_format)
     assert "".join(one_by_one.feed(c) for c in reply) + one_by_one.flush() == thought
+
+
+def test_the_confirm_preview_of_an_edit_to_a_crlf_file_shows_the_change(tmp_path):
+    from toy_agent.parsing import Action
+    from toy_agent.tools import CodeRepositoryTools
+    from toy_agent.view import preview_action
+
+    (tmp_path / "win.txt").write_bytes(b"one\r\ntwo\r\n")
+    edit = Action("edit_file", {"path": "win.txt", "old_str": "one\ntwo", "new_str": "1\n2"})
+    preview = preview_action(edit, CodeRepositoryTools(tmp_path))
+    assert "-one\n-two\n+1\n+2\n" in preview

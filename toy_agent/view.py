@@ -533,7 +533,8 @@ def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
         path = tools.relative(str(params.get("path", "")))
     except ToolError as exc:
         return f"{action.tool_name}: {exc} (the tool will refuse it)"
-    before = tools.snapshot(path) or ""
+    # Line endings as the model sees them: edit_file matches old_str the same way.
+    before = re.sub(r"\r\n?", "\n", tools.snapshot(path) or "")
     if action.tool_name == "write_file":
         after = str(params.get("content", ""))
     else:
