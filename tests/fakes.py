@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
 from toy_agent.llm import LlmClient, LlmError
 from toy_agent.messages import LlmResponse, Message, ToolCall
@@ -73,3 +74,34 @@ class BlockingLlm(LlmClient):
         if not self.release.wait(30):
             raise LlmError("blocking", "never released")
         return LlmResponse(xml_action("task_complete", result="late"))
+
+
+def write_replay(path: Path, *replies: str) -> Path:
+    """A recording (a trajectory with only the LLM's replies) for --replay to play back."""
+    steps = [{"response": LlmResponse(text).to_dict()} for text in replies]
+    path.write_text(json.dumps({"steps": steps, "settings": {"model": "replayed"}}))
+    return path
+
+
+T = TypeVar("T")
+
+
+def finishes(call: Callable[[], T], seconds: float = 20.0) -> T:
+    """Run `call` in a thread and fail, instead of hanging the suite, if it does not return
+    (a call blocked in the kernel, on a FIFO say). The bound is generous (these calls take
+    milliseconds); it is no timing benchmark."""
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed back to the test
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"{call} did not finish in {seconds}s"
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]

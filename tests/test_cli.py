@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from fake_providers import FakeProvider, Reply, anthropic_reply, error_reply
-from fakes import xml_action
+from fakes import write_replay, xml_action
 
 from toy_agent import __version__
 from toy_agent.cli import main
-from toy_agent.messages import LlmResponse, Usage
+from toy_agent.messages import Usage
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = (
@@ -51,12 +51,6 @@ def repo(tmp_path):
     root.mkdir()
     (root / "hello.py").write_text("print('helo')\n")
     return root
-
-
-def write_replay(path: Path, *replies: str) -> Path:
-    steps = [{"response": LlmResponse(text).to_dict()} for text in replies]
-    path.write_text(json.dumps({"steps": steps, "settings": {"model": "replayed"}}))
-    return path
 
 
 def run_cli(*args: str, stdin: str = "", env: dict | None = None, **kwargs):

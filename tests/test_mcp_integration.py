@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes import ScriptedLlm, xml_action
-from test_cli import write_replay
+from fakes import ScriptedLlm, write_replay, xml_action
 
 from toy_agent import ReactAgent
 from toy_agent.cli import main

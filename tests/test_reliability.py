@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fake_providers import FakeProvider, anthropic_reply, error_reply, openai_reply
-from fakes import ScriptedLlm, native_call, xml_action
+from fakes import ScriptedLlm, native_call, write_replay, xml_action
 
 from toy_agent.agent import ReactAgent
 from toy_agent.events import StepStarted, TrajectoryRecorder
@@ -86,9 +86,7 @@ def test_the_trajectory_is_on_disk_after_every_step(repo, tmp_path):
 
 
 def test_an_unwritable_trajectory_still_prints_the_summary_then_one_error(repo, tmp_path):
-    replay = tmp_path / "r.json"
-    replay.write_text(json.dumps({"steps": [{"response": {"text": xml_action(
-        "task_complete", result="fine")}}]}))  # fmt: skip
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="fine"))
     done = cli("--task", "x", "--repo", str(repo), "--replay", str(replay),
                "--trajectory", "/dev/full", text=True)  # fmt: skip
     assert done.returncode == 0
@@ -101,11 +99,8 @@ def test_an_unwritable_trajectory_still_prints_the_summary_then_one_error(repo, 
 
 def test_a_closed_stdout_ends_quietly(repo, tmp_path):
     big = "".join(f"line {i}\n" for i in range(20000))
-    replay = tmp_path / "r.json"
-    replay.write_text(json.dumps({"steps": [
-        {"response": {"text": xml_action("write_file", path="big.txt", content=big)}},
-        {"response": {"text": xml_action("task_complete", result="wrote")}},
-    ]}))  # fmt: skip
+    write = xml_action("write_file", path="big.txt", content=big)
+    replay = write_replay(tmp_path / "r.json", write, xml_action("task_complete", result="wrote"))
     argv = [sys.executable, str(ROOT / "main.py"), "--task", "x", "--repo", str(repo),
             "--replay", str(replay), "--show-diff", "--quiet"]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=CLEAN)
@@ -141,11 +136,8 @@ def test_why_a_tool_failed_is_logged_at_info(repo, caplog):
 
 
 def test_a_declined_edit_is_counted_and_shown(repo, tmp_path):
-    replay = tmp_path / "r.json"
-    replay.write_text(json.dumps({"steps": [
-        {"response": {"text": xml_action("write_file", path="a.txt", content="A")}},
-        {"response": {"text": xml_action("task_complete", result="tried")}},
-    ]}))  # fmt: skip
+    replay = write_replay(tmp_path / "r.json", xml_action("write_file", path="a.txt", content="A"),
+                          xml_action("task_complete", result="tried"))  # fmt: skip
     done = cli("--task", "x", "--repo", str(repo), "--replay", str(replay), "--confirm",
                input="n\n", text=True)  # fmt: skip
     assert "tool errors: 1 (1 declined by you)" in done.stdout

@@ -23,10 +23,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes import xml_action
+from fakes import write_replay, xml_action
 
 from toy_agent.cli import main
-from toy_agent.messages import LlmResponse
 from toy_agent.sandbox import (
     SCRATCH_HOME,
     SandboxUnavailable,
@@ -91,12 +90,6 @@ def wait_until(condition, seconds: float = 10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def write_replay(path: Path, *replies: str) -> Path:
-    steps = [{"response": LlmResponse(text).to_dict()} for text in replies]
-    path.write_text(json.dumps({"steps": steps, "settings": {"model": "replayed"}}))
-    return path
 
 
 # ----------------------------------------------------------------------------- choosing it

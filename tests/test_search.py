@@ -10,12 +10,11 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
+from fakes import finishes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
@@ -29,7 +28,6 @@ from toy_agent.search import (
 )
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
-T = TypeVar("T")
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 BACKENDS = [
@@ -262,27 +260,6 @@ def test_automatic_search_without_grep_or_rg_uses_python(
 
 
 # ------------------------------------------------------------------------- hostile repositories
-def finishes(call: Callable[[], T], seconds: float = 20.0) -> T:
-    """Run `call` in a thread and fail, instead of hanging the suite, if it does not return
-    (a call blocked in the kernel, on a FIFO say). The bound is generous (these calls take
-    milliseconds); it is no timing benchmark."""
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # handed back to the test
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), f"{call} did not finish in {seconds}s"
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]  # type: ignore[return-value]
-
-
 LIST_AND_SEARCH = """
 import json, sys
 from toy_agent.tools import CodeRepositoryTools

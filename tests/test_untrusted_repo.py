@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from fake_providers import FakeProvider, openai_reply
-from fakes import ScriptedLlm, xml_action
+from fakes import ScriptedLlm, finishes, write_replay, xml_action
 
 from toy_agent.agent import ReactAgent
 from toy_agent.environment import child_environment, load_dotenv_file
@@ -49,26 +49,6 @@ def outside(tmp_path: Path) -> Path:
     folder.mkdir()
     (folder / "inside.txt").write_text("OUTSIDE SECRET\n")
     return folder
-
-
-def finishes(call, seconds: float = 20.0):
-    """Run `call` in a thread; fail (instead of hanging the suite) if it does not return.
-    The bound is generous: these calls take milliseconds when they do not hang."""
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # handed back to the test
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    assert not worker.is_alive(), f"{call} hung"
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box.get("value")
 
 
 def cli(
@@ -150,21 +130,11 @@ def test_repo_dotenv_ld_preload_runs_no_code_in_search(repo: Path, tmp_path: Pat
     )
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(repo / "evil.so"), str(source)], check=True)
     (repo / ".env").write_text(f"LD_PRELOAD={repo / 'evil.so'}\n")
-    replay = tmp_path / "replay.json"
-    replay.write_text(
-        _replay_json(
-            xml_action("search_in_files", pattern="hi"), xml_action("task_complete", result="done")
-        )
-    )
+    replay = write_replay(tmp_path / "replay.json", xml_action("search_in_files", pattern="hi"),
+                          xml_action("task_complete", result="done"))  # fmt: skip
     done = cli("--task", "search", "--replay", str(replay), "--output", "json", cwd=repo, env={})
     assert done.returncode == 0, done.stderr
     assert not marker.exists(), "the repository's LD_PRELOAD ran code in a child process"
-
-
-def _replay_json(*replies: str) -> str:
-    import json
-
-    return json.dumps({"steps": [{"response": {"text": text}} for text in replies]})
 
 
 # ----------------------------------------------------------------------------- special files
@@ -280,11 +250,8 @@ OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"  # writes to the clipboard
 
 
 def test_confirm_shows_escape_sequences_instead_of_obeying_them(repo: Path, tmp_path: Path):
-    replay = tmp_path / "replay.json"
-    replay.write_text(_replay_json(
-        xml_action("run_command", command=HIDDEN),
-        xml_action("task_complete", result=f"done {OSC52}"),
-    ))  # fmt: skip
+    replay = write_replay(tmp_path / "replay.json", xml_action("run_command", command=HIDDEN),
+                          xml_action("task_complete", result=f"done {OSC52}"))  # fmt: skip
     done = cli(
         "--task",
         "x",
@@ -309,8 +276,8 @@ def test_confirm_shows_escape_sequences_instead_of_obeying_them(repo: Path, tmp_
 def test_json_output_keeps_the_exact_text(repo: Path, tmp_path: Path):
     import json
 
-    replay = tmp_path / "replay.json"
-    replay.write_text(_replay_json(xml_action("task_complete", result=f"done {OSC52}")))
+    replay = write_replay(tmp_path / "replay.json",
+                          xml_action("task_complete", result=f"done {OSC52}"))  # fmt: skip
     done = cli(
         "--task",
         "x",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import pty
 import re
@@ -17,10 +16,9 @@ from pathlib import Path
 
 import pytest
 from fake_providers import FakeProvider, anthropic_reply, error_reply
-from fakes import xml_action
+from fakes import write_replay, xml_action
 from rich.cells import cell_len
 
-from toy_agent.messages import LlmResponse
 from toy_agent.view import ThoughtText
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,12 +88,6 @@ def screen_lines(output: str) -> list[str]:
     """The lines as the terminal shows them, cursor moves and colours left out: each piece
     between carriage returns and newlines is a line the terminal drew."""
     return re.split(r"\r\n|\r|\n", CSI.sub("", output))
-
-
-def write_replay(path: Path, *replies: str) -> Path:
-    steps = [{"response": LlmResponse(text).to_dict()} for text in replies]
-    path.write_text(json.dumps({"steps": steps, "settings": {"model": "replayed"}}))
-    return path
 
 
 @pytest.fixture
