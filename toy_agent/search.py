@@ -19,6 +19,7 @@ import re
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ _KINDS = {
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO to read must not wait for a writer
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
-_Specs = tuple[tuple[str, tuple[tuple[re.Pattern[str], bool], ...]], ...]  # (folder, patterns)
+_Specs = tuple[tuple[str, re.Pattern[str]], ...]  # (folder, its ignore file as one regex)
 Match = tuple[str, int, str]  # (repo-relative path, line number, line text)
 
 
@@ -78,86 +79,202 @@ class SearchResult:
 
 
 # --------------------------------------------------------------------------------- walking
-def walk(root: Path, top: Path) -> Iterator[tuple[str, str]]:
-    """Yield (repo-relative path, kind) under `top`, skipping what git and humans ignore. The
-    kind is "dir", "file", or a special file's (see file_kind), which search never opens.
+# A folder changed this close to its scan may change again without its timestamp moving (a
+# timestamp is as coarse as a clock tick, or 2 s on FAT): its scan is not reused. Git's index
+# has the same "racy" rule.
+_RACY_NS = 2_000_000_000
+WALK_CACHE_MAX_ENTRIES = 200_000  # beyond this many entries, a Tree stops remembering folders
 
-    Directory symlinks are never followed; file symlinks are kept, as "file", only when they
-    resolve to a regular file inside the repository, so nothing outside is ever listed or
-    searched.
+_Entry = tuple[str, str]  # (repo-relative path, kind)
+_Stamp = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class _Folder:
+    """One folder's scan: its entries that pass the name and ignore rules it was scanned with.
+    A "link" entry is a symlink, checked again on every walk (its target can change without
+    this folder changing); a "dir" entry is checked again for being a virtualenv."""
+
+    stamp: _Stamp | None  # the folder's (mtime, ctime, inode, device); None: not to be reused
+    specs: _Specs
+    has_ignore_file: bool
+    entries: list[_Entry]
+
+
+class Tree:
+    """What a repository holds, for list_files and search: walks that skip what git and humans
+    ignore, remembering each folder's scan until the folder changes.
+
+    A folder's timestamp changes whenever an entry is added, removed or renamed in it, so a
+    folder whose timestamp, and whose ignore rules, are as they were is not scanned again (git's
+    untracked cache works the same way). Symlinks and virtualenv markers are checked on every
+    walk. One Tree serves one run; nothing is kept on disk.
     """
-    specs, explicit = _ancestor_rules(root, top)
-    stack = [(str(top), "" if top == root else _rel(root, top), specs)]
-    while stack:
-        directory, rel_dir, specs = stack.pop()
+
+    def __init__(self, root: Path, *, max_entries: int = WALK_CACHE_MAX_ENTRIES):
+        self.root = root
+        self._folders: dict[str, _Folder] = {}
+        self._ignore_files: dict[str, tuple[_Stamp, tuple[str, ...]]] = {}
+        self._held = 0  # entries remembered, up to max_entries
+        self._max_entries = max_entries
+        self.scans = 0  # folders read from disk so far; the others came from memory
+
+    def walk(self, top: Path) -> Iterator[_Entry]:
+        """Yield (repo-relative path, kind) under `top`, skipping what git and humans ignore. The
+        kind is "dir", "file", or a special file's (see file_kind), which search never opens.
+
+        Directory symlinks are never followed; file symlinks are kept, as "file", only when
+        they resolve to a regular file inside the repository, so nothing outside is ever listed
+        or searched.
+        """
+        specs, explicit = self._ancestor_rules(top)
+        stack = [(str(top), "" if top == self.root else _rel(self.root, top), specs)]
+        while stack:
+            directory, rel_dir, specs = stack.pop()
+            specs, entries = self._folder(directory, rel_dir, specs, explicit)
+            cut = len(rel_dir) + 1 if rel_dir else 0
+            for rel, kind in entries:
+                if kind == "link":
+                    if not _is_inner_file_link(self.root, f"{directory}/{rel[cut:]}"):
+                        continue
+                    kind = "file"
+                elif kind == "dir":
+                    path = f"{directory}/{rel[cut:]}"
+                    if os.path.exists(f"{path}/pyvenv.cfg"):  # a virtualenv, whatever its name
+                        continue
+                    stack.append((path, rel, specs))
+                yield rel, kind
+
+    def is_ignored(self, top: Path) -> bool:
+        """Whether `top` itself is normally ignored (hidden, noise or gitignored). walk still
+        lists such a folder when asked for it explicitly, without gitignore filtering below."""
+        return self._ancestor_rules(top)[1]
+
+    def _folder(
+        self, directory: str, rel_dir: str, specs: _Specs, explicit: bool
+    ) -> tuple[_Specs, list[_Entry]]:
+        """(the ignore rules in force below `directory`, its entries that pass them), from the
+        last scan if the folder has not changed since."""
+        now = time.time_ns()
         try:
-            with os.scandir(directory) as scan:
-                entries = list(scan)
+            st = os.stat(directory, follow_symlinks=False)
         except OSError as exc:
             logger.debug("cannot scan %s: %s", directory, exc)
+            return specs, []
+        stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        known = self._folders.get(directory)
+        if known is not None and known.stamp == stamp:
+            here = self._with_ignore_file(specs, rel_dir, directory, known.has_ignore_file)
+            if known.specs == here:
+                return here, known.entries
+        self.scans += 1
+        try:
+            with os.scandir(directory) as scan:
+                found = list(scan)
+        except OSError as exc:
+            logger.debug("cannot scan %s: %s", directory, exc)
+            return specs, []
+        has_ignore_file = not explicit and any(e.name == ".gitignore" for e in found)
+        here = self._with_ignore_file(specs, rel_dir, directory, has_ignore_file)
+        entries = _kept(found, f"{rel_dir}/" if rel_dir else "", here)
+        if self._held + len(entries) <= self._max_entries:
+            if known is not None:
+                self._held -= len(known.entries)
+            self._held += len(entries)
+            racy = st.st_mtime_ns + _RACY_NS > now or st.st_ctime_ns + _RACY_NS > now
+            self._folders[directory] = _Folder(
+                None if racy else stamp, here, has_ignore_file, entries
+            )
+        return here, entries
+
+    def _ancestor_rules(self, top: Path) -> tuple[_Specs, bool]:
+        """Ignore rules in force at `top`, and whether `top` itself is ignored (asked for
+        explicitly, in which case nothing below it is filtered by gitignore)."""
+        specs = self._with_rules((), "", str(self.root / ".git" / "info" / "exclude"))
+        directory, rel_dir = self.root, ""
+        for part in top.relative_to(self.root).parts:
+            specs = self._with_ignore_file(specs, rel_dir, str(directory), True)
+            directory, rel_dir = directory / part, f"{rel_dir}/{part}" if rel_dir else part
+            if (
+                part.startswith(".")
+                or _is_noise_dir(part, str(directory))
+                or _gitignored(rel_dir, True, specs)
+            ):
+                return (), True
+        return specs, False
+
+    def _with_ignore_file(
+        self, specs: _Specs, rel_dir: str, directory: str, present: bool
+    ) -> _Specs:
+        return self._with_rules(specs, rel_dir, f"{directory}/.gitignore") if present else specs
+
+    def _with_rules(self, specs: _Specs, rel_dir: str, file: str) -> _Specs:
+        """Add one ignore file's rules, read again only when the file has changed."""
+        try:
+            st = os.stat(file, follow_symlinks=False)
+        except OSError:
+            return specs
+        stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
+        known = self._ignore_files.get(file)
+        if known is not None and known[0] == stamp:
+            lines = known[1]
+        else:
+            lines = tuple(_read_ignore_file(Path(file)))
+            if st.st_mtime_ns + _RACY_NS < time.time_ns():
+                self._ignore_files[file] = (stamp, lines)
+        rules = _ignore_rules(lines)
+        return (*specs, (rel_dir, rules)) if rules is not None else specs
+
+
+def walk(root: Path, top: Path) -> Iterator[_Entry]:
+    """Tree.walk, once (see there)."""
+    return Tree(root).walk(top)
+
+
+def is_ignored(root: Path, top: Path) -> bool:
+    """Tree.is_ignored, once (see there)."""
+    return Tree(root).is_ignored(top)
+
+
+def _kept(found: list[os.DirEntry[str]], prefix: str, specs: _Specs) -> list[_Entry]:
+    """The entries of one folder that pass the name and ignore rules, as (path, kind). The
+    kind is "link" for any symlink: Tree.walk checks its target each time. This loop runs for
+    every entry of a cold walk, so _gitignored is written out in it."""
+    levels = [(rules.match, len(base) + 1 if base else 0) for base, rules in reversed(specs)]
+    kept = []
+    for entry in found:
+        name = entry.name
+        if name.startswith(".") or name.endswith((".pyc", ".pyo")):
             continue
-        if not explicit and any(e.name == ".gitignore" for e in entries):
-            specs = _with_gitignore(specs, rel_dir, Path(directory, ".gitignore"))
-        for entry in entries:
-            name = entry.name
-            if name.startswith(".") or name.endswith((".pyc", ".pyo")):
+        if entry.is_dir(follow_symlinks=False):  # no syscall: scandir knows
+            if name in NOISE_DIRS or name.endswith(".egg-info"):
                 continue
-            if entry.is_dir(follow_symlinks=False):  # no syscall: scandir knows
-                if _is_noise_dir(name, entry.path):
-                    continue
-                kind = "dir"
-            elif entry.is_file(follow_symlinks=False):
+            kind, path = "dir", f"{prefix}{name}/"
+        else:
+            if entry.is_file(follow_symlinks=False):
                 kind = "file"
+            elif entry.is_symlink():
+                kind = "link"
             else:
-                other = _link_or_special_kind(root, entry)
-                if other is None:
+                try:
+                    kind = file_kind(entry.stat(follow_symlinks=False).st_mode)
+                except OSError:
                     continue
-                kind = other
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            if specs and _gitignored(rel, kind == "dir", specs):
-                continue
-            yield rel, kind
-            if kind == "dir":
-                stack.append((entry.path, rel, specs))
+            path = prefix + name
+        ignored = False
+        for match, cut in levels:  # the deepest ignore file with a matching rule decides
+            rule = match(path, cut)
+            if rule:
+                ignored = (rule.lastgroup or "y").startswith("y")
+                break
+        if not ignored:
+            kept.append((path[:-1] if kind == "dir" else path, kind))
+    return kept
 
 
 def file_kind(mode: int) -> str:
     """A stat mode in words: "dir", "file", "fifo", "socket", "char device", "block device"."""
     return _KINDS.get(stat.S_IFMT(mode), "special file")
-
-
-def _link_or_special_kind(root: Path, entry: os.DirEntry[str]) -> str | None:
-    """The kind of what is neither a folder nor a file: "file" for a symlink to a regular file
-    in the repository, None for any other symlink, else the special file's kind (an lstat)."""
-    if entry.is_symlink():
-        return "file" if _is_inner_file_link(root, entry.path) else None
-    try:
-        return file_kind(entry.stat(follow_symlinks=False).st_mode)
-    except OSError:
-        return None
-
-
-def is_ignored(root: Path, top: Path) -> bool:
-    """Whether `top` itself is normally ignored (hidden, noise or gitignored). walk still lists
-    such a folder when asked for it explicitly, without gitignore filtering below it."""
-    return _ancestor_rules(root, top)[1]
-
-
-def _ancestor_rules(root: Path, top: Path) -> tuple[_Specs, bool]:
-    """Ignore rules in force at `top`, and whether `top` itself is ignored (asked for
-    explicitly, in which case nothing below it is filtered by gitignore)."""
-    specs: _Specs = _with_gitignore((), "", root / ".git" / "info" / "exclude")
-    directory, rel_dir = root, ""
-    for part in top.relative_to(root).parts:
-        specs = _with_gitignore(specs, rel_dir, directory / ".gitignore")
-        directory, rel_dir = directory / part, f"{rel_dir}/{part}" if rel_dir else part
-        if (
-            part.startswith(".")
-            or _is_noise_dir(part, str(directory))
-            or _gitignored(rel_dir, True, specs)
-        ):
-            return (), True
-    return specs, False
 
 
 def _is_inner_file_link(root: Path, link: str) -> bool:
@@ -173,13 +290,6 @@ def _rel(root: Path, resolved: Path) -> str:
 
 
 # --------------------------------------------------------------------------------- ignoring
-def _with_gitignore(specs: _Specs, rel_dir: str, file: Path) -> _Specs:
-    """Add one ignore file's patterns, last pattern first."""
-    compiled = (_ignore_pattern(line) for line in _read_ignore_file(file))
-    patterns = tuple(reversed([pattern for pattern in compiled if pattern is not None]))
-    return (*specs, (rel_dir, patterns)) if patterns else specs
-
-
 def _read_ignore_file(file: Path) -> list[str]:
     """The lines of an ignore file, capped: a regular file only, never read through a symlink
     (git does the same), so a FIFO or a device named .gitignore cannot block or flood the walk."""
@@ -207,18 +317,27 @@ def _read_ignore_file(file: Path) -> list[str]:
     return lines[:IGNORE_FILE_MAX_LINES]
 
 
-@functools.lru_cache(maxsize=256)
-def _ignore_pattern(line: str) -> tuple[re.Pattern[str], bool] | None:
-    """(compiled regex, include) for one line; cached, as the same lines recur in many folders
-    and in every walk. Small, because a long line compiles to a big regex."""
-    if len(line) > IGNORE_PATTERN_MAX_CHARS or line.count("*") > IGNORE_PATTERN_MAX_STARS:
-        logger.warning("ignoring a .gitignore line too long or with too many *: %.80r", line)
-        return None
-    translated = _ignore_regex(line)
-    return None if translated is None else (re.compile(translated[0]), translated[1])
+@functools.lru_cache(maxsize=64)
+def _ignore_rules(lines: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One ignore file as one regex, matched at the start of the path below the file's folder
+    (with "/" appended to folders). Its alternatives are the file's patterns, last first, so
+    the one that matches is git's deciding pattern; its group is named "y<k>" when the pattern
+    ignores, "n<k>" when it re-includes ("!"). Cached: the same file recurs in every walk and
+    often in many folders. None when no line is a pattern."""
+    alternatives = []
+    for k in reversed(range(len(lines))):
+        line = lines[k]
+        if len(line) > IGNORE_PATTERN_MAX_CHARS or line.count("*") > IGNORE_PATTERN_MAX_STARS:
+            logger.warning("ignoring a .gitignore line too long or with too many *: %.80r", line)
+            continue
+        translated = _ignore_regex(line, f"p{k}")
+        if translated is not None:
+            regex, include = translated
+            alternatives.append(f"(?P<{'y' if include else 'n'}{k}>{regex})")
+    return re.compile("|".join(alternatives)) if alternatives else None
 
 
-def _ignore_regex(line: str) -> tuple[str, bool] | None:
+def _ignore_regex(line: str, tag: str = "") -> tuple[str, bool] | None:
     """One ignore-file line as (regex, include), None for blank lines, comments and lines git
     drops (an unclosed [...]). The regex is matched at the start of the path below the ignore
     file's folder, with "/" appended to folders.
@@ -253,7 +372,7 @@ def _ignore_regex(line: str) -> tuple[str, bool] | None:
     if segments in (["**"], ["**", "*"]):
         return "", include  # everything
 
-    atomic = _atomic_maker()
+    atomic = _atomic_maker(tag)
     runs: list[str] = [""]  # regex pieces; a new run starts at each "**/"
     for i, segment in enumerate(segments):
         if segment == "**":
@@ -276,13 +395,14 @@ def _ignore_regex(line: str) -> tuple[str, bool] | None:
     return regex, include
 
 
-def _atomic_maker() -> Callable[[str], str]:
+def _atomic_maker(tag: str) -> Callable[[str], str]:
     """Wraps a regex so that its first match is kept and never retried. Python 3.10 has no
-    (?>...), but a lookahead is atomic and the backreference then takes what it matched."""
+    (?>...), but a lookahead is atomic and the backreference then takes what it matched. The
+    groups are named after `tag`, unique among the patterns joined in one regex."""
     names = itertools.count()
 
     def atomic(regex: str) -> str:
-        name = f"a{next(names)}"
+        name = f"{tag}a{next(names)}"
         return f"(?=(?P<{name}>{regex}))(?P={name})"
 
     return atomic
@@ -345,13 +465,11 @@ def _bracket_regex(glob: str, start: int) -> tuple[str, int] | None:
 def _gitignored(rel: str, is_dir: bool, specs: _Specs) -> bool:
     """Git's rule: the deepest ignore file with a matching pattern decides, and in it the last
     matching pattern. (Walks prune ignored folders, so only the path itself is matched here.)"""
-    for base, patterns in reversed(specs):
-        sub = rel[len(base) + 1 :] if base else rel
-        if is_dir:
-            sub += "/"
-        for regex, include in patterns:
-            if regex.match(sub):
-                return include
+    path = rel + "/" if is_dir else rel
+    for base, rules in reversed(specs):
+        found = rules.match(path, len(base) + 1 if base else 0)
+        if found:
+            return (found.lastgroup or "y").startswith("y")
     return False
 
 
@@ -397,15 +515,17 @@ def search(
     literal: bool = False,
     file_pattern: str | None = None,
     backend: str = "auto",
+    tree: Tree | None = None,
 ) -> SearchResult:
     """Case-insensitive, line-by-line search of the regular files walk() yields under `top`
     (or of `top` itself, a file). `pattern` is a Python regex unless `literal`; the caller
-    checks it compiles. `backend` is "auto" or one of SEARCH_BACKENDS; raises SearchError."""
+    checks it compiles. `backend` is "auto" or one of SEARCH_BACKENDS; `tree` the walk to
+    use (a new one if None). Raises SearchError."""
     kind = file_kind(top.stat().st_mode)
     if kind == "file":
         files = _Replayable(iter([_rel(root, top)]))
     elif kind == "dir":
-        files = _Replayable(_candidates(root, top, file_pattern))
+        files = _Replayable(_candidates(tree or Tree(root), top, file_pattern))
     else:
         raise SearchError(
             f"{_rel(root, top)} is a {kind}, not a regular file; special files are never searched."
@@ -476,11 +596,11 @@ def _read_regular(path: Path | str, size: int | None = None) -> bytes | None:
         os.close(fd)
 
 
-def _candidates(root: Path, top: Path, file_pattern: str | None) -> Iterator[str]:
+def _candidates(tree: Tree, top: Path, file_pattern: str | None) -> Iterator[str]:
     """The regular files (and links to them) under the folder `top`: never a FIFO or a device,
     which would block grep and rg or feed them endless bytes."""
     wanted = _glob_matcher(file_pattern) if file_pattern else None
-    for rel, kind in walk(root, top):
+    for rel, kind in tree.walk(top):
         if kind == "file" and (wanted is None or wanted(rel)):
             yield rel
 

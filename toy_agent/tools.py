@@ -43,10 +43,9 @@ from toy_agent.search import (
     BINARY_SNIFF_BYTES,
     SEARCH_BACKENDS,
     SearchError,
+    Tree,
     format_matches,
-    is_ignored,
     search,
-    walk,
 )
 
 logger = logging.getLogger(__name__)
@@ -110,6 +109,7 @@ class CodeRepositoryTools:
         self.sandbox = resolve_sandbox(sandbox, warn=allow_commands)
         self.sandbox_network = sandbox_network
         self._sandbox_named = False  # the model is told about the sandbox once
+        self.tree = Tree(self.repo_path)  # what list_files and search see, kept between calls
 
     # ----------------------------------------------------------------------------- dispatch
     def specs(self) -> list[dict[str, Any]]:
@@ -177,8 +177,9 @@ class CodeRepositoryTools:
             raise self._not_found(path, top)
         if not top.is_dir():
             raise ToolError(f"{self._rel(top)} is a file; use read_file or get_file_info on it.")
-        explicit = is_ignored(self.repo_path, top)
-        walked = sorted(walk(self.repo_path, top), key=lambda e: e[0].split("/"))
+        explicit = self.tree.is_ignored(top)
+        # "\0" sorts below any character of a name: "a/b" before "a-b", as folder by folder
+        walked = sorted(self.tree.walk(top), key=lambda e: e[0].replace("/", "\0"))
         entries = [  # a special file is shown with its kind: "pipe  (fifo)"
             (rel if kind in ("dir", "file") else f"{rel}  ({kind})", kind == "dir")
             for rel, kind in walked
@@ -308,6 +309,7 @@ class CodeRepositoryTools:
                 literal=literal,
                 file_pattern=file_pattern,
                 backend=self.search_backend,
+                tree=self.tree,
             )
         except SearchError as exc:
             raise ToolError(str(exc)) from exc
@@ -563,7 +565,7 @@ class CodeRepositoryTools:
     def _not_found(self, path: str, target: Path) -> ToolError:
         """A not-found error naming the closest existing paths, since LLMs often guess paths."""
         wanted = self._rel(target)
-        walked = itertools.islice(walk(self.repo_path, self.repo_path), 20_000)
+        walked = itertools.islice(self.tree.walk(self.repo_path), 20_000)
         known = [rel for rel, kind in walked if kind == "file"]
         same_name = [rel for rel in known if rel.rsplit("/", 1)[-1] == target.name]
         close = same_name[:5] or difflib.get_close_matches(wanted, known, n=3, cutoff=0.6)
@@ -1025,25 +1027,28 @@ def _file_kind(f: typing.BinaryIO, name: str) -> list[str]:
 def _summarise(entries: list[tuple[str, bool]], top: str) -> list[str]:
     """Too many entries: show the deepest levels that fit, folders below with file counts."""
     base = 0 if top == "." else top.count("/") + 1
-    depth_of = {rel: rel.count("/") + 1 - base for rel, _ in entries}
-    depth = 1
-    while sum(d <= depth + 1 for d in depth_of.values()) <= LIST_LIMIT:
+    depths = [rel.count("/") + 1 - base for rel, _ in entries]
+    per_depth = Counter(depths)
+    depth, fitting = 1, per_depth[1] + per_depth[2]
+    while fitting <= LIST_LIMIT:  # ends: there are more than LIST_LIMIT entries
         depth += 1
-    files_below: dict[str, int] = {}
-    for rel, is_dir in entries:
-        if not is_dir and depth_of[rel] > depth:
-            folder = "/".join(rel.split("/")[: base + depth])
-            files_below[folder] = files_below.get(folder, 0) + 1
-    shown = [(rel, d) for rel, d in entries if depth_of[rel] <= depth]
+        fitting += per_depth[depth + 1]
+    files_below: Counter[str] = Counter()  # per folder shown at the last level
+    per_folder = Counter(rel.rpartition("/")[0] for rel, is_dir in entries if not is_dir)
+    for folder, n in per_folder.items():
+        parts = folder.split("/")
+        if len(parts) - base >= depth:
+            files_below["/".join(parts[: base + depth])] += n
+    shown = [entry for entry, d in zip(entries, depths, strict=True) if d <= depth]
     lines = [
-        f"{rel}/  ({files_below.get(rel, 0)} files inside)"
-        if d and depth_of[rel] == depth
-        else rel + "/" * d
-        for rel, d in shown[:LIST_LIMIT]
+        f"{rel}/  ({files_below[rel]} files inside)"
+        if is_dir and rel.count("/") + 1 - base == depth
+        else rel + "/" * is_dir
+        for rel, is_dir in shown[:LIST_LIMIT]
     ]
     if len(shown) > LIST_LIMIT:
         lines.append(f"... and {len(shown) - LIST_LIMIT} more entries at this level")
-    example = next((rel for rel, d in shown if d), top)
+    example = next((rel for rel, is_dir in shown if is_dir), top)
     lines.append(
         f"[Too many entries to list ({len(entries):,}); showing {depth} level(s) with file "
         f"counts per folder. List a folder to see inside, e.g. list_files(path={example!r}).]"
