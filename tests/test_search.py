@@ -15,9 +15,6 @@ from pathlib import Path
 
 import pytest
 from fakes import finishes
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 from toy_agent.search import (
     IGNORE_FILE_MAX_BYTES,
@@ -272,12 +269,14 @@ print(json.dumps([tools.list_files(), tools.search_in_files("hit")]))
 def test_a_gitignore_pattern_that_backtracks_exponentially_cannot_stall_list_or_search(
     tmp_path: Path, backend: str
 ) -> None:
-    """pathspec's regex for the first line takes hours on a name of sixty a's; git takes no
-    time. The other two never match here, after trying every split of a long deep path."""
+    """A plain glob-to-regex translation of the first line (pathspec's) takes hours on a name of
+    sixty a's; git takes no time. The others never match here, after trying every split of a
+    long deep path."""
     lines = [
         "*a*a*a*a*a*a*a*a*a*a*a*a*b",
         "**/*a*a*a*a*a*a*b/**/*a*a*a*a*a*a*b",
         "*a*a*a*a*/**/*a*a*y",
+        "**/a*/**/y/",
     ]
     write(tmp_path, ".gitignore", "\n".join(lines) + "\n")
     write(tmp_path, "a" * 60, "hit\n")  # no b: kept
@@ -395,61 +394,20 @@ def test_grep_and_rg_get_no_keys_and_no_loader_variables(
 
 
 # ------------------------------------------------------------------------- ignore patterns
-def pathspec_regex(line: str) -> re.Pattern[str] | None:
-    """pathspec's reading of a line, the reference, with git's rule that a [!...] class never
-    matches "/" (pathspec lets it). None where pathspec drops or rejects the line."""
-    try:
-        pattern = GitIgnoreSpecPattern(line)
-    except ValueError:
-        return None
-    if pattern.include is None:
-        return None
-    return re.compile(pattern.regex.pattern.replace("[^]", "[^/\\]").replace("[^", "[^/"))
-
-
-SEGMENT_TOKENS = ["a", "b", "ab", "*", "?", "[ab]", "[!a]", "[a-b]", "\\*", "."]
-SEGMENTS = st.one_of(
-    st.just("**"), st.lists(st.sampled_from(SEGMENT_TOKENS), min_size=1, max_size=5).map("".join)
-)
-IGNORE_LINES = st.builds(
-    lambda negate, lead, segments, trail: negate + lead + "/".join(segments) + trail,
-    st.sampled_from(["", "!"]),
-    st.sampled_from(["", "/"]),
-    st.lists(SEGMENTS, min_size=1, max_size=4),
-    st.sampled_from(["", "/"]),
-)
-PATHS = st.builds(
-    lambda parts, is_dir: "/".join(parts) + ("/" if is_dir else ""),
-    st.lists(st.text("ab.*", min_size=1, max_size=6), min_size=1, max_size=5),
-    st.booleans(),
-)
-
-
-@settings(max_examples=1000, deadline=None)
-@given(line=IGNORE_LINES, paths=st.lists(PATHS, min_size=1, max_size=8))
-def test_ignore_patterns_mean_what_pathspec_says(line: str, paths: list[str]) -> None:
-    """Our regexes, built not to backtrack without end, against pathspec's on random lines."""
-    reference = pathspec_regex(line)
-    ours = _ignore_regex(line)
-    assert (ours is None) == (reference is None)
-    if reference is None or ours is None:
-        return
-    assert ours[1] == (not line.startswith("!"))
-    regex = re.compile(ours[0])
-    for path in paths:
-        assert bool(regex.match(path)) == bool(reference.search(path)), (path, ours[0])
-
-
 @pytest.mark.parametrize(
     ("line", "ignored", "kept"),
     [
         ("*.log", ["a.log", "x/a.log", "x/a.log/"], ["a.log.txt", "log"]),
-        ("/build/", ["build/", "build/x"], ["build", "x/build/"]),
+        ("/build/", ["build/"], ["build", "x/build/", "build/x"]),  # build/x: never walked
         ("doc/*.txt", ["doc/a.txt"], ["doc/x/a.txt", "x/doc/a.txt"]),
         ("a/**/b", ["a/b", "a/x/y/b", "a/x/b/"], ["a/xb", "x/a/b"]),
         ("**/x/**/y/**/z", ["x/y/z", "q/x/q/y/q/z/"], ["x/z/y", "z/y/x"]),
         ("foo/*", ["foo/a", "foo/a/"], ["foo/", "foo"]),
-        ("*/", ["a/", "a/b"], ["a"]),
+        ("*/", ["a/", "a/b/"], ["a", "a/b"]),
+        ("!x", ["x", "x/"], ["x/a", "y"]),  # re-includes the folder x, not what is in it
+        ("x/**/", ["x/a/", "x/a/b/"], ["x/", "x/a"]),
+        ("[[:digit:]]", ["1", "x/2/"], ["a"]),
+        ("[\\]-]a", ["]a", "-a"], ["\\a"]),
         ("a[!b]c", ["axc"], ["abc", "a/c"]),
         ("[z-a]x", ["zx"], ["ax"]),
         ("\\*a", ["*a"], ["xa"]),

@@ -408,7 +408,7 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
 
 # Third-party packages toy_agent imports (by module name): one missing is a setup problem.
 _DEPENDENCIES = frozenset(
-    {"anthropic", "google", "openai", "mcp", "mcp_types", "dotenv", "pathspec", "rich",
+    {"anthropic", "google", "openai", "mcp", "mcp_types", "dotenv", "rich",
      "httpx", "pydantic", "anyio", "tomli"}
 )  # fmt: skip
 

@@ -291,8 +291,9 @@ def _rel(root: Path, resolved: Path) -> str:
 
 # --------------------------------------------------------------------------------- ignoring
 def _read_ignore_file(file: Path) -> list[str]:
-    """The lines of an ignore file, capped: a regular file only, never read through a symlink
-    (git does the same), so a FIFO or a device named .gitignore cannot block or flood the walk."""
+    """The lines of an ignore file as git reads them (see _ignore_lines), capped: a regular
+    file only, never read through a symlink (git does the same), so a FIFO or a device named
+    .gitignore cannot block or flood the walk."""
     try:
         if not stat.S_ISREG(os.lstat(file).st_mode):
             return []
@@ -311,10 +312,27 @@ def _read_ignore_file(file: Path) -> list[str]:
     if len(data) > IGNORE_FILE_MAX_BYTES:
         logger.warning("%s is over %d bytes; only its start is used", file, IGNORE_FILE_MAX_BYTES)
         data = data[:IGNORE_FILE_MAX_BYTES].rpartition(b"\n")[0]
-    lines = data.decode("utf-8", "replace").splitlines()
+    lines = _ignore_lines(data)
     if len(lines) > IGNORE_FILE_MAX_LINES:
         logger.warning("%s has over %d lines; the rest are not used", file, IGNORE_FILE_MAX_LINES)
     return lines[:IGNORE_FILE_MAX_LINES]
+
+
+def _ignore_lines(data: bytes) -> list[str]:
+    """An ignore file's patterns as git reads them: a UTF-8 byte-order mark skipped, lines
+    split at "\n" only, a "\r" before it dropped, and unescaped trailing spaces (not tabs)
+    removed. Bytes that are not UTF-8 decode as file names do (os.fsdecode)."""
+    text = data.removeprefix(b"\xef\xbb\xbf").decode("utf-8", "surrogateescape")
+    return [_trim_trailing_spaces(line.removesuffix("\r")) for line in text.split("\n")]
+
+
+def _trim_trailing_spaces(line: str) -> str:
+    """git's trim_trailing_spaces: drop the spaces at the end unless escaped ("a\\ " keeps one)."""
+    end = len(line.rstrip(" "))
+    if end == len(line):
+        return line
+    backslashes = len(line[:end]) - len(line[:end].rstrip("\\"))
+    return line[: end + 1] if backslashes % 2 else line[:end]
 
 
 @functools.lru_cache(maxsize=64)
@@ -338,46 +356,45 @@ def _ignore_rules(lines: tuple[str, ...]) -> re.Pattern[str] | None:
 
 
 def _ignore_regex(line: str, tag: str = "") -> tuple[str, bool] | None:
-    """One ignore-file line as (regex, include), None for blank lines, comments and lines git
-    drops (an unclosed [...]). The regex is matched at the start of the path below the ignore
-    file's folder, with "/" appended to folders.
+    """One ignore-file line (as _ignore_lines gives it) as (regex, include); None for blank
+    lines, comments and lines that can never match (an unclosed [...], a trailing backslash).
+    The regex is matched at the start of one path below the ignore file's folder, with "/"
+    appended to folders, and matches it when git's pattern matches that path itself: what is
+    below an ignored folder is never walked, and a "!" line that matches a folder brings back
+    the folder only, not the files in it (the tests hold walk against git itself).
 
-    The meaning is pathspec's GitIgnoreSpec (the tests hold the two side by side), and git's
-    where they differ: a [...] class never matches "/", a reversed range like [z-a] is its first
-    character, and a line pathspec raises on is skipped. The regex is built so that Python's
-    backtracking stays polynomial whatever the line: pathspec's regex for `*a*a*a*a*a*a*b`
-    needs exponential time on a long name of a's. A glob's pieces between stars have fixed
-    lengths, so placing each piece at its first fit never rules out a match that a later fit
-    allows; the same holds for runs of whole path segments between `**`. Each such first fit
-    is made atomic (never retried), which leaves one retried choice: where the last run starts.
+    The regex is built so that Python's backtracking stays polynomial whatever the line: a
+    plain translation of `*a*a*a*a*a*a*b` needs exponential time on a long name of a's. A
+    glob's pieces between stars have fixed lengths, so placing each piece at its first fit
+    never rules out a match that a later fit allows; the same holds for runs of whole path
+    segments between `**`. Each such first fit is made atomic (never retried), which leaves one
+    retried choice: where the last run starts.
     """
-    if not line.endswith("\\ "):  # "\ " is an escaped trailing space
-        line = line.rstrip()
-    if not line or line.startswith("#") or line == "/":
+    if not line or line.startswith("#"):
         return None
     include = not line.startswith("!")
     segments = (line if include else line[1:]).split("/")
-    is_dir = not segments[-1]
-    if not segments[0]:
+    is_dir = not segments[-1]  # "x/" matches folders only
+    if is_dir:
+        segments.pop()
+    if segments and not segments[0]:
         del segments[0]  # "/x": only at the ignore file's own level
-    elif len(segments) == 1 or (len(segments) == 2 and is_dir):
+    elif len(segments) == 1:
         segments.insert(0, "**")  # "x" and "x/": at any depth
     if not segments:
         return None
-    if not segments[-1]:
-        segments[-1] = "**"  # "x/": what is below a folder x, x itself with its "/"
     segments = [s for i, s in enumerate(segments) if s != "**" or segments[i - 1 : i] != ["**"]]
-    if (segments == ["**"] and is_dir) or segments == ["**", "*", "**"]:
-        return "[^/]*/", include  # every folder
     if segments in (["**"], ["**", "*"]):
-        return "", include  # everything
+        return (r"(?s:.*)/\Z" if is_dir else ""), include  # every folder, or everything
 
     atomic = _atomic_maker(tag)
+    lead = ""  # a condition on the whole path, checked once
     runs: list[str] = [""]  # regex pieces; a new run starts at each "**/"
     for i, segment in enumerate(segments):
         if segment == "**":
-            if i == len(segments) - 1:
-                runs[-1] += "/"  # "x/**": whatever is below x
+            if i == len(segments) - 1:  # "x/**": what is inside x; "x/**/": folders inside x
+                runs[-1] += "/(?s:.)"
+                lead = r"(?=(?s:.*)/\Z)" if is_dir else ""
                 continue
             runs[-1] += "/" if i else ""
             runs.append("")
@@ -387,9 +404,9 @@ def _ignore_regex(line: str, tag: str = "") -> tuple[str, bool] | None:
             return None
         runs[-1] += ("/" if i and segments[i - 1] != "**" else "") + glob
     if segments[-1] != "**":
-        runs[-1] += r"(?:/|\Z)"  # a file, or a folder and all below it
+        runs[-1] += r"/\Z" if is_dir else r"/?\Z"  # a folder; a file or a folder
     first, middle, last = runs[0], runs[1:-1], (runs[-1] if len(runs) > 1 else None)
-    regex = first + "".join(atomic(r"(?:[^/]*/)*?" + run) for run in middle)
+    regex = lead + first + "".join(atomic(r"(?:[^/]*/)*?" + run) for run in middle)
     if last is not None:
         regex += r"(?s:.*/)??" + last  # the one retried choice: here, then after each "/"
     return regex, include
@@ -409,7 +426,8 @@ def _atomic_maker(tag: str) -> Callable[[str], str]:
 
 
 def _segment_regex(glob: str, atomic: Callable[[str], str]) -> str | None:
-    """A glob for one path segment (no "/"), None when git drops the pattern."""
+    """A glob for one path segment (no "/"), read as git's wildmatch does; None when it can
+    never match."""
     if glob == "*":
         return "[^/]+"
     pieces, i, after_star = [""], 0, False  # the parts between stars
@@ -442,24 +460,72 @@ def _segment_regex(glob: str, atomic: Callable[[str], str]) -> str | None:
     return first + "".join(atomic("[^/]*?" + piece) for piece in middle) + "[^/]*" + last
 
 
+_POSIX_CLASSES = {  # git's own ctype: ASCII only
+    "alnum": "a-zA-Z0-9", "alpha": "a-zA-Z", "blank": " \\t", "cntrl": "\\x00-\\x1f\\x7f",
+    "digit": "0-9", "graph": "!-~", "lower": "a-z", "print": " -~", "punct": "!-/:-@\\[-`{-~",
+    "space": " \\t\\n\\r", "upper": "A-Z", "xdigit": "0-9A-Fa-f",
+}  # fmt: skip
+
+
 def _bracket_regex(glob: str, start: int) -> tuple[str, int] | None:
-    """The [...] class whose "[" is just before `start`, as pathspec reads it ("!" or "^"
-    negates, a "]" first is a member, a backslash is itself): (regex, index past the "]"), or
-    None when it is not closed."""
-    i = start + (glob[start : start + 1] in ("!", "^"))
-    end = glob.find("]", i + (glob[i : i + 1] == "]"))
-    if end == -1:
-        return None
-    members, items, k = glob[i:end], [], 0
-    while k < len(members):
-        if members[k + 1 : k + 2] == "-" and k + 2 < len(members):
-            low, high = members[k], members[k + 2]  # git reads [z-a] as [z]
-            items.append(f"{re.escape(low)}-{re.escape(high)}" if low <= high else re.escape(low))
-            k += 3
+    """The [...] class whose "[" is just before `start`, read as git's wildmatch does: "!" or
+    "^" first negates, a "]" first is a member, a backslash escapes the next character, a-z is
+    a range (z-a only its z), [:alpha:] and the like are classes, and "/" never matches.
+    Returns (regex, index past the "]"), or None when the class is not closed or names an
+    unknown [:class:], which git reads as never matching."""
+    i = start
+    negated = glob[i : i + 1] in ("!", "^")
+    i += negated
+    members: list[str] = []
+    previous = ""  # the last single character read, the start of a range after it
+    first = True
+    while True:
+        if i >= len(glob):
+            return None
+        char = glob[i]
+        if char == "]" and not first:
+            break
+        first = False
+        if char == "\\":
+            i += 1
+            if i >= len(glob):
+                return None
+            char = glob[i]
+            members.append(re.escape(char))
+        elif char == "-" and previous and i + 1 < len(glob) and glob[i + 1] != "]":
+            i += 1
+            high = glob[i]
+            if high == "\\":
+                i += 1
+                if i >= len(glob):
+                    return None
+                high = glob[i]
+            if previous <= high:
+                members.append(f"{re.escape(previous)}-{re.escape(high)}")
+            i += 1
+            previous = ""
+            continue
+        elif char == "[" and glob[i + 1 : i + 2] == ":":
+            close = glob.find("]", i + 2)
+            if close == -1:
+                return None
+            if glob[close - 1] == ":" and close - 1 > i + 1:
+                named = _POSIX_CLASSES.get(glob[i + 2 : close - 1])
+                if named is None:
+                    return None
+                members.append(named)
+                i = close + 1
+                previous = ""
+                continue
+            members.append(re.escape(char))  # no ":]": a plain "["
         else:
-            items.append(re.escape(members[k]))
-            k += 1
-    return ("[^/" if i > start else "[") + "".join(items) + "]", end + 1
+            members.append(re.escape(char))
+        previous = char
+        i += 1
+    body = "".join(members)
+    if negated:
+        return f"[^/{body}]", i + 1
+    return (f"(?!/)[{body}]" if body else "(?!)"), i + 1
 
 
 def _gitignored(rel: str, is_dir: bool, specs: _Specs) -> bool:
