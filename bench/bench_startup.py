@@ -1,11 +1,12 @@
 """Time from starting the process to the first LLM request, toy_agent against a bare SDK script.
 
-    python bench/bench_startup.py [RUNS]
+    python bench/bench_startup.py [RUNS] [REPO]    # REPO: an empty folder unless given
 
 Both talk to the same loopback server, which notes when each first request arrives. The bare
 script is the least any tool built on the anthropic SDK can do: import it, build a client,
 send one message. toy_agent also parses flags, reads .env, sets up logging, builds its tools
-and the prompt; it imports the SDK in the background meanwhile (llm.preload_sdk).
+and the prompt; it imports the SDK in the background meanwhile (llm.preload_sdk), and walks
+the repository in the background as the first request goes out (Tree.warm_up).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def first_request_after(argv: list[str], env: dict[str, str]) -> float:
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     env = {"PATH": "/usr/bin:/bin", "HOME": tempfile.mkdtemp()}
-    repo = tempfile.mkdtemp()
+    repo = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp()
     toy = [sys.executable, str(ROOT / "main.py"), "--task", "x", "--repo", repo, "--quiet"]
     bare = [sys.executable, "-c", BARE]
     times: dict[str, list[float]] = {"bare anthropic script": [], "toy_agent": []}

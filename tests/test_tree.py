@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fakes import ScriptedLlm, xml_action
 
+from toy_agent import ReactAgent
+from toy_agent.messages import LlmResponse
 from toy_agent.search import Tree, walk
 from toy_agent.tools import CodeRepositoryTools
 
@@ -108,3 +112,38 @@ def test_the_tools_see_their_own_writes_at_once(tmp_path: Path) -> None:
     tools.write_file("pkg/b.py", "needle\n")
     assert "pkg/b.py" in tools.list_files()
     assert "pkg/b.py" in tools.search_in_files("needle")
+
+
+def test_a_warm_up_walks_in_the_background_and_the_next_walk_reuses_it(
+    settled: tuple[Path, Path],
+) -> None:
+    root, _ = settled
+    tree = Tree(root)
+    tree.warm_up()
+    assert sorted(tree.walk(root)) == sorted(walk(root, root))  # waits for the warm-up
+    assert tree.scans == 7
+
+
+class WaitsForTheWalk(ScriptedLlm):
+    """Answers only once the repository has been walked: a run must walk it while the model
+    thinks over the first request."""
+
+    def __init__(self, tree: Tree, folders: int):
+        super().__init__(xml_action("task_complete", result="done"))
+        self.tree, self.folders = tree, folders
+
+    def call_llm(self, *args: Any, **kwargs: Any) -> LlmResponse:
+        deadline = time.monotonic() + 10
+        while self.tree.scans < self.folders and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert self.tree.scans == self.folders, "the repository was not walked"
+        return super().call_llm(*args, **kwargs)
+
+
+def test_a_run_walks_the_repository_while_the_first_llm_call_is_in_flight(
+    settled: tuple[Path, Path],
+) -> None:
+    root, _ = settled
+    tools = CodeRepositoryTools(root)
+    agent = ReactAgent(WaitsForTheWalk(tools.tree, 7), tools=tools)
+    assert agent.run("look around")["outcome"] == "completed"

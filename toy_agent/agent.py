@@ -241,6 +241,8 @@ class ReactAgent:
                 self.iteration = iteration
                 self._check_cancelled()
                 self._emit(StepStarted(self.iteration, self.max_iterations))
+                if iteration == 1:  # the model thinks a while: time to walk the repository
+                    self.tools.tree.warm_up()
                 response = self._call_llm()
                 final_answer = self._process_response(response)
                 if final_answer is not None:

@@ -19,6 +19,7 @@ import re
 import shutil
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -118,6 +119,22 @@ class Tree:
         self._held = 0  # entries remembered, up to max_entries
         self._max_entries = max_entries
         self.scans = 0  # folders read from disk so far; the others came from memory
+        self._warming: threading.Thread | None = None
+        self._lock = threading.Lock()  # the bookkeeping of a walk and a warm-up at once
+
+    def warm_up(self) -> None:
+        """Walk the whole tree in a background thread, so that the first list or search finds
+        it remembered (a run starts this as its first LLM call goes out). The thread lets
+        others run between folders; a walk started meanwhile waits for it to finish."""
+        if self._warming is not None and self._warming.is_alive():
+            return
+
+        def warm() -> None:
+            for _ in self._walk(self.root, polite=True):
+                pass
+
+        self._warming = threading.Thread(target=warm, name="toy-agent-walk", daemon=True)
+        self._warming.start()
 
     def walk(self, top: Path) -> Iterator[_Entry]:
         """Yield (repo-relative path, kind) under `top`, skipping what git and humans ignore. The
@@ -127,11 +144,19 @@ class Tree:
         they resolve to a regular file inside the repository, so nothing outside is ever listed
         or searched.
         """
+        warming = self._warming
+        if warming is not None and warming is not threading.current_thread():
+            warming.join()  # its work would be done twice, and slower for sharing the GIL
+        return self._walk(top)
+
+    def _walk(self, top: Path, *, polite: bool = False) -> Iterator[_Entry]:
         specs, explicit = self._ancestor_rules(top)
         stack = [(str(top), "" if top == self.root else _rel(self.root, top), specs)]
         while stack:
             directory, rel_dir, specs = stack.pop()
             specs, entries = self._folder(directory, rel_dir, specs, explicit)
+            if polite:
+                time.sleep(0)  # let a thread waiting for the GIL (the LLM call) have it
             cut = len(rel_dir) + 1 if rel_dir else 0
             for rel, kind in entries:
                 if kind == "link":
@@ -167,7 +192,7 @@ class Tree:
             here = self._with_ignore_file(specs, rel_dir, directory, known.has_ignore_file)
             if known.specs == here:
                 return here, known.entries
-        self.scans += 1
+        self.scans += 1  # not exact while a warm-up runs: a count for tests and the log
         try:
             with os.scandir(directory) as scan:
                 found = list(scan)
@@ -177,14 +202,15 @@ class Tree:
         has_ignore_file = not explicit and any(e.name == ".gitignore" for e in found)
         here = self._with_ignore_file(specs, rel_dir, directory, has_ignore_file)
         entries = _kept(found, f"{rel_dir}/" if rel_dir else "", here)
-        if self._held + len(entries) <= self._max_entries:
-            if known is not None:
-                self._held -= len(known.entries)
-            self._held += len(entries)
-            racy = st.st_mtime_ns + _RACY_NS > now or st.st_ctime_ns + _RACY_NS > now
-            self._folders[directory] = _Folder(
-                None if racy else stamp, here, has_ignore_file, entries
-            )
+        racy = st.st_mtime_ns + _RACY_NS > now or st.st_ctime_ns + _RACY_NS > now
+        with self._lock:
+            replaced = self._folders.get(directory)
+            held = self._held - (len(replaced.entries) if replaced is not None else 0)
+            if held + len(entries) <= self._max_entries:
+                self._held = held + len(entries)
+                self._folders[directory] = _Folder(
+                    None if racy else stamp, here, has_ignore_file, entries
+                )
         return here, entries
 
     def _ancestor_rules(self, top: Path) -> tuple[_Specs, bool]:
