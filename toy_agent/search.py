@@ -92,14 +92,26 @@ _Stamp = tuple[int, int, int, int]
 
 @dataclass(frozen=True)
 class _Folder:
-    """One folder's scan: its entries that pass the name and ignore rules it was scanned with.
-    A "link" entry is a symlink, checked again on every walk (its target can change without
-    this folder changing); a "dir" entry is checked again for being a virtualenv."""
+    """One folder's scan: its entries that pass the name and ignore rules it was scanned with,
+    sorted by name. A "link" entry is a symlink, checked again on every walk (its target can
+    change without this folder changing); a "dir" entry is checked again for being a
+    virtualenv. `marks` are where those two kinds are; the rest is handed on in slices."""
 
     stamp: _Stamp | None  # the folder's (mtime, ctime, inode, device); None: not to be reused
     specs: _Specs
     has_ignore_file: bool
     entries: list[_Entry]
+    marks: tuple[int, ...]
+
+
+class _Frame:
+    """A folder part-way through a walk: its next mark, and where its next run starts."""
+
+    __slots__ = ("path", "cut", "folder", "mark", "start")
+
+    def __init__(self, path: str, rel: str, folder: _Folder):
+        self.path, self.cut, self.folder = path, len(rel) + 1 if rel else 0, folder
+        self.mark = self.start = 0
 
 
 class Tree:
@@ -150,68 +162,80 @@ class Tree:
         return self._walk(top)
 
     def _walk(self, top: Path, *, polite: bool = False) -> Iterator[_Entry]:
+        return itertools.chain.from_iterable(self._runs(top, polite))
+
+    def _runs(self, top: Path, polite: bool) -> Iterator[list[_Entry]]:
+        """The walk as runs of entries, in path order (what is in a folder comes right after
+        it, before its next sibling): slices of the remembered scans, so that a walk from
+        memory costs little more than a copy."""
         specs, explicit = self._ancestor_rules(top)
-        stack = [(str(top), "" if top == self.root else _rel(self.root, top), specs)]
-        while stack:
-            directory, rel_dir, specs = stack.pop()
-            specs, entries = self._folder(directory, rel_dir, specs, explicit)
-            if polite:
-                time.sleep(0)  # let a thread waiting for the GIL (the LLM call) have it
-            cut = len(rel_dir) + 1 if rel_dir else 0
-            for rel, kind in entries:
-                if kind == "link":
-                    if not _is_inner_file_link(self.root, f"{directory}/{rel[cut:]}"):
-                        continue
-                    kind = "file"
-                elif kind == "dir":
-                    path = f"{directory}/{rel[cut:]}"
-                    if os.path.exists(f"{path}/pyvenv.cfg"):  # a virtualenv, whatever its name
-                        continue
-                    stack.append((path, rel, specs))
-                yield rel, kind
+        rel_top = "" if top == self.root else _rel(self.root, top)
+        frames = [_Frame(str(top), rel_top, self._folder(str(top), rel_top, specs, explicit))]
+        while frames:
+            frame = frames[-1]
+            entries, marks = frame.folder.entries, frame.folder.marks
+            if frame.mark == len(marks):
+                if frame.start < len(entries):
+                    yield entries[frame.start :]
+                frames.pop()
+                continue
+            at = marks[frame.mark]
+            frame.mark += 1
+            if at > frame.start:
+                yield entries[frame.start : at]
+            frame.start = at + 1
+            rel, kind = entries[at]
+            path = f"{frame.path}/{rel[frame.cut :]}"
+            if kind == "link":
+                if _is_inner_file_link(self.root, path):
+                    yield [(rel, "file")]
+            elif not os.path.exists(f"{path}/pyvenv.cfg"):  # a virtualenv, whatever its name
+                yield [(rel, kind)]
+                if polite:
+                    time.sleep(0)  # let a thread waiting for the GIL (the LLM call) have it
+                below = self._folder(path, rel, frame.folder.specs, explicit)
+                frames.append(_Frame(path, rel, below))
 
     def is_ignored(self, top: Path) -> bool:
         """Whether `top` itself is normally ignored (hidden, noise or gitignored). walk still
         lists such a folder when asked for it explicitly, without gitignore filtering below."""
         return self._ancestor_rules(top)[1]
 
-    def _folder(
-        self, directory: str, rel_dir: str, specs: _Specs, explicit: bool
-    ) -> tuple[_Specs, list[_Entry]]:
-        """(the ignore rules in force below `directory`, its entries that pass them), from the
-        last scan if the folder has not changed since."""
+    def _folder(self, directory: str, rel_dir: str, specs: _Specs, explicit: bool) -> _Folder:
+        """The scan of `directory` under the ignore rules `specs` of the folders above: the
+        last one if the folder has not changed since, else a new one."""
         now = time.time_ns()
         try:
             st = os.stat(directory, follow_symlinks=False)
         except OSError as exc:
             logger.debug("cannot scan %s: %s", directory, exc)
-            return specs, []
+            return _Folder(None, specs, False, [], ())
         stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         known = self._folders.get(directory)
         if known is not None and known.stamp == stamp:
             here = self._with_ignore_file(specs, rel_dir, directory, known.has_ignore_file)
             if known.specs == here:
-                return here, known.entries
+                return known
         self.scans += 1  # not exact while a warm-up runs: a count for tests and the log
         try:
             with os.scandir(directory) as scan:
                 found = list(scan)
         except OSError as exc:
             logger.debug("cannot scan %s: %s", directory, exc)
-            return specs, []
+            return _Folder(None, specs, False, [], ())
         has_ignore_file = not explicit and any(e.name == ".gitignore" for e in found)
         here = self._with_ignore_file(specs, rel_dir, directory, has_ignore_file)
-        entries = _kept(found, f"{rel_dir}/" if rel_dir else "", here)
+        entries = sorted(_kept(found, f"{rel_dir}/" if rel_dir else "", here))
+        marks = tuple(i for i, (_, kind) in enumerate(entries) if kind in ("dir", "link"))
         racy = st.st_mtime_ns + _RACY_NS > now or st.st_ctime_ns + _RACY_NS > now
+        folder = _Folder(None if racy else stamp, here, has_ignore_file, entries, marks)
         with self._lock:
             replaced = self._folders.get(directory)
             held = self._held - (len(replaced.entries) if replaced is not None else 0)
             if held + len(entries) <= self._max_entries:
                 self._held = held + len(entries)
-                self._folders[directory] = _Folder(
-                    None if racy else stamp, here, has_ignore_file, entries
-                )
-        return here, entries
+                self._folders[directory] = folder
+        return folder
 
     def _ancestor_rules(self, top: Path) -> tuple[_Specs, bool]:
         """Ignore rules in force at `top`, and whether `top` itself is ignored (asked for

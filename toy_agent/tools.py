@@ -15,6 +15,7 @@ import fcntl
 import inspect
 import itertools
 import logging
+import operator
 import os
 import re
 import secrets
@@ -178,13 +179,8 @@ class CodeRepositoryTools:
         if not top.is_dir():
             raise ToolError(f"{self._rel(top)} is a file; use read_file or get_file_info on it.")
         explicit = self.tree.is_ignored(top)
-        # "\0" sorts below any character of a name: "a/b" before "a-b", as folder by folder
-        walked = sorted(self.tree.walk(top), key=lambda e: e[0].replace("/", "\0"))
-        entries = [  # a special file is shown with its kind: "pipe  (fifo)"
-            (rel if kind in ("dir", "file") else f"{rel}  ({kind})", kind == "dir")
-            for rel, kind in walked
-        ]
-        n_dirs = sum(is_dir for _, is_dir in entries)
+        entries = list(self.tree.walk(top))  # in path order
+        n_dirs = [kind for _, kind in entries].count("dir")
         logger.info("listed %s: %d files, %d dirs", self._rel(top), len(entries) - n_dirs, n_dirs)
         where = "Repository root" if top == self.repo_path else self._rel(top)
         header = f"{where}: {len(entries) - n_dirs} files, {n_dirs} directories"
@@ -193,7 +189,7 @@ class CodeRepositoryTools:
         if not entries:
             return f"{header}. Nothing to list (empty, or everything in it is ignored)."
         if len(entries) <= LIST_LIMIT:
-            return "\n".join([header + ":", *(rel + "/" * d for rel, d in entries)])
+            return "\n".join([header + ":", *(_entry_line(rel, kind) for rel, kind in entries)])
         return "\n".join([header + ".", *_summarise(entries, self._rel(top))])
 
     def read_file(
@@ -1024,31 +1020,41 @@ def _file_kind(f: typing.BinaryIO, name: str) -> list[str]:
     return info
 
 
-def _summarise(entries: list[tuple[str, bool]], top: str) -> list[str]:
-    """Too many entries: show the deepest levels that fit, folders below with file counts."""
+def _entry_line(rel: str, kind: str) -> str:
+    """ "src/" for a folder, "src/a.py" for a file, "pipe  (fifo)" for a special file."""
+    return rel if kind == "file" else rel + "/" if kind == "dir" else f"{rel}  ({kind})"
+
+
+def _summarise(entries: list[tuple[str, str]], top: str) -> list[str]:
+    """Too many entries: show the deepest levels that fit, folders below with file counts.
+    The per-entry work is done by map and Counter, not a Python loop: a big repository has
+    hundreds of thousands of entries."""
     base = 0 if top == "." else top.count("/") + 1
-    depths = [rel.count("/") + 1 - base for rel, _ in entries]
-    per_depth = Counter(depths)
-    depth, fitting = 1, per_depth[1] + per_depth[2]
+    rels = [rel for rel, _ in entries]
+    slashes = list(map(str.count, rels, itertools.repeat("/")))  # depth - 1 + base
+    per_depth = Counter(slashes)
+    depth, fitting = 1, per_depth[base] + per_depth[base + 1]
     while fitting <= LIST_LIMIT:  # ends: there are more than LIST_LIMIT entries
         depth += 1
-        fitting += per_depth[depth + 1]
+        fitting += per_depth[base + depth]
+    parents = map(operator.itemgetter(0), map(str.rpartition, rels, itertools.repeat("/")))
+    per_folder = Counter(parents)
+    per_folder.subtract(rel.rpartition("/")[0] for rel, kind in entries if kind == "dir")
     files_below: Counter[str] = Counter()  # per folder shown at the last level
-    per_folder = Counter(rel.rpartition("/")[0] for rel, is_dir in entries if not is_dir)
     for folder, n in per_folder.items():
         parts = folder.split("/")
         if len(parts) - base >= depth:
             files_below["/".join(parts[: base + depth])] += n
-    shown = [entry for entry, d in zip(entries, depths, strict=True) if d <= depth]
+    shown = list(itertools.compress(entries, map((base + depth).__gt__, slashes)))
     lines = [
         f"{rel}/  ({files_below[rel]} files inside)"
-        if is_dir and rel.count("/") + 1 - base == depth
-        else rel + "/" * is_dir
-        for rel, is_dir in shown[:LIST_LIMIT]
+        if kind == "dir" and rel.count("/") + 1 - base == depth
+        else _entry_line(rel, kind)
+        for rel, kind in shown[:LIST_LIMIT]
     ]
     if len(shown) > LIST_LIMIT:
         lines.append(f"... and {len(shown) - LIST_LIMIT} more entries at this level")
-    example = next((rel for rel, is_dir in shown if is_dir), top)
+    example = next((rel for rel, kind in shown if kind == "dir"), top)
     lines.append(
         f"[Too many entries to list ({len(entries):,}); showing {depth} level(s) with file "
         f"counts per folder. List a folder to see inside, e.g. list_files(path={example!r}).]"
