@@ -7,6 +7,7 @@ from its own script, so tasks may run in any order or side by side.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pty
 import select
@@ -26,6 +27,8 @@ from fakes import ScriptedLlm, xml_action
 from toy_agent.batch import RECORD_KEYS, BatchError, RunSettings, prepare_copy, remove_copy
 from toy_agent.batch import Task as BatchTask
 from toy_agent.cli import main
+from toy_agent.llm import LlmError
+from toy_agent.messages import LlmResponse
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = (
@@ -352,6 +355,20 @@ def test_on_a_terminal_a_progress_line_shows_done_running_tokens_and_eta(
     assert "2 tasks: 2 passed, 0 failed" in screen
 
 
+def test_on_a_terminal_a_task_warning_names_its_task_above_the_progress_line(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    echo = {"id": "echo", "repo": "plain", "task": "[echo] nobody scripted this"}
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], echo])
+    with TaskScripts(SCRIPTS, delays={"alpha": 0.3}) as provider:
+        screen = run_in_pty(
+            [sys.executable, str(ROOT / "main.py"), "--tasks-file", str(tasks), "--out",
+             str(tmp_path / "out"), "--max-retries", "0"], provider.env("claude"),
+        )  # fmt: skip
+    assert "\r\x1b[KWARNING echo: LLM call failed" in screen
+    assert "2 tasks: 1 passed, 1 failed" in screen
+
+
 def run_in_pty(argv: list[str], extra_env: dict[str, str]) -> str:
     controller, terminal = pty.openpty()
     env = {**os.environ, "TERM": "xterm", **extra_env}
@@ -391,6 +408,38 @@ def test_run_batch_from_python_with_any_llm_client(sources: dict[str, Path]) -> 
                                           "cached_tokens": 0}  # fmt: skip
     with pytest.raises(BatchError, match="tasks line 2: duplicate id 't0'"):
         run_batch([tasks[0], tasks[0]], out, RunSettings(make_llm=scripted))
+
+
+def test_log_records_of_a_task_name_it_even_from_the_llm_calls_thread(
+    sources: dict[str, Path],
+) -> None:
+    from toy_agent import run_batch
+    from toy_agent.batch import TaskLogFilter
+
+    class Chatty(ScriptedLlm):
+        def call_llm(self, *args: Any, **kwargs: Any) -> LlmResponse:
+            logging.getLogger("toy_agent.test").warning("asked %d", len(self.requests))
+            return super().call_llm(*args, **kwargs)
+
+    def scripted() -> ScriptedLlm:
+        return Chatty(LlmError("scripted", "the provider is down"))
+
+    seen: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    handler.addFilter(TaskLogFilter())
+    logging.getLogger().addHandler(handler)
+    try:
+        tasks = [{"id": f"t{i}", "repo": str(sources["plain"]), "task": "x"} for i in range(2)]
+        out = sources["plain"].parent / "logged-out"
+        run_batch(tasks, out, RunSettings(make_llm=scripted, sandbox="off"), workers=2)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert all(message.startswith(("t0: ", "t1: ")) for message in seen), seen
+    assert sorted(m for m in seen if "asked" in m or "LLM call failed" in m) == [
+        "t0: LLM call failed: scripted API error: the provider is down", "t0: asked 0",
+        "t1: LLM call failed: scripted API error: the provider is down", "t1: asked 0",
+    ]  # fmt: skip
 
 
 def test_checks_run_sandboxed_without_secrets_and_are_killed_at_the_timeout(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import threading
@@ -433,7 +434,12 @@ class ReactAgent:
             except BaseException as exc:  # handed to the waiting thread, re-raised there
                 box["error"] = exc
 
-        worker = threading.Thread(target=target, name="toy-agent-llm", daemon=True)
+        worker = threading.Thread(  # in this context: a batch's log records name the task
+            target=contextvars.copy_context().run,
+            args=(target,),
+            name="toy-agent-llm",
+            daemon=True,
+        )
         worker.start()
         while worker.is_alive():
             worker.join(LLM_POLL_SECONDS)

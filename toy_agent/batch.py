@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import json
 import logging
 import math
@@ -48,6 +49,21 @@ from toy_agent.sandbox import SandboxUnavailable, kill_live_groups, resolve_sand
 from toy_agent.tools import CodeRepositoryTools, run_shell
 
 logger = logging.getLogger(__name__)
+
+_TASK_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("task_id", default=None)
+
+
+class TaskLogFilter(logging.Filter):
+    """Puts the id of the batch task a log record comes from in front of its message
+    ("t3: LLM call failed: ..."): tasks run side by side, and their records mix."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        task = _TASK_ID.get()
+        if task is not None and getattr(record, "task_id", None) is None:
+            record.msg, record.args = f"{task}: {record.getMessage()}", ()
+            record.task_id = task  # once, whichever handler sees the record first
+        return True
+
 
 TASK_KEYS = ("id", "repo", "task", "rev", "check", "max_iterations")
 REQUIRED_KEYS = ("id", "repo", "task")
@@ -355,6 +371,7 @@ def run_task(
     meta = scratch / "meta" / task.id
     stopped = stop.is_set if stop else (lambda: False)
     copy = None
+    named = _TASK_ID.set(task.id)
     try:
         if stopped():
             return {"id": task.id, "outcome": "cancelled"}
@@ -390,6 +407,7 @@ def run_task(
         if copy is not None:
             remove_copy(copy)
         shutil.rmtree(meta, ignore_errors=True)
+        _TASK_ID.reset(named)
 
 
 def failed_result(task_id: str, error: str, elapsed: float = 0.0) -> dict[str, Any]:

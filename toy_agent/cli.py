@@ -489,7 +489,7 @@ def _run(args: argparse.Namespace) -> int:
     live = args.output == "text" and not args.quiet and sys.stdout.isatty()
     batch = args.tasks_file is not None or args.out is not None
     view = TerminalView(sys.stdout) if live and not (batch or args.list_tools) else None
-    redactor, handlers = _setup_logging(args, live or batch, view)  # a batch logs per task
+    redactor, handlers = _setup_logging(args, live or batch, view, batch=batch)
     for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():
         os.environ[name] = value
         if name in KEY_VARIABLES:
@@ -824,10 +824,16 @@ def _mcp_tools(args: argparse.Namespace, redactor: Redactor) -> McpTools | None:
 
 
 def _setup_logging(
-    args: argparse.Namespace, live: bool, view: TerminalView | None = None
+    args: argparse.Namespace,
+    live: bool,
+    view: TerminalView | None = None,
+    *,
+    batch: bool = False,
 ) -> tuple[Redactor, list[logging.Handler]]:
     """Console at --log-level, --log-file at DEBUG; both redacted. Returns the handlers.
-    On the live view's terminal, console records are printed above its live line."""
+    On the live view's terminal, console records are printed above its live line. In a batch
+    each record names its task, and on a terminal first clears the progress line (which is
+    drawn again within half a second)."""
     from toy_agent.environment import KEY_VARIABLES
     from toy_agent.redaction import RedactingFilter, Redactor
     from toy_agent.view import VisibleFormatter
@@ -840,7 +846,8 @@ def _setup_logging(
     if view is not None and sys.stderr.isatty():
         console = view.log_handler()
     console.setLevel(level)
-    console.setFormatter(VisibleFormatter("%(levelname)s %(message)s"))
+    clear = "\r\x1b[K" if batch and live and sys.stdout.isatty() and sys.stderr.isatty() else ""
+    console.setFormatter(VisibleFormatter("%(levelname)s %(message)s", lead=clear))
     handlers: list[logging.Handler] = [console]
     if args.log_file:
         try:
@@ -852,6 +859,10 @@ def _setup_logging(
         file_handler.setFormatter(logging.Formatter(LOG_FORMAT))
         handlers.append(file_handler)
     for handler in handlers:
+        if batch:
+            from toy_agent.batch import TaskLogFilter
+
+            handler.addFilter(TaskLogFilter())
         handler.addFilter(RedactingFilter(redactor))
         root.addHandler(handler)
     for noisy in (

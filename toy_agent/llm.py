@@ -9,6 +9,7 @@ error messages and logging are shared by `_ProviderClient`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import email.utils
 import functools
 import importlib
@@ -537,7 +538,12 @@ class _ProviderClient(LlmClient):
                 box["error"] = exc
             done.set()
 
-        threading.Thread(target=target, name=f"toy-agent-{self.provider}", daemon=True).start()
+        threading.Thread(  # in the caller's context, which names a batch's task in the log
+            target=contextvars.copy_context().run,
+            args=(target,),
+            name=f"toy-agent-{self.provider}",
+            daemon=True,
+        ).start()
         if not done.wait(self.timeout):
             raise _DeadlineExceeded(f"no complete response within {self.timeout:g}s")
         if "error" in box:

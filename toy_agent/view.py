@@ -54,10 +54,15 @@ def visible(text: str) -> str:
 
 class VisibleFormatter(logging.Formatter):
     """Log records for a terminal: file names, commands and errors in them come from the
-    repository or the model, so their control characters are shown as escapes too."""
+    repository or the model, so their control characters are shown as escapes too. `lead`,
+    our own, is written as it is (a batch's "clear the progress line")."""
+
+    def __init__(self, fmt: str, *, lead: str = ""):
+        super().__init__(fmt)
+        self.lead = lead
 
     def format(self, record: logging.LogRecord) -> str:
-        return visible(super().format(record))
+        return self.lead + visible(super().format(record))
 
 
 def _escape(match: re.Match[str]) -> str:
