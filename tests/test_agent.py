@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from fakes import BlockingLlm, ScriptedLlm, native_call, xml_action
@@ -12,6 +13,7 @@ from toy_agent import ReactAgent
 from toy_agent.events import (
     RunFinished,
     RunStarted,
+    StepFinished,
     TextDelta,
     ToolFinished,
     TrajectoryRecorder,
@@ -225,6 +227,27 @@ def test_refused_confirmation_becomes_an_observation(repo):
     assert [a.tool_name for a in asked] == ["write_file"]
     assert not (repo / "new.txt").exists()
     assert "declined" in llm.requests[1]["messages"][-1].content
+
+
+def test_the_wait_for_a_confirmation_is_not_counted_as_the_tools_time(repo):
+    def slow_yes(action):
+        time.sleep(CONFIRM_WAIT)  # a person reading the preview
+        return True
+
+    events = []
+    llm = ScriptedLlm(
+        xml_action("write_file", path="new.txt", content="hi"),
+        xml_action("task_complete", result="ok"),
+    )
+    ReactAgent(llm, repo, confirm=slow_yes, on_event=events.append).run("task")
+
+    assert (repo / "new.txt").read_text() == "hi"
+    [finished] = [e for e in events if isinstance(e, ToolFinished)]
+    [step, _] = [e.step for e in events if isinstance(e, StepFinished)]
+    assert finished.seconds < CONFIRM_WAIT and step.tool_seconds == finished.seconds
+
+
+CONFIRM_WAIT = 1.0  # far longer than writing a 2-byte file takes
 
 
 def test_requests_stay_within_the_context_budget_on_huge_files(repo):

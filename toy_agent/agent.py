@@ -314,7 +314,6 @@ class ReactAgent:
         """Parse, run each action, record the observations. Returns the final answer, if any."""
         if isinstance(response, str):
             response = LlmResponse(response)
-        started = time.monotonic()
         try:
             parsed = self._parse_response(response)
         except ParseError as exc:
@@ -323,12 +322,14 @@ class ReactAgent:
                                          llm_seconds=response.seconds)))  # fmt: skip
             return None
         observations: list[Observation] = []
-        final_answer = None
+        final_answer, tool_seconds = None, 0.0
         for action in parsed.actions:
             if action.tool_name == "task_complete":
                 final_answer = self._final_answer(action.parameters)
                 break
-            observations.append(self._run_action(action))
+            observation, seconds = self._run_action(action)
+            observations.append(observation)
+            tool_seconds += seconds
         if observations and parsed.notice:
             last = observations[-1]
             observations[-1] = replace(last, content=f"{last.content}\n\n{parsed.notice}")
@@ -336,31 +337,34 @@ class ReactAgent:
             self.conversation_history.append(self.format.observation_message(observations))
         step = Step(self.iteration, response, parsed.thought, parsed.actions,
                     tuple(observations), llm_seconds=response.seconds,
-                    tool_seconds=time.monotonic() - started)  # fmt: skip
+                    tool_seconds=tool_seconds)  # fmt: skip
         self._emit(StepFinished(step))
         return final_answer
 
-    def _run_action(self, action: Action) -> Observation:
+    def _run_action(self, action: Action) -> tuple[Observation, float]:
+        """The observation of one action, and the seconds its tool took (--confirm's wait for
+        an answer is not the tool's time)."""
         self._emit(ToolStarted(self.iteration, action))
-        started = time.monotonic()
-        is_error = True
+        is_error, seconds = True, 0.0
         if self.confirm and action.tool_name in CONFIRM_TOOLS and not self.confirm(action):
             content = DECLINED
             self._state.declined += 1
         else:
+            started = time.monotonic()
             try:
                 content = self._execute_tool(action.tool_name, action.parameters,
                                              action.arguments_error)  # fmt: skip
                 is_error = False
             except (ToolError, McpToolError) as exc:
                 content = f"Error: {exc}"
+            seconds = time.monotonic() - started
         self._state.tool_errors += is_error
         content = wire_text(content)
         content = cap_text(self.redactor.redact(content), observation_cap(self.context_budget))
         content += self._repetition_warning(action)
         observation = Observation(action, content, is_error)
-        self._emit(ToolFinished(self.iteration, observation, time.monotonic() - started))
-        return observation
+        self._emit(ToolFinished(self.iteration, observation, seconds))
+        return observation, seconds
 
     def _execute_tool(
         self, tool_name: str, parameters: dict[str, Any], arguments_error: str = ""

@@ -228,7 +228,6 @@ class TerminalView:
         self._partial = ""  # the streamed thought's unfinished line, shown in the live region
         self._stream_lines = 0
         self._stream_gap = False
-        self._tool_clock = 0.0  # when the tool itself started: after --confirm's answer
         self._live = Live(
             console=self.console, get_renderable=self._live_line, refresh_per_second=10,
             transient=True,
@@ -248,7 +247,6 @@ class TerminalView:
             case LlmResponded(response=response, seconds=seconds):
                 self._show_thought(response.text, seconds)
             case ToolStarted(action=action):
-                self._tool_clock = time.monotonic()
                 self._set_status(f"running {describe_action(action)}")
             case ToolFinished(observation=obs, seconds=seconds):
                 self._status = None
@@ -273,7 +271,6 @@ class TerminalView:
             self.console.print(_diff_text(preview))
             return self.console.input(Text(question, style="bold"))
         finally:
-            self._tool_clock = time.monotonic()
             if status is not None:
                 self._set_status(status[0])
 
@@ -312,7 +309,6 @@ class TerminalView:
     def _show_tool(self, action: Action, content: str, is_error: bool, seconds: float) -> None:
         from rich.text import Text
 
-        seconds = min(seconds, time.monotonic() - self._tool_clock)  # --confirm's wait left out
         mark = Text("  ✗ ", style="red") if is_error else Text("  ✓ ", style="green")
         took = Text(f" {seconds:.2f}s", style="dim")
         error = f" {_first_line(visible(content))}" if is_error else ""
