@@ -121,7 +121,7 @@ class Tree:
     A folder's timestamp changes whenever an entry is added, removed or renamed in it, so a
     folder whose timestamp, and whose ignore rules, are as they were is not scanned again (git's
     untracked cache works the same way). Symlinks and virtualenv markers are checked on every
-    walk. One Tree serves one run; nothing is kept on disk.
+    walk. A Tree lives as long as its CodeRepositoryTools; nothing is kept on disk.
     """
 
     def __init__(self, root: Path, *, max_entries: int = WALK_CACHE_MAX_ENTRIES):
@@ -209,6 +209,8 @@ class Tree:
             st = os.stat(directory, follow_symlinks=False)
         except OSError as exc:
             logger.debug("cannot scan %s: %s", directory, exc)
+            return _Folder(None, specs, False, [], ())
+        if not stat.S_ISDIR(st.st_mode):  # swapped for a link or a file since its parent's scan
             return _Folder(None, specs, False, [], ())
         stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         known = self._folders.get(directory)
