@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -105,3 +109,33 @@ def finishes(call: Callable[[], T], seconds: float = 20.0) -> T:
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]
+
+
+def run_in_pty(argv: list[str], extra_env: dict[str, str] | None = None) -> str:
+    """Run `argv` on a pseudo-terminal (TERM=xterm, NO_COLOR unset) and return all it wrote."""
+    controller, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    proc = subprocess.Popen(
+        argv,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env={**env, "TERM": "xterm", **(extra_env or {})},
+        close_fds=True,
+    )
+    os.close(terminal)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([controller], [], [], 30)
+        if not ready:
+            break
+        try:
+            data = os.read(controller, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(30)
+    os.close(controller)
+    return b"".join(chunks).decode("utf-8", "replace")

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
@@ -22,7 +20,7 @@ from typing import Any
 
 import pytest
 from fake_providers import FakeProvider, RecordedRequest, Reply, anthropic_reply, error_reply
-from fakes import ScriptedLlm, xml_action
+from fakes import ScriptedLlm, run_in_pty, xml_action
 
 from toy_agent.batch import RECORD_KEYS, BatchError, RunSettings, prepare_copy, remove_copy
 from toy_agent.batch import Task as BatchTask
@@ -367,26 +365,6 @@ def test_on_a_terminal_a_task_warning_names_its_task_above_the_progress_line(
         )  # fmt: skip
     assert "\r\x1b[KWARNING echo: LLM call failed" in screen
     assert "2 tasks: 1 passed, 1 failed" in screen
-
-
-def run_in_pty(argv: list[str], extra_env: dict[str, str]) -> str:
-    controller, terminal = pty.openpty()
-    env = {**os.environ, "TERM": "xterm", **extra_env}
-    proc = subprocess.Popen(argv, stdin=terminal, stdout=terminal, stderr=terminal, env=env,
-                            close_fds=True)  # fmt: skip
-    os.close(terminal)
-    chunks = []
-    while select.select([controller], [], [], 30)[0]:
-        try:
-            data = os.read(controller, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(30)
-    os.close(controller)
-    return b"".join(chunks).decode("utf-8", "replace")
 
 
 # ------------------------------------------------------------------------------- Python API

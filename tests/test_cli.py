@@ -5,9 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import pty
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -16,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fake_providers import FakeProvider, Reply, anthropic_reply, error_reply
-from fakes import write_replay, xml_action
+from fakes import run_in_pty, write_replay, xml_action
 
 from toy_agent import __version__
 from toy_agent.cli import main
@@ -358,35 +356,6 @@ def test_quiet_and_no_color_are_honoured_on_a_terminal(flag, env, repo, tmp_path
     else:
         assert "list_files" in output
         assert not re.search(r"\x1b\[[0-9;]*m", output)  # NO_COLOR: no colour
-
-
-def run_in_pty(argv: list[str], extra_env: dict[str, str] | None = None) -> str:
-    controller, terminal = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    proc = subprocess.Popen(
-        argv,
-        stdin=terminal,
-        stdout=terminal,
-        stderr=terminal,
-        env={**env, "TERM": "xterm", **(extra_env or {})},
-        close_fds=True,
-    )
-    os.close(terminal)
-    chunks = []
-    while True:
-        ready, _, _ = select.select([controller], [], [], 30)
-        if not ready:
-            break
-        try:
-            data = os.read(controller, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(30)
-    os.close(controller)
-    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def test_a_run_with_claude_through_the_real_sdk_on_a_loopback_server(repo, monkeypatch, capsys):
