@@ -283,11 +283,6 @@ def walk(root: Path, top: Path) -> Iterator[_Entry]:
     return Tree(root).walk(top)
 
 
-def is_ignored(root: Path, top: Path) -> bool:
-    """Tree.is_ignored, once (see there)."""
-    return Tree(root).is_ignored(top)
-
-
 def _kept(found: list[os.DirEntry[str]], prefix: str, specs: _Specs) -> list[_Entry]:
     """The entries of one folder that pass the name and ignore rules, as (path, kind). The
     kind is "link" for any symlink: Tree.walk checks its target each time. This loop runs for
