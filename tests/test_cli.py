@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -389,6 +390,52 @@ def test_a_run_with_claude_through_the_real_sdk_on_a_loopback_server(repo, monke
     assert len(server.requests) == 3  # the 529 was retried
     second_turn = server.requests[1].body["messages"]
     assert "print('helo')" in json.dumps(second_turn)
+
+
+class _CollectorWatch(FakeProvider):
+    """Notes, as each request arrives, whether the garbage collector runs and how many objects
+    it has frozen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collector: list[tuple[bool, int]] = []
+
+    def _next(self, request):
+        self.collector.append((gc.isenabled(), gc.get_freeze_count()))
+        return super()._next(request)
+
+
+@pytest.mark.parametrize("as_process", [True, False])
+def test_the_process_starts_with_the_collector_paused_and_runs_with_it_on(
+    as_process, repo, monkeypatch
+):
+    argv = ["--task", "x", "--repo", str(repo), "--quiet"]
+    monkeypatch.setattr(sys, "argv", ["toy-agent", *argv])
+    gc.unfreeze()
+    try:
+        with _CollectorWatch() as server:
+            server.enqueue(anthropic_reply(xml_action("task_complete", result="ok")))
+            for name, value in server.env("claude").items():
+                monkeypatch.setenv(name, value)
+            code = main() if as_process else main(argv)
+        frozen = gc.get_freeze_count()
+    finally:
+        gc.unfreeze()
+
+    assert code == 0 and gc.isenabled()
+    [(collecting, frozen_by_then)] = server.collector
+    assert collecting  # on again for the run itself
+    if as_process:  # what startup built (the SDK's classes, mostly) is never collected
+        assert frozen_by_then > 10_000 and frozen > 10_000
+    else:  # main(argv) from Python leaves the caller's collector alone
+        assert frozen == frozen_by_then == 0
+
+
+def test_the_collector_is_on_again_after_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["toy-agent", "--max-iterations", "0", "--task", "x"])
+    assert main() == 2
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert "--max-iterations" in capsys.readouterr().err
 
 
 def test_a_rejected_key_exits_with_code_three_and_one_line(repo, monkeypatch, capsys):

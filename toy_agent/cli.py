@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import gc
 import logging
 import math
 import os
@@ -347,16 +348,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line `argv` (default: this process's own, which then also starts with
+    the garbage collector paused, see _collector_paused) and return its exit code."""
+    as_process = argv is None
     argv = sys.argv[1:] if argv is None else argv
     debug = "DEBUG" in argv
     stopped_by: list[int] = []
-    with _stop_signals_interrupt(stopped_by):
+    with _stop_signals_interrupt(stopped_by), _collector_paused(as_process) as started:
         try:
             parser = build_parser()
             parser.parse_args(argv)
             args = _settings(parser, argv)
             debug = args.log_level == "DEBUG"
-            code = _run(args)
+            code = _run(args, started)
         except UsageError as exc:
             code = _fail(exc, EXIT_USAGE, debug, json_output=_wants_json(argv))
         except ModuleNotFoundError as exc:
@@ -476,7 +480,33 @@ def _stop_signals_interrupt(received: list[int]) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def _run(args: argparse.Namespace) -> int:
+@contextlib.contextmanager
+def _collector_paused(pause: bool) -> Iterator[Callable[[], None]]:
+    """Start with Python's cyclic garbage collector paused, when `pause`; yields `started`,
+    which the run calls once the provider's SDK is loaded, to turn it back on.
+
+    Importing an SDK builds hundreds of thousands of objects that all live as long as the
+    process, and the collections their allocations trigger find nothing to free: they cost a
+    sixth of anthropic's import (bench/bench_startup.py). `started` freezes what exists, so
+    later collections skip it too, then resumes collecting; leaving the block resumes in any
+    case. Only for main's own process: a caller's objects are never frozen."""
+    paused = pause and gc.isenabled()
+    if paused:
+        gc.disable()
+
+    def started() -> None:
+        if paused and not gc.isenabled():
+            gc.freeze()
+            gc.enable()
+
+    try:
+        yield started
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -> int:
     from toy_agent.config import load_instructions
     from toy_agent.environment import KEY_VARIABLES, load_dotenv_file
     from toy_agent.llm import preload_sdk
@@ -497,6 +527,7 @@ def _run(args: argparse.Namespace) -> int:
     mcp = None
     try:
         if batch:
+            started()  # the tasks load their SDK in threads of their own
             _refuse_single_run_flags(args)
             return _run_batch(args, live)
         if args.list_tools:
@@ -518,6 +549,7 @@ def _run(args: argparse.Namespace) -> int:
                                   mcp=bool(args.mcp_server or args.mcp_config),
                                   instructions=instructions.source))  # fmt: skip
         llm = _llm_client(args)
+        started()
         mcp = _mcp_tools(args, redactor)
         return _run_agent(args, repo, task, llm, mcp, redactor, view, tools, instructions.text)
     finally:
