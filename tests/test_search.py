@@ -15,13 +15,18 @@ from pathlib import Path
 
 import pytest
 from fakes import finishes
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from toy_agent.search import (
     IGNORE_FILE_MAX_BYTES,
     IGNORE_FILE_MAX_LINES,
     IGNORE_PATTERN_MAX_STARS,
     SEARCH_MAX_MATCHES,
+    _gitignored,
     _ignore_regex,
+    _ignore_rules,
+    _ignored_names,
 )
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
@@ -420,3 +425,45 @@ def test_ignore_patterns_follow_git(line: str, ignored: list[str], kept: list[st
     regex = re.compile(translated[0])
     assert [p for p in ignored if not regex.match(p)] == []
     assert [p for p in kept if regex.match(p)] == []
+
+
+_GLOB_PARTS = ["a", "b", "py", ".", "log", "*", "?", "**", "[ab]", "[!a]", "[a-c]", "\\*", "~"]
+_NAME_PARTS = ["a", "b", "py", ".", "log", "c", "*", "~", "ab"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    lines=st.lists(
+        st.builds(
+            lambda bang, lead, segments, slash: bang + lead + "/".join(segments) + slash,
+            st.sampled_from(["", "", "!"]),
+            st.sampled_from(["", "/", "**/"]),
+            st.lists(
+                st.lists(st.sampled_from(_GLOB_PARTS), min_size=1, max_size=4).map("".join),
+                min_size=1,
+                max_size=2,
+            ),
+            st.sampled_from(["", "/"]),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    names=st.lists(
+        st.lists(st.sampled_from(_NAME_PARTS), min_size=1, max_size=4).map("".join),
+        min_size=1,
+        max_size=12,
+        unique=True,
+    ),
+    prefix=st.sampled_from(["", "a/", "a/b/"]),
+)
+def test_the_walk_puts_every_name_a_pattern_could_ignore_to_the_patterns(
+    lines: list[str], names: list[str], prefix: str
+) -> None:
+    """The walk matches only the names an ignoring pattern's last segment allows (its literal
+    start or end): that shortcut must decide exactly as matching every name does."""
+    rules = _ignore_rules(tuple(lines))
+    assume(rules is not None)
+    specs = (("", rules), ("a", rules)) if prefix else (("", rules),)
+    dirs, files = names[::2], names[1::2]
+    each = {n for n in names if _gitignored(prefix + n, n in dirs, specs)}
+    assert _ignored_names(files, dirs, prefix, specs) == each

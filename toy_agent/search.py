@@ -8,6 +8,7 @@ pass paths already resolved and confined to the repository root; nothing here ch
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import functools
 import heapq
@@ -55,7 +56,7 @@ _KINDS = {
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO to read must not wait for a writer
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
-_Specs = tuple[tuple[str, re.Pattern[str]], ...]  # (folder, its ignore file as one regex)
+_Specs = tuple[tuple[str, "_Rules"], ...]  # (folder, its ignore file)
 Match = tuple[str, int, str]  # (repo-relative path, line number, line text)
 
 
@@ -88,20 +89,26 @@ WALK_CACHE_MAX_ENTRIES = 200_000  # beyond this many entries, a Tree stops remem
 
 _Entry = tuple[str, str]  # (repo-relative path, kind)
 _Stamp = tuple[int, int, int, int]
+_Run = tuple[list[str], dict[str, str]]  # paths in walk order, the special files' kinds
+_NO_KINDS: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
 class _Folder:
-    """One folder's scan: its entries that pass the name and ignore rules it was scanned with,
-    sorted by name. A "link" entry is a symlink, checked again on every walk (its target can
-    change without this folder changing); a "dir" entry is checked again for being a
-    virtualenv. `marks` are where those two kinds are; the rest is handed on in slices."""
+    """One folder's scan: the repository paths of its entries that pass the name and ignore
+    rules it was scanned with, sorted, a folder's with a "/" at the end (so they sort as git
+    lists them). `odd` holds the kinds of the others that are not plain files: "link" for a
+    symlink, checked again on every walk (its target can change without this folder
+    changing), and the special files' kinds (see file_kind). A folder is checked again for
+    being a virtualenv. `marks` are where the folders and links are; the rest is handed on in
+    slices."""
 
     stamp: _Stamp | None  # the folder's (mtime, ctime, inode, device); None: not to be reused
     specs: _Specs
     has_ignore_file: bool
-    entries: list[_Entry]
-    marks: tuple[int, ...]
+    paths: list[str]
+    odd: dict[str, str]
+    marks: list[int]
 
 
 class _Frame:
@@ -142,7 +149,7 @@ class Tree:
             return
 
         def warm() -> None:
-            for _ in self._walk(self.root, polite=True):
+            for _ in self._runs(self.root, polite=True):
                 pass
 
         self._warming = threading.Thread(target=warm, name="toy-agent-walk", daemon=True)
@@ -154,43 +161,69 @@ class Tree:
 
         Directory symlinks are never followed; file symlinks are kept, as "file", only when
         they resolve to a regular file inside the repository, so nothing outside is ever listed
-        or searched.
+        or searched. Entries come in git's order: "a.py" before "a/" and what is in it.
         """
+        for paths, odd in self._runs_after_warm_up(top):
+            for path in paths:
+                yield (path[:-1], "dir") if path[-1] == "/" else (path, odd.get(path, "file"))
+
+    def listing(self, top: Path) -> tuple[list[str], dict[str, str]]:
+        """The paths walk yields, as one list in the same order, a folder's with "/" at the
+        end, and the kinds of the special files among them: what list_files shows, built
+        without a tuple per entry."""
+        paths: list[str] = []
+        kinds: dict[str, str] = {}
+        for run, odd in self._runs_after_warm_up(top):
+            paths += run
+            if odd:
+                kinds.update((path, odd[path]) for path in run if path in odd)
+        return paths, kinds
+
+    def files(self, top: Path) -> Iterator[str]:
+        """The regular files walk yields (and the links to them), in walk order: the files a
+        search reads, never a FIFO or a device, which would block grep and rg or feed them
+        endless bytes."""
+        for paths, odd in self._runs_after_warm_up(top):
+            if odd:
+                yield from (path for path in paths if path[-1] != "/" and path not in odd)
+            else:
+                yield from (path for path in paths if path[-1] != "/")
+
+    def _runs_after_warm_up(self, top: Path) -> Iterator[_Run]:
         warming = self._warming
         if warming is not None and warming is not threading.current_thread():
             warming.join()  # its work would be done twice, and slower for sharing the GIL
-        return self._walk(top)
+        return self._runs(top, polite=False)
 
-    def _walk(self, top: Path, *, polite: bool = False) -> Iterator[_Entry]:
-        return itertools.chain.from_iterable(self._runs(top, polite))
-
-    def _runs(self, top: Path, polite: bool) -> Iterator[list[_Entry]]:
-        """The walk as runs of entries, in path order (what is in a folder comes right after
-        it, before its next sibling): slices of the remembered scans, so that a walk from
-        memory costs little more than a copy."""
+    def _runs(self, top: Path, polite: bool) -> Iterator[_Run]:
+        """The walk as runs of paths, in path order (what is in a folder comes right after it,
+        before its next sibling): slices of the remembered scans, so that a walk from memory
+        costs little more than a copy."""
         specs, explicit = self._ancestor_rules(top)
         rel_top = "" if top == self.root else _rel(self.root, top)
         frames = [_Frame(str(top), rel_top, self._folder(str(top), rel_top, specs, explicit))]
         while frames:
             frame = frames[-1]
-            entries, marks = frame.folder.entries, frame.folder.marks
+            paths, marks, odd = frame.folder.paths, frame.folder.marks, frame.folder.odd
             if frame.mark == len(marks):
-                if frame.start < len(entries):
-                    yield entries[frame.start :]
+                if frame.start < len(paths):
+                    yield paths[frame.start :], odd
                 frames.pop()
                 continue
             at = marks[frame.mark]
             frame.mark += 1
             if at > frame.start:
-                yield entries[frame.start : at]
+                yield paths[frame.start : at], odd
             frame.start = at + 1
-            rel, kind = entries[at]
+            rel = paths[at]
+            if rel[-1] != "/":  # a symlink
+                if _is_inner_file_link(self.root, f"{frame.path}/{rel[frame.cut :]}"):
+                    yield [rel], _NO_KINDS
+                continue
+            rel = rel[:-1]
             path = f"{frame.path}/{rel[frame.cut :]}"
-            if kind == "link":
-                if _is_inner_file_link(self.root, path):
-                    yield [(rel, "file")]
-            elif not os.path.exists(f"{path}/pyvenv.cfg"):  # a virtualenv, whatever its name
-                yield [(rel, kind)]
+            if not os.path.exists(f"{path}/pyvenv.cfg"):  # a virtualenv, whatever its name
+                yield [paths[at]], _NO_KINDS
                 if polite:
                     time.sleep(0)  # let a thread waiting for the GIL (the LLM call) have it
                 below = self._folder(path, rel, frame.folder.specs, explicit)
@@ -209,9 +242,9 @@ class Tree:
             st = os.stat(directory, follow_symlinks=False)
         except OSError as exc:
             logger.debug("cannot scan %s: %s", directory, exc)
-            return _Folder(None, specs, False, [], ())
+            return _Folder(None, specs, False, [], _NO_KINDS, [])
         if not stat.S_ISDIR(st.st_mode):  # swapped for a link or a file since its parent's scan
-            return _Folder(None, specs, False, [], ())
+            return _Folder(None, specs, False, [], _NO_KINDS, [])
         stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         known = self._folders.get(directory)
         if known is not None and known.stamp == stamp:
@@ -224,18 +257,18 @@ class Tree:
                 found = list(scan)
         except OSError as exc:
             logger.debug("cannot scan %s: %s", directory, exc)
-            return _Folder(None, specs, False, [], ())
-        has_ignore_file = not explicit and any(e.name == ".gitignore" for e in found)
+            return _Folder(None, specs, False, [], _NO_KINDS, [])
+        dirs, files, kinds = _names(found)
+        has_ignore_file = not explicit and ".gitignore" in files
         here = self._with_ignore_file(specs, rel_dir, directory, has_ignore_file)
-        entries = sorted(_kept(found, f"{rel_dir}/" if rel_dir else "", here))
-        marks = tuple(i for i, (_, kind) in enumerate(entries) if kind in ("dir", "link"))
+        paths, odd, marks = _kept(dirs, files, kinds, f"{rel_dir}/" if rel_dir else "", here)
         racy = st.st_mtime_ns + _RACY_NS > now or st.st_ctime_ns + _RACY_NS > now
-        folder = _Folder(None if racy else stamp, here, has_ignore_file, entries, marks)
+        folder = _Folder(None if racy else stamp, here, has_ignore_file, paths, odd, marks)
         with self._lock:
             replaced = self._folders.get(directory)
-            held = self._held - (len(replaced.entries) if replaced is not None else 0)
-            if held + len(entries) <= self._max_entries:
-                self._held = held + len(entries)
+            held = self._held - (len(replaced.paths) if replaced is not None else 0)
+            if held + len(paths) <= self._max_entries:
+                self._held = held + len(paths)
                 self._folders[directory] = folder
         return folder
 
@@ -283,40 +316,84 @@ def walk(root: Path, top: Path) -> Iterator[_Entry]:
     return Tree(root).walk(top)
 
 
-def _kept(found: list[os.DirEntry[str]], prefix: str, specs: _Specs) -> list[_Entry]:
-    """The entries of one folder that pass the name and ignore rules, as (path, kind). The
-    kind is "link" for any symlink: Tree.walk checks its target each time. This loop runs for
-    every entry of a cold walk, so _gitignored is written out in it."""
-    levels = [(rules.match, len(base) + 1 if base else 0) for base, rules in reversed(specs)]
-    kept = []
-    for entry in found:
-        name = entry.name
-        if name.startswith(".") or name.endswith((".pyc", ".pyo")):
-            continue
-        if entry.is_dir(follow_symlinks=False):  # no syscall: scandir knows
-            if name in NOISE_DIRS or name.endswith(".egg-info"):
+def _names(found: list[os.DirEntry[str]]) -> tuple[list[str], list[str], dict[str, str]]:
+    """The names of one folder's folders, of its regular files, and the kinds of the rest:
+    "link" for a symlink, else a special file's (see file_kind)."""
+    dirs = [e.name for e in found if e.is_dir(follow_symlinks=False)]  # no syscall: scandir knows
+    files = [e.name for e in found if e.is_file(follow_symlinks=False)]
+    kinds = {}
+    if len(dirs) + len(files) < len(found):  # symlinks and special files, seldom any
+        usual = {*dirs, *files}
+        for entry in found:
+            if entry.name in usual:
                 continue
-            kind, path = "dir", f"{prefix}{name}/"
-        else:
-            if entry.is_file(follow_symlinks=False):
-                kind = "file"
-            elif entry.is_symlink():
-                kind = "link"
-            else:
-                try:
-                    kind = file_kind(entry.stat(follow_symlinks=False).st_mode)
-                except OSError:
-                    continue
-            path = prefix + name
-        ignored = False
-        for match, cut in levels:  # the deepest ignore file with a matching rule decides
-            rule = match(path, cut)
-            if rule:
-                ignored = (rule.lastgroup or "y").startswith("y")
-                break
-        if not ignored:
-            kept.append((path[:-1] if kind == "dir" else path, kind))
-    return kept
+            try:
+                kinds[entry.name] = (
+                    "link"
+                    if entry.is_symlink()
+                    else file_kind(entry.stat(follow_symlinks=False).st_mode)
+                )
+            except OSError:
+                continue
+    return dirs, files, kinds
+
+
+def _kept(
+    dirs: list[str], files: list[str], kinds: dict[str, str], prefix: str, specs: _Specs
+) -> tuple[list[str], dict[str, str], list[int]]:
+    """The entries of one folder (see _names) that pass the name and ignore rules: their sorted
+    repository paths (a folder's ends with "/"), the kinds of those that are neither folders
+    nor regular files ("link" for any symlink: Tree.walk checks its target each time), and
+    where the folders and links are. This runs for every entry of a cold walk, so it works a
+    list at a time: only the names an ignore rule could match (see _Rules) meet the regexes."""
+    files = [n for n in (*files, *kinds) if n[0] != "." and not n.endswith(_COMPILED)]
+    dirs = [
+        n for n in dirs
+        if n[0] != "." and not n.endswith(_COMPILED) and n not in NOISE_DIRS
+        and not n.endswith(".egg-info")
+    ]  # fmt: skip
+    if specs:
+        ignored = _ignored_names(files, dirs, prefix, specs)
+        if ignored:
+            files = [n for n in files if n not in ignored]
+            dirs = [n for n in dirs if n not in ignored]
+    paths = [prefix + n for n in files]
+    marked = [f"{prefix}{n}/" for n in dirs]
+    paths += marked
+    paths.sort()
+    odd = {prefix + n: kinds[n] for n in files if n in kinds} if kinds else _NO_KINDS
+    marked += [path for path, kind in odd.items() if kind == "link"]
+    return paths, odd, sorted(map(bisect.bisect_left, itertools.repeat(paths), marked))
+
+
+def _ignored_names(files: list[str], dirs: list[str], prefix: str, specs: _Specs) -> set[str]:
+    """The names among `files` and `dirs` (entries of the folder at `prefix`) that the ignore
+    files `specs` ignore: git's rule, the deepest ignore file with a matching pattern decides,
+    and in it the last matching pattern. Only the names some ignoring pattern could match are
+    put to the regexes."""
+    names: set[str] = set()
+    suffixes: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+    for _, rules in specs:
+        if rules.any_name:
+            candidates = [*files, *dirs]
+            break
+        names |= rules.names
+        suffixes += rules.suffixes
+        prefixes += rules.prefixes
+    else:
+        candidates = [
+            n for n in [*files, *dirs]
+            if n in names or n.endswith(suffixes) or n.startswith(prefixes)
+        ]  # fmt: skip
+    if not candidates:
+        return set()
+    folders = set(dirs)
+    return {n for n in candidates if _gitignored(prefix + n, n in folders, specs)}
+
+
+# What the walk never lists, whatever the ignore files say: compiled Python.
+_COMPILED = (".pyc", ".pyo")
 
 
 def file_kind(mode: int) -> str:
@@ -382,24 +459,94 @@ def _trim_trailing_spaces(line: str) -> str:
     return line[: end + 1] if backslashes % 2 else line[:end]
 
 
+@dataclass(frozen=True)
+class _Rules:
+    """One ignore file: its patterns as one regex, and what an entry's name must look like for
+    any of its ignoring (not "!") patterns to match it: be one of `names`, or end with one of
+    `suffixes`, or start with one of `prefixes`; `any_name` when some pattern says nothing of
+    the name (`*`, `foo/**`). A pattern matches a path only if its last segment matches the
+    last name, so the walk puts only such names to the regex (git narrows its matching the
+    same way, by a pattern's literal prefix and suffix)."""
+
+    regex: re.Pattern[str]
+    names: frozenset[str]
+    suffixes: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    any_name: bool
+
+
 @functools.lru_cache(maxsize=64)
-def _ignore_rules(lines: tuple[str, ...]) -> re.Pattern[str] | None:
-    """One ignore file as one regex, matched at the start of the path below the file's folder
-    (with "/" appended to folders). Its alternatives are the file's patterns, last first, so
-    the one that matches is git's deciding pattern; its group is named "y<k>" when the pattern
-    ignores, "n<k>" when it re-includes ("!"). Cached: the same file recurs in every walk and
-    often in many folders. None when no line is a pattern."""
+def _ignore_rules(lines: tuple[str, ...]) -> _Rules | None:
+    """One ignore file as _Rules. The regex is matched at the start of the path below the
+    file's folder (with "/" appended to folders). Its alternatives are the file's patterns,
+    last first, so the one that matches is git's deciding pattern; its group is named "y<k>"
+    when the pattern ignores, "n<k>" when it re-includes ("!"). Cached: the same file recurs in
+    every walk and often in many folders. None when no line is a pattern."""
     alternatives = []
+    names: set[str] = set()
+    suffixes: list[str] = []
+    prefixes: list[str] = []
+    any_name = False
     for k in reversed(range(len(lines))):
         line = lines[k]
         if len(line) > IGNORE_PATTERN_MAX_CHARS or line.count("*") > IGNORE_PATTERN_MAX_STARS:
             logger.warning("ignoring a .gitignore line too long or with too many *: %.80r", line)
             continue
         translated = _ignore_regex(line, f"p{k}")
-        if translated is not None:
-            regex, include = translated
-            alternatives.append(f"(?P<{'y' if include else 'n'}{k}>{regex})")
-    return re.compile("|".join(alternatives)) if alternatives else None
+        if translated is None:
+            continue
+        regex, include = translated
+        alternatives.append(f"(?P<{'y' if include else 'n'}{k}>{regex})")
+        if include:
+            kind, texts = _name_hint(line)
+            if kind == "name":
+                names.update(texts)
+            elif kind == "suffixes":
+                suffixes += texts
+            elif kind == "prefix":
+                prefixes += texts
+            else:
+                any_name = True
+    if not alternatives:
+        return None
+    return _Rules(
+        re.compile("|".join(alternatives)),
+        frozenset(names),
+        tuple(suffixes),
+        tuple(prefixes),
+        any_name,
+    )
+
+
+_GLOB_CHARS = "*?[]\\"
+
+
+def _name_hint(line: str) -> tuple[str, tuple[str, ...]]:
+    """What a name must be for the ignoring pattern `line` to match it, from the pattern's last
+    segment: ("name", (the segment,)) when it has no wildcard; ("suffixes", its literal ends):
+    "*.log" -> ".log", "*.py[cod]" -> ".pyc", ".pyo", ".pyd"; ("prefix", (its literal start,)):
+    ".coverage.*" -> ".coverage."; ("any", ()) when it tells nothing (`*`, `x/**`, escapes)."""
+    segment = line.rstrip("/").rpartition("/")[2]
+    if not segment or "\\" in segment:
+        return "any", ()
+    if not any(char in segment for char in _GLOB_CHARS):
+        return "name", (segment,)
+    ends = [segment]
+    if segment.endswith("]") and (opening := segment.rfind("[")) >= 0:
+        members = segment[opening + 1 : -1]
+        if members.isalnum():  # a plain set: no range, no negation, no [:class:]
+            ends = [segment[:opening] + member for member in members]
+    tails = tuple(_literal_tail(end) for end in ends)
+    if all(tails):
+        return "suffixes", tails
+    head = segment[: min(i for i, char in enumerate(segment) if char in _GLOB_CHARS)]
+    return ("prefix", (head,)) if head else ("any", ())
+
+
+def _literal_tail(glob: str) -> str:
+    """The end of `glob` after its last wildcard character."""
+    cut = max(glob.rfind(char) for char in _GLOB_CHARS)
+    return glob[cut + 1 :]
 
 
 def _ignore_regex(line: str, tag: str = "") -> tuple[str, bool] | None:
@@ -580,7 +727,7 @@ def _gitignored(rel: str, is_dir: bool, specs: _Specs) -> bool:
     matching pattern. (Walks prune ignored folders, so only the path itself is matched here.)"""
     path = rel + "/" if is_dir else rel
     for base, rules in reversed(specs):
-        found = rules.match(path, len(base) + 1 if base else 0)
+        found = rules.regex.match(path, len(base) + 1 if base else 0)
         if found:
             return (found.lastgroup or "y").startswith("y")
     return False
@@ -710,12 +857,9 @@ def _read_regular(path: Path | str, size: int | None = None) -> bytes | None:
 
 
 def _candidates(tree: Tree, top: Path, file_pattern: str | None) -> Iterator[str]:
-    """The regular files (and links to them) under the folder `top`: never a FIFO or a device,
-    which would block grep and rg or feed them endless bytes."""
-    wanted = _glob_matcher(file_pattern) if file_pattern else None
-    for rel, kind in tree.walk(top):
-        if kind == "file" and (wanted is None or wanted(rel)):
-            yield rel
+    """The files Tree.files yields under the folder `top` that match `file_pattern`."""
+    files = tree.files(top)
+    return filter(_glob_matcher(file_pattern), files) if file_pattern else files
 
 
 def _run_search(

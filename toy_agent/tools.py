@@ -7,6 +7,7 @@ toy_agent.search; this module confines paths, checks parameters and words the ob
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import contextlib
 import difflib
@@ -179,18 +180,18 @@ class CodeRepositoryTools:
         if not top.is_dir():
             raise ToolError(f"{self._rel(top)} is a file; use read_file or get_file_info on it.")
         explicit = self.tree.is_ignored(top)
-        entries = list(self.tree.walk(top))  # in path order
-        n_dirs = [kind for _, kind in entries].count("dir")
-        logger.info("listed %s: %d files, %d dirs", self._rel(top), len(entries) - n_dirs, n_dirs)
+        paths, special = self.tree.listing(top)  # in path order, a folder's ending with "/"
+        n_dirs = [path[-1] for path in paths].count("/")
+        logger.info("listed %s: %d files, %d dirs", self._rel(top), len(paths) - n_dirs, n_dirs)
         where = "Repository root" if top == self.repo_path else self._rel(top)
-        header = f"{where}: {len(entries) - n_dirs} files, {n_dirs} directories"
+        header = f"{where}: {len(paths) - n_dirs} files, {n_dirs} directories"
         if explicit:
             header += " (this folder is normally ignored; listed because it was asked for)"
-        if not entries:
+        if not paths:
             return f"{header}. Nothing to list (empty, or everything in it is ignored)."
-        if len(entries) <= LIST_LIMIT:
-            return "\n".join([header + ":", *(_entry_line(rel, kind) for rel, kind in entries)])
-        return "\n".join([header + ".", *_summarise(entries, self._rel(top))])
+        if len(paths) <= LIST_LIMIT:
+            return "\n".join([header + ":", *(_entry_line(path, special) for path in paths)])
+        return "\n".join([header + ".", *_summarise(paths, special, self._rel(top))])
 
     def read_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
@@ -1020,43 +1021,52 @@ def _file_kind(f: typing.BinaryIO, name: str) -> list[str]:
     return info
 
 
-def _entry_line(rel: str, kind: str) -> str:
+def _entry_line(path: str, special: dict[str, str]) -> str:
     """ "src/" for a folder, "src/a.py" for a file, "pipe  (fifo)" for a special file."""
-    return rel if kind == "file" else rel + "/" if kind == "dir" else f"{rel}  ({kind})"
+    return f"{path}  ({special[path]})" if path in special else path
 
 
-def _summarise(entries: list[tuple[str, str]], top: str) -> list[str]:
+def _summarise(paths: list[str], special: dict[str, str], top: str) -> list[str]:
     """Too many entries: show the deepest levels that fit, folders below with file counts.
-    The per-entry work is done by map and Counter, not a Python loop: a big repository has
+
+    `paths` come from one walk, so they are sorted and what is inside a folder "x/" lies
+    between "x/" and "x0" ("0" follows "/"): a folder's count is two bisections. The
+    per-entry work is done by map and list.count, not a Python loop: a big repository has
     hundreds of thousands of entries."""
     base = 0 if top == "." else top.count("/") + 1
-    rels = [rel for rel, _ in entries]
-    slashes = list(map(str.count, rels, itertools.repeat("/")))  # depth - 1 + base
-    per_depth = Counter(slashes)
-    depth, fitting = 1, per_depth[base] + per_depth[base + 1]
-    while fitting <= LIST_LIMIT:  # ends: there are more than LIST_LIMIT entries
+    slashes = list(map(str.count, paths, itertools.repeat("/")))  # a folder's has one more
+    is_dir = list(map(str.endswith, paths, itertools.repeat("/")))
+    folders = list(itertools.compress(range(len(paths)), is_dir))
+    folder_slashes = Counter(slashes[i] for i in folders)
+
+    def entries_at(level: int) -> int:  # level 1: the entries right inside `top`
+        k = base + level - 1
+        return slashes.count(k) - folder_slashes[k] + folder_slashes[k + 1]
+
+    depth, fitting = 1, entries_at(1)
+    while fitting + entries_at(depth + 1) <= LIST_LIMIT:  # ends: over LIST_LIMIT entries
         depth += 1
-        fitting += per_depth[base + depth]
-    parents = map(operator.itemgetter(0), map(str.rpartition, rels, itertools.repeat("/")))
-    per_folder = Counter(parents)
-    per_folder.subtract(rel.rpartition("/")[0] for rel, kind in entries if kind == "dir")
-    files_below: Counter[str] = Counter()  # per folder shown at the last level
-    for folder, n in per_folder.items():
-        parts = folder.split("/")
-        if len(parts) - base >= depth:
-            files_below["/".join(parts[: base + depth])] += n
-    shown = list(itertools.compress(entries, map((base + depth).__gt__, slashes)))
+        fitting += entries_at(depth)
+    cut = base + depth  # the last level shown: files with fewer slashes, folders with as many
+
+    def files_inside(folder: str) -> int:
+        start = bisect.bisect_right(paths, folder)
+        end = bisect.bisect_left(paths, folder[:-1] + "0", start)
+        inner = bisect.bisect_left(folders, end) - bisect.bisect_left(folders, start)
+        return end - start - inner
+
+    shown = itertools.compress(paths, map(operator.lt, slashes, map(cut.__add__, is_dir)))
     lines = [
-        f"{rel}/  ({files_below[rel]} files inside)"
-        if kind == "dir" and rel.count("/") + 1 - base == depth
-        else _entry_line(rel, kind)
-        for rel, kind in shown[:LIST_LIMIT]
+        f"{path}  ({files_inside(path)} files inside)"
+        if path[-1] == "/" and path.count("/") == cut
+        else _entry_line(path, special)
+        for path in itertools.islice(shown, LIST_LIMIT)
     ]
-    if len(shown) > LIST_LIMIT:
-        lines.append(f"... and {len(shown) - LIST_LIMIT} more entries at this level")
-    example = next((rel for rel, kind in shown if kind == "dir"), top)
+    if fitting > LIST_LIMIT:
+        lines.append(f"... and {fitting - LIST_LIMIT} more entries at this level")
+    example = next((paths[i][:-1] for i in folders if slashes[i] <= cut), top)
     lines.append(
-        f"[Too many entries to list ({len(entries):,}); showing {depth} level(s) with file "
+        f"[Too many entries to list ({len(paths):,}); showing {depth} level(s) with file "
         f"counts per folder. List a folder to see inside, e.g. list_files(path={example!r}).]"
     )
     return lines
