@@ -346,7 +346,7 @@ def _kept(
     nor regular files ("link" for any symlink: Tree.walk checks its target each time), and
     where the folders and links are. This runs for every entry of a cold walk, so it works a
     list at a time: only the names an ignore rule could match (see _Rules) meet the regexes."""
-    files = [n for n in (*files, *kinds) if n[0] != "." and not n.endswith(_COMPILED)]
+    files = [n for n in files + list(kinds) if n[0] != "." and not n.endswith(_COMPILED)]
     dirs = [
         n for n in dirs
         if n[0] != "." and not n.endswith(_COMPILED) and n not in NOISE_DIRS
@@ -371,21 +371,20 @@ def _ignored_names(files: list[str], dirs: list[str], prefix: str, specs: _Specs
     files `specs` ignore: git's rule, the deepest ignore file with a matching pattern decides,
     and in it the last matching pattern. Only the names some ignoring pattern could match are
     put to the regexes."""
-    names: set[str] = set()
-    suffixes: tuple[str, ...] = ()
-    prefixes: tuple[str, ...] = ()
+    names = files + dirs
+    ends: tuple[str, ...] = ()
+    starts: tuple[str, ...] = ()
     for _, rules in specs:
         if rules.any_name:
-            candidates = [*files, *dirs]
+            candidates = names
             break
-        names |= rules.names
-        suffixes += rules.suffixes
-        prefixes += rules.prefixes
+        ends += rules.ends
+        starts += rules.starts
     else:
-        candidates = [
-            n for n in [*files, *dirs]
-            if n in names or n.endswith(suffixes) or n.startswith(prefixes)
-        ]  # fmt: skip
+        if starts:
+            candidates = [n for n in names if n.endswith(ends) or n.startswith(starts)]
+        else:
+            candidates = [n for n in names if n.endswith(ends)]
     if not candidates:
         return set()
     folders = set(dirs)
@@ -462,16 +461,15 @@ def _trim_trailing_spaces(line: str) -> str:
 @dataclass(frozen=True)
 class _Rules:
     """One ignore file: its patterns as one regex, and what an entry's name must look like for
-    any of its ignoring (not "!") patterns to match it: be one of `names`, or end with one of
-    `suffixes`, or start with one of `prefixes`; `any_name` when some pattern says nothing of
-    the name (`*`, `foo/**`). A pattern matches a path only if its last segment matches the
+    any of its ignoring (not "!") patterns to match it: end with one of `ends` (a whole name
+    counts as an end) or start with one of `starts`; `any_name` when some pattern says nothing
+    of the name (`*`, `foo/**`). A pattern matches a path only if its last segment matches the
     last name, so the walk puts only such names to the regex (git narrows its matching the
     same way, by a pattern's literal prefix and suffix)."""
 
     regex: re.Pattern[str]
-    names: frozenset[str]
-    suffixes: tuple[str, ...]
-    prefixes: tuple[str, ...]
+    ends: tuple[str, ...]
+    starts: tuple[str, ...]
     any_name: bool
 
 
@@ -483,9 +481,8 @@ def _ignore_rules(lines: tuple[str, ...]) -> _Rules | None:
     when the pattern ignores, "n<k>" when it re-includes ("!"). Cached: the same file recurs in
     every walk and often in many folders. None when no line is a pattern."""
     alternatives = []
-    names: set[str] = set()
-    suffixes: list[str] = []
-    prefixes: list[str] = []
+    ends: list[str] = []
+    starts: list[str] = []
     any_name = False
     for k in reversed(range(len(lines))):
         line = lines[k]
@@ -498,22 +495,18 @@ def _ignore_rules(lines: tuple[str, ...]) -> _Rules | None:
         regex, include = translated
         alternatives.append(f"(?P<{'y' if include else 'n'}{k}>{regex})")
         if include:
-            kind, texts = _name_hint(line)
-            if kind == "name":
-                names.update(texts)
-            elif kind == "suffixes":
-                suffixes += texts
-            elif kind == "prefix":
-                prefixes += texts
-            else:
+            hint = _name_hint(line)
+            if hint is None:
                 any_name = True
+            else:
+                ends += hint[0]
+                starts += hint[1]
     if not alternatives:
         return None
     return _Rules(
         re.compile("|".join(alternatives)),
-        frozenset(names),
-        tuple(suffixes),
-        tuple(prefixes),
+        tuple(dict.fromkeys(ends)),
+        tuple(dict.fromkeys(starts)),
         any_name,
     )
 
@@ -521,16 +514,14 @@ def _ignore_rules(lines: tuple[str, ...]) -> _Rules | None:
 _GLOB_CHARS = "*?[]\\"
 
 
-def _name_hint(line: str) -> tuple[str, tuple[str, ...]]:
-    """What a name must be for the ignoring pattern `line` to match it, from the pattern's last
-    segment: ("name", (the segment,)) when it has no wildcard; ("suffixes", its literal ends):
-    "*.log" -> ".log", "*.py[cod]" -> ".pyc", ".pyo", ".pyd"; ("prefix", (its literal start,)):
-    ".coverage.*" -> ".coverage."; ("any", ()) when it tells nothing (`*`, `x/**`, escapes)."""
+def _name_hint(line: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """What a name must end or start with for the ignoring pattern `line` to match it, from the
+    pattern's last segment: (ends, starts). A segment without wildcards is its own end; "*.log"
+    ends with ".log", "*.py[cod]" with ".pyc", ".pyo" or ".pyd"; ".coverage.*" starts with
+    ".coverage.". None when it tells nothing (`*`, `x/**`, escapes)."""
     segment = line.rstrip("/").rpartition("/")[2]
     if not segment or "\\" in segment:
-        return "any", ()
-    if not any(char in segment for char in _GLOB_CHARS):
-        return "name", (segment,)
+        return None
     ends = [segment]
     if segment.endswith("]") and (opening := segment.rfind("[")) >= 0:
         members = segment[opening + 1 : -1]
@@ -538,9 +529,9 @@ def _name_hint(line: str) -> tuple[str, tuple[str, ...]]:
             ends = [segment[:opening] + member for member in members]
     tails = tuple(_literal_tail(end) for end in ends)
     if all(tails):
-        return "suffixes", tails
+        return tails, ()
     head = segment[: min(i for i, char in enumerate(segment) if char in _GLOB_CHARS)]
-    return ("prefix", (head,)) if head else ("any", ())
+    return ((), (head,)) if head else None
 
 
 def _literal_tail(glob: str) -> str:
