@@ -99,9 +99,8 @@ class _Folder:
     rules it was scanned with, sorted, a folder's with a "/" at the end (so they sort as git
     lists them). `odd` holds the kinds of the others that are not plain files: "link" for a
     symlink, checked again on every walk (its target can change without this folder
-    changing), and the special files' kinds (see file_kind). A folder is checked again for
-    being a virtualenv. `marks` are where the folders and links are; the rest is handed on in
-    slices."""
+    changing), and the special files' kinds (see file_kind). `marks` are where the folders and
+    links are; the rest is handed on in slices."""
 
     stamp: _Stamp | None  # the folder's (mtime, ctime, inode, device); None: not to be reused
     specs: _Specs
@@ -109,6 +108,7 @@ class _Folder:
     paths: list[str]
     odd: dict[str, str]
     marks: list[int]
+    is_venv: bool = False  # it holds a pyvenv.cfg: a virtualenv, whatever its name
 
 
 class _Frame:
@@ -222,11 +222,11 @@ class Tree:
                 continue
             rel = rel[:-1]
             path = f"{frame.path}/{rel[frame.cut :]}"
-            if not os.path.exists(f"{path}/pyvenv.cfg"):  # a virtualenv, whatever its name
+            if polite:
+                time.sleep(0)  # let a thread waiting for the GIL (the LLM call) have it
+            below = self._folder(path, rel, frame.folder.specs, explicit)
+            if not below.is_venv:
                 yield [paths[at]], _NO_KINDS
-                if polite:
-                    time.sleep(0)  # let a thread waiting for the GIL (the LLM call) have it
-                below = self._folder(path, rel, frame.folder.specs, explicit)
                 frames.append(_Frame(path, rel, below))
 
     def is_ignored(self, top: Path) -> bool:
@@ -263,7 +263,8 @@ class Tree:
         here = self._with_ignore_file(specs, rel_dir, directory, has_ignore_file)
         paths, odd, marks = _kept(dirs, files, kinds, f"{rel_dir}/" if rel_dir else "", here)
         racy = st.st_mtime_ns + _RACY_NS > now or st.st_ctime_ns + _RACY_NS > now
-        folder = _Folder(None if racy else stamp, here, has_ignore_file, paths, odd, marks)
+        is_venv = "pyvenv.cfg" in files or "pyvenv.cfg" in dirs or "pyvenv.cfg" in kinds
+        folder = _Folder(None if racy else stamp, here, has_ignore_file, paths, odd, marks, is_venv)
         with self._lock:
             replaced = self._folders.get(directory)
             held = self._held - (len(replaced.paths) if replaced is not None else 0)
@@ -304,7 +305,7 @@ class Tree:
         if known is not None and known[0] == stamp:
             lines = known[1]
         else:
-            lines = tuple(_read_ignore_file(Path(file)))
+            lines = tuple(_read_ignore_file(file, st))
             if st.st_mtime_ns + _RACY_NS < time.time_ns():
                 self._ignore_files[file] = (stamp, lines)
         rules = _ignore_rules(lines)
@@ -413,13 +414,13 @@ def _rel(root: Path, resolved: Path) -> str:
 
 
 # --------------------------------------------------------------------------------- ignoring
-def _read_ignore_file(file: Path) -> list[str]:
+def _read_ignore_file(file: str, lstat: os.stat_result) -> list[str]:
     """The lines of an ignore file as git reads them (see _ignore_lines), capped: a regular
-    file only, never read through a symlink (git does the same), so a FIFO or a device named
-    .gitignore cannot block or flood the walk."""
+    file only (`lstat` is its stat, not following symlinks), never read through a symlink (git
+    does the same), so a FIFO or a device named .gitignore cannot block or flood the walk."""
+    if not stat.S_ISREG(lstat.st_mode):
+        return []
     try:
-        if not stat.S_ISREG(os.lstat(file).st_mode):
-            return []
         fd = os.open(file, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
     except OSError:
         return []

@@ -181,7 +181,8 @@ class CodeRepositoryTools:
             raise ToolError(f"{self._rel(top)} is a file; use read_file or get_file_info on it.")
         explicit = self.tree.is_ignored(top)
         paths, special = self.tree.listing(top)  # in path order, a folder's ending with "/"
-        n_dirs = [path[-1] for path in paths].count("/")
+        is_dir = list(map(str.endswith, paths, itertools.repeat("/")))
+        n_dirs = is_dir.count(True)
         logger.info("listed %s: %d files, %d dirs", self._rel(top), len(paths) - n_dirs, n_dirs)
         where = "Repository root" if top == self.repo_path else self._rel(top)
         header = f"{where}: {len(paths) - n_dirs} files, {n_dirs} directories"
@@ -191,7 +192,7 @@ class CodeRepositoryTools:
             return f"{header}. Nothing to list (empty, or everything in it is ignored)."
         if len(paths) <= LIST_LIMIT:
             return "\n".join([header + ":", *(_entry_line(path, special) for path in paths)])
-        return "\n".join([header + ".", *_summarise(paths, special, self._rel(top))])
+        return "\n".join([header + ".", *_summarise(paths, is_dir, special, self._rel(top))])
 
     def read_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
@@ -1026,7 +1027,9 @@ def _entry_line(path: str, special: dict[str, str]) -> str:
     return f"{path}  ({special[path]})" if path in special else path
 
 
-def _summarise(paths: list[str], special: dict[str, str], top: str) -> list[str]:
+def _summarise(
+    paths: list[str], is_dir: list[bool], special: dict[str, str], top: str
+) -> list[str]:
     """Too many entries: show the deepest levels that fit, folders below with file counts.
 
     `paths` come from one walk, so they are sorted and what is inside a folder "x/" lies
@@ -1035,7 +1038,6 @@ def _summarise(paths: list[str], special: dict[str, str], top: str) -> list[str]
     hundreds of thousands of entries."""
     base = 0 if top == "." else top.count("/") + 1
     slashes = list(map(str.count, paths, itertools.repeat("/")))  # a folder's has one more
-    is_dir = list(map(str.endswith, paths, itertools.repeat("/")))
     folders = list(itertools.compress(range(len(paths)), is_dir))
     folder_slashes = Counter(slashes[i] for i in folders)
 
