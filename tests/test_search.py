@@ -466,4 +466,5 @@ def test_the_walk_puts_every_name_a_pattern_could_ignore_to_the_patterns(
     specs = (("", rules), ("a", rules)) if prefix else (("", rules),)
     dirs, files = names[::2], names[1::2]
     each = {n for n in names if _gitignored(prefix + n, n in dirs, specs)}
-    assert _ignored_names(files, dirs, prefix, specs) == each
+    block = "\0" + "\0".join(files) + "\0"
+    assert _ignored_names(block, files, dirs, prefix, specs) == each

@@ -345,19 +345,31 @@ def _kept(
     """The entries of one folder (see _names) that pass the name and ignore rules: their sorted
     repository paths (a folder's ends with "/"), the kinds of those that are neither folders
     nor regular files ("link" for any symlink: Tree.walk checks its target each time), and
-    where the folders and links are. This runs for every entry of a cold walk, so it works a
-    list at a time: only the names an ignore rule could match (see _Rules) meet the regexes."""
-    files = [n for n in files + list(kinds) if n[0] != "." and not n.endswith(_COMPILED)]
+    where the folders and links are.
+
+    This runs for every entry of a cold walk, so the files (most entries) are looked at as one
+    string, the names between NULs, which no name contains: a search of it finds whether any
+    is hidden or compiled, and which an ignore rule could match (see _Rules). Only those names
+    meet a Python loop or the regexes."""
+    if kinds:
+        files = files + list(kinds)
     dirs = [
         n for n in dirs
         if n[0] != "." and not n.endswith(_COMPILED) and n not in NOISE_DIRS
         and not n.endswith(".egg-info")
     ]  # fmt: skip
+    block = "\0" + "\0".join(files) + "\0"
+    if "\0." in block or ".pyc\0" in block or ".pyo\0" in block:  # at the root, mostly
+        files = [n for n in files if n[0] != "." and not n.endswith(_COMPILED)]
+        block = "\0" + "\0".join(files) + "\0"
     if specs:
-        ignored = _ignored_names(files, dirs, prefix, specs)
-        if ignored:
+        ignored = _ignored_names(block, files, dirs, prefix, specs)
+        if len(ignored) > 8:
             files = [n for n in files if n not in ignored]
             dirs = [n for n in dirs if n not in ignored]
+        else:  # a few: list.remove scans in C
+            for name in ignored:
+                (dirs if name in dirs else files).remove(name)
     paths = [prefix + n for n in files]
     marked = [f"{prefix}{n}/" for n in dirs]
     paths += marked
@@ -367,29 +379,47 @@ def _kept(
     return paths, odd, sorted(map(bisect.bisect_left, itertools.repeat(paths), marked))
 
 
-def _ignored_names(files: list[str], dirs: list[str], prefix: str, specs: _Specs) -> set[str]:
-    """The names among `files` and `dirs` (entries of the folder at `prefix`) that the ignore
-    files `specs` ignore: git's rule, the deepest ignore file with a matching pattern decides,
-    and in it the last matching pattern. Only the names some ignoring pattern could match are
-    put to the regexes."""
-    names = files + dirs
+def _ignored_names(
+    block: str, files: list[str], dirs: list[str], prefix: str, specs: _Specs
+) -> set[str]:
+    """The names among `files` (also given as `block`, see _kept) and `dirs`, entries of the
+    folder at `prefix`, that the ignore files `specs` ignore: git's rule, the deepest ignore
+    file with a matching pattern decides, and in it the last matching pattern. Only the names
+    some ignoring pattern could match are put to the regexes."""
     ends: tuple[str, ...] = ()
     starts: tuple[str, ...] = ()
     for _, rules in specs:
         if rules.any_name:
-            candidates = names
+            candidates = {*files, *dirs}
             break
         ends += rules.ends
         starts += rules.starts
     else:
-        if starts:
-            candidates = [n for n in names if n.endswith(ends) or n.startswith(starts)]
-        else:
-            candidates = [n for n in names if n.endswith(ends)]
+        candidates = _names_with(block, ends, starts)
+        candidates.update(n for n in dirs if n.endswith(ends) or n.startswith(starts))
     if not candidates:
         return set()
     folders = set(dirs)
     return {n for n in candidates if _gitignored(prefix + n, n in folders, specs)}
+
+
+def _names_with(block: str, ends: tuple[str, ...], starts: tuple[str, ...]) -> set[str]:
+    """The names in `block` ("\0name\0name\0") that end with one of `ends` or start with one
+    of `starts` (none of which holds a NUL), found by searching the block for them."""
+    found = set()
+    for end in ends:
+        at = block.find(end + "\0")
+        while at >= 0:
+            stop = at + len(end)
+            found.add(block[block.rfind("\0", 0, at + 1) + 1 : stop])
+            at = block.find(end + "\0", stop)
+    for start in starts:
+        at = block.find("\0" + start)
+        while at >= 0:
+            stop = block.index("\0", at + 1)
+            found.add(block[at + 1 : stop])
+            at = block.find("\0" + start, stop)
+    return found
 
 
 # What the walk never lists, whatever the ignore files say: compiled Python.
@@ -504,10 +534,10 @@ def _ignore_rules(lines: tuple[str, ...]) -> _Rules | None:
                 starts += hint[1]
     if not alternatives:
         return None
-    return _Rules(
+    return _Rules(  # a name holds no NUL: an end or start with one can match nothing
         re.compile("|".join(alternatives)),
-        tuple(dict.fromkeys(ends)),
-        tuple(dict.fromkeys(starts)),
+        tuple(dict.fromkeys(end for end in ends if "\0" not in end)),
+        tuple(dict.fromkeys(start for start in starts if "\0" not in start)),
         any_name,
     )
 
