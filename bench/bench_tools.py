@@ -3,7 +3,8 @@
     python bench/bench_tools.py            # generates ~22k files (node_modules, .git, build...)
     python bench/bench_tools.py PATH       # or measure an existing tree
 
-Each figure is the median of a few runs after a warm-up, so the page cache is hot for all.
+Each figure is the median of a few runs (21 for listings) after a warm-up, so the page cache
+is hot for all.
 "first call" is a new CodeRepositoryTools each time, which walks the whole tree (the tools used
 alone, from Python). "first call of a run" is what an agent run waits for: the run walks the
 tree in the background while the model answers its first request. "later calls" reuse one
@@ -30,6 +31,7 @@ from toy_agent.search import NOISE_DIRS, walk  # noqa: E402
 from toy_agent.tools import CodeRepositoryTools  # noqa: E402
 
 RUNS = 3
+LIST_RUNS = 21
 MODEL_SECONDS = 0.5  # how long the model takes over the first request, at least
 WORDS = ("def", "return", "self", "value", "handler", "request", "result", "config", "import")
 
@@ -124,15 +126,15 @@ def main(argv: list[str]) -> int:
                 runs = 1 if backend == "python" else RUNS  # the slow one: keep the run short
                 rows.append((f"search_in_files, later calls, {backend}", timed(run, runs)))
             table(f"search {pattern!r}, {case}: {found}", rows, rows[0][1])
-        git = timed(shell(["git", "ls-files", "-co", "--exclude-standard"], root))
+        runs = LIST_RUNS  # a listing takes milliseconds: more runs steady the medians
+        git = timed(shell(["git", "ls-files", "-co", "--exclude-standard"], root), runs)
         rows = [("git ls-files -co --exclude-standard", git)]
         if has_rg:
-            rows.append(("rg --files", timed(shell(["rg", "--files"], root))))
-        rows.append(
-            ("list_files, first call", timed(lambda: CodeRepositoryTools(root).list_files()))
-        )
+            rows.append(("rg --files", timed(shell(["rg", "--files"], root), runs)))
+        first = timed(lambda: CodeRepositoryTools(root).list_files(), runs)
+        rows.append(("list_files, first call", first))
         rows.append(("list_files, first call of a run", timed(functools.partial(in_a_run, root))))
-        rows.append(("list_files, later calls", timed(tools.list_files)))
+        rows.append(("list_files, later calls", timed(tools.list_files, runs)))
         table("list", rows, git)
     return 0
 

@@ -89,7 +89,8 @@ WALK_CACHE_MAX_ENTRIES = 200_000  # beyond this many entries, a Tree stops remem
 
 _Entry = tuple[str, str]  # (repo-relative path, kind)
 _Stamp = tuple[int, int, int, int]
-_Run = tuple[list[str], dict[str, str]]  # paths in walk order, the special files' kinds
+# Paths in walk order, the special files' kinds, the depth below the walk's top (1: inside it)
+_Run = tuple[list[str], dict[str, str], int]
 _NO_KINDS: dict[str, str] = {}
 
 
@@ -119,6 +120,19 @@ class _Frame:
     def __init__(self, path: str, rel: str, folder: _Folder):
         self.path, self.cut, self.folder = path, len(rel) + 1 if rel else 0, folder
         self.mark = self.start = 0
+
+
+@dataclass
+class Listing:
+    """What a walk yields, for list_files: the paths in walk order (sorted, a folder's ending
+    with "/"), the kinds of the special files among them, where in `paths` the folders are,
+    and the runs of entries in one folder, as (start, stop, depth below the top: 1 for the
+    entries right inside it)."""
+
+    paths: list[str]
+    special: dict[str, str]
+    folders: list[int]
+    runs: list[tuple[int, int, int]]
 
 
 class Tree:
@@ -163,27 +177,30 @@ class Tree:
         they resolve to a regular file inside the repository, so nothing outside is ever listed
         or searched. Entries come in git's order: "a.py" before "a/" and what is in it.
         """
-        for paths, odd in self._runs_after_warm_up(top):
+        for paths, odd, _ in self._runs_after_warm_up(top):
             for path in paths:
                 yield (path[:-1], "dir") if path[-1] == "/" else (path, odd.get(path, "file"))
 
-    def listing(self, top: Path) -> tuple[list[str], dict[str, str]]:
-        """The paths walk yields, as one list in the same order, a folder's with "/" at the
-        end, and the kinds of the special files among them: what list_files shows, built
-        without a tuple per entry."""
-        paths: list[str] = []
-        kinds: dict[str, str] = {}
-        for run, odd in self._runs_after_warm_up(top):
+    def listing(self, top: Path) -> Listing:
+        """What walk yields, for list_files: built from the remembered scans a folder at a
+        time, without a step per entry."""
+        listing = Listing([], {}, [], [])
+        paths = listing.paths
+        for run, odd, depth in self._runs_after_warm_up(top):
+            start = len(paths)
             paths += run
+            listing.runs.append((start, len(paths), depth))
             if odd:
-                kinds.update((path, odd[path]) for path in run if path in odd)
-        return paths, kinds
+                listing.special.update((path, odd[path]) for path in run if path in odd)
+            elif len(run) == 1 and run[0][-1] == "/":  # a folder comes alone, see _runs
+                listing.folders.append(start)
+        return listing
 
     def files(self, top: Path) -> Iterator[str]:
         """The regular files walk yields (and the links to them), in walk order: the files a
         search reads, never a FIFO or a device, which would block grep and rg or feed them
         endless bytes."""
-        for paths, odd in self._runs_after_warm_up(top):
+        for paths, odd, _ in self._runs_after_warm_up(top):
             if odd:
                 yield from (path for path in paths if path[-1] != "/" and path not in odd)
             else:
@@ -198,27 +215,27 @@ class Tree:
     def _runs(self, top: Path, polite: bool) -> Iterator[_Run]:
         """The walk as runs of paths, in path order (what is in a folder comes right after it,
         before its next sibling): slices of the remembered scans, so that a walk from memory
-        costs little more than a copy."""
+        costs little more than a copy. A folder, or a link to a file, comes as a run of one."""
         specs, explicit = self._ancestor_rules(top)
         rel_top = "" if top == self.root else _rel(self.root, top)
         frames = [_Frame(str(top), rel_top, self._folder(str(top), rel_top, specs, explicit))]
         while frames:
-            frame = frames[-1]
+            frame, depth = frames[-1], len(frames)
             paths, marks, odd = frame.folder.paths, frame.folder.marks, frame.folder.odd
             if frame.mark == len(marks):
                 if frame.start < len(paths):
-                    yield paths[frame.start :], odd
+                    yield paths[frame.start :], odd, depth
                 frames.pop()
                 continue
             at = marks[frame.mark]
             frame.mark += 1
             if at > frame.start:
-                yield paths[frame.start : at], odd
+                yield paths[frame.start : at], odd, depth
             frame.start = at + 1
             rel = paths[at]
             if rel[-1] != "/":  # a symlink
                 if _is_inner_file_link(self.root, f"{frame.path}/{rel[frame.cut :]}"):
-                    yield [rel], _NO_KINDS
+                    yield [rel], _NO_KINDS, depth
                 continue
             rel = rel[:-1]
             path = f"{frame.path}/{rel[frame.cut :]}"
@@ -226,7 +243,7 @@ class Tree:
                 time.sleep(0)  # let a thread waiting for the GIL (the LLM call) have it
             below = self._folder(path, rel, frame.folder.specs, explicit)
             if not below.is_venv:
-                yield [paths[at]], _NO_KINDS
+                yield [paths[at]], _NO_KINDS, depth
                 frames.append(_Frame(path, rel, below))
 
     def is_ignored(self, top: Path) -> bool:

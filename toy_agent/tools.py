@@ -16,7 +16,6 @@ import fcntl
 import inspect
 import itertools
 import logging
-import operator
 import os
 import re
 import secrets
@@ -44,6 +43,7 @@ from toy_agent.sandbox import (
 from toy_agent.search import (
     BINARY_SNIFF_BYTES,
     SEARCH_BACKENDS,
+    Listing,
     SearchError,
     Tree,
     format_matches,
@@ -180,9 +180,8 @@ class CodeRepositoryTools:
         if not top.is_dir():
             raise ToolError(f"{self._rel(top)} is a file; use read_file or get_file_info on it.")
         explicit = self.tree.is_ignored(top)
-        paths, special = self.tree.listing(top)  # in path order, a folder's ending with "/"
-        is_dir = list(map(str.endswith, paths, itertools.repeat("/")))
-        n_dirs = is_dir.count(True)
+        listing = self.tree.listing(top)
+        paths, special, n_dirs = listing.paths, listing.special, len(listing.folders)
         logger.info("listed %s: %d files, %d dirs", self._rel(top), len(paths) - n_dirs, n_dirs)
         where = "Repository root" if top == self.repo_path else self._rel(top)
         header = f"{where}: {len(paths) - n_dirs} files, {n_dirs} directories"
@@ -192,7 +191,7 @@ class CodeRepositoryTools:
             return f"{header}. Nothing to list (empty, or everything in it is ignored)."
         if len(paths) <= LIST_LIMIT:
             return "\n".join([header + ":", *(_entry_line(path, special) for path in paths)])
-        return "\n".join([header + ".", *_summarise(paths, is_dir, special, self._rel(top))])
+        return "\n".join([header + ".", *_summarise(listing, self._rel(top))])
 
     def read_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
@@ -1027,29 +1026,21 @@ def _entry_line(path: str, special: dict[str, str]) -> str:
     return f"{path}  ({special[path]})" if path in special else path
 
 
-def _summarise(
-    paths: list[str], is_dir: list[bool], special: dict[str, str], top: str
-) -> list[str]:
+def _summarise(listing: Listing, top: str) -> list[str]:
     """Too many entries: show the deepest levels that fit, folders below with file counts.
 
-    `paths` come from one walk, so they are sorted and what is inside a folder "x/" lies
-    between "x/" and "x0" ("0" follows "/"): a folder's count is two bisections. The
-    per-entry work is done by map and list.count, not a Python loop: a big repository has
-    hundreds of thousands of entries."""
-    base = 0 if top == "." else top.count("/") + 1
-    slashes = list(map(str.count, paths, itertools.repeat("/")))  # a folder's has one more
-    folders = list(itertools.compress(range(len(paths)), is_dir))
-    folder_slashes = Counter(slashes[i] for i in folders)
-
-    def entries_at(level: int) -> int:  # level 1: the entries right inside `top`
-        k = base + level - 1
-        return slashes.count(k) - folder_slashes[k] + folder_slashes[k + 1]
-
-    depth, fitting = 1, entries_at(1)
-    while fitting + entries_at(depth + 1) <= LIST_LIMIT:  # ends: over LIST_LIMIT entries
+    The work is per run of entries (see Tree.listing), not per entry: a big repository has
+    hundreds of thousands. The paths are sorted, and what is inside a folder "x/" lies between
+    "x/" and "x0" ("0" follows "/"), so a folder's count is a few bisections."""
+    paths, folders = listing.paths, listing.folders
+    per_depth: Counter[int] = Counter()
+    for start, stop, depth in listing.runs:
+        per_depth[depth] += stop - start
+    depth, fitting = 1, per_depth[1]
+    while fitting + per_depth[depth + 1] <= LIST_LIMIT:  # ends: over LIST_LIMIT entries
         depth += 1
-        fitting += entries_at(depth)
-    cut = base + depth  # the last level shown: files with fewer slashes, folders with as many
+        fitting += per_depth[depth]
+    shown = [(start, stop, d) for start, stop, d in listing.runs if d <= depth]
 
     def files_inside(folder: str) -> int:
         start = bisect.bisect_right(paths, folder)
@@ -1057,16 +1048,18 @@ def _summarise(
         inner = bisect.bisect_left(folders, end) - bisect.bisect_left(folders, start)
         return end - start - inner
 
-    shown = itertools.compress(paths, map(operator.lt, slashes, map(cut.__add__, is_dir)))
-    lines = [
-        f"{path}  ({files_inside(path)} files inside)"
-        if path[-1] == "/" and path.count("/") == cut
-        else _entry_line(path, special)
-        for path in itertools.islice(shown, LIST_LIMIT)
-    ]
+    lines: list[str] = []
+    for start, stop, d in shown:
+        for path in paths[start : min(stop, start + LIST_LIMIT - len(lines))]:
+            if path[-1] == "/" and d == depth:  # the last level shown: what is below, counted
+                lines.append(f"{path}  ({files_inside(path)} files inside)")
+            else:
+                lines.append(_entry_line(path, listing.special))
+        if len(lines) == LIST_LIMIT:
+            break
     if fitting > LIST_LIMIT:
         lines.append(f"... and {fitting - LIST_LIMIT} more entries at this level")
-    example = next((paths[i][:-1] for i in folders if slashes[i] <= cut), top)
+    example = next((paths[start][:-1] for start, _, _ in shown if paths[start][-1] == "/"), top)
     lines.append(
         f"[Too many entries to list ({len(paths):,}); showing {depth} level(s) with file "
         f"counts per folder. List a folder to see inside, e.g. list_files(path={example!r}).]"
