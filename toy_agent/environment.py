@@ -43,12 +43,12 @@ def load_dotenv_file(
     already exported, and no base URL when the file lies inside the target repository `repo`
     (each such base URL is dropped with one warning). Returns what should be set; the caller
     applies it to os.environ. A missing or unreadable file gives nothing."""
-    from dotenv import dotenv_values
-
     environ = os.environ if environ is None else environ
     try:
         if not path.is_file():
             return {}
+        from dotenv import dotenv_values  # only now: most folders have no .env
+
         values = dotenv_values(path, interpolate=False)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         logger.warning("ignoring %s: %s", path, exc)

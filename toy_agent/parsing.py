@@ -11,7 +11,6 @@ reject them or silently decode entities the model meant literally.
 from __future__ import annotations
 
 import ast
-import html
 import json
 import re
 import warnings
@@ -171,6 +170,8 @@ def _load_json(raw: str) -> Any:
     """
     variants = [raw, _repair_json(raw)]
     if "&" in raw:
+        import html  # here: only a reply with entities needs it
+
         unescaped = html.unescape(raw)
         variants += [unescaped, _repair_json(unescaped)]
     first_error: json.JSONDecodeError | None = None

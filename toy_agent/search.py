@@ -23,7 +23,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -953,6 +952,8 @@ def _count_with(
         return {rel: len(matches) for rel, matches in found}
     cmd = [*_command(backend, pattern, literal), "-c"]
     env = _child_env()
+    from concurrent.futures import ThreadPoolExecutor  # not needed to start a run
+
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         runs = [
             pool.submit(_count_batch, backend, [*cmd, "--", *batch], root, env)
