@@ -2,9 +2,10 @@
 
     python bench/bench_tools.py            # generates ~22k files (node_modules, .git, build...)
     python bench/bench_tools.py PATH       # or measure an existing tree
+    python bench/bench_tools.py --list     # the listing rows only (seconds, not a minute)
 
-Each figure is the median of a few runs (21 for listings) after a warm-up, so the page cache
-is hot for all.
+Each figure is the median of a few runs after a warm-up, so the page cache is hot for all;
+the listings run 21 times, in turn, so that all see the same machine.
 "first call" is a new CodeRepositoryTools each time, which walks the whole tree (the tools used
 alone, from Python). "first call of a run" is what an agent run waits for: the run walks the
 tree in the background while the model answers its first request. "later calls" reuse one
@@ -73,6 +74,21 @@ def timed(fn: Callable[[], object], runs: int = RUNS) -> float:
     return statistics.median(samples)
 
 
+def timed_together(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
+    """The median seconds of each of `fns`, run in turn `runs` times after a warm-up: they
+    see the same machine, which on a shared VM can run a third slower from one second to the
+    next."""
+    for fn in fns.values():
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            started = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def shell(cmd: list[str], cwd: Path) -> Callable[[], object]:
     return lambda: subprocess.run(cmd, cwd=cwd, capture_output=True, check=False)
 
@@ -85,6 +101,8 @@ def table(title: str, rows: list[tuple[str, float]], baseline: float) -> None:
 
 
 def main(argv: list[str]) -> int:
+    list_only = "--list" in argv
+    argv = [arg for arg in argv if arg != "--list"]
     ram = (
         "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     )  # creating 20k files on disk is slow
@@ -106,7 +124,10 @@ def main(argv: list[str]) -> int:
         if not has_rg:
             print("rg is not installed: the search baseline is grep -r")
         excludes = [f"--exclude-dir={d}" for d in sorted(NOISE_DIRS)] + ["--exclude-dir=*.egg-info"]
-        for case, pattern in (("selective", "needle_\\w+"), ("many matches", "def handler")):
+        searches = (
+            () if list_only else (("selective", "needle_\\w+"), ("many matches", "def handler"))
+        )
+        for case, pattern in searches:
             found = tools.search_in_files(pattern).split(" for ", 1)[0]  # "N matches in M files"
             rows = []
             if has_rg:
@@ -126,16 +147,20 @@ def main(argv: list[str]) -> int:
                 runs = 1 if backend == "python" else RUNS  # the slow one: keep the run short
                 rows.append((f"search_in_files, later calls, {backend}", timed(run, runs)))
             table(f"search {pattern!r}, {case}: {found}", rows, rows[0][1])
-        runs = LIST_RUNS  # a listing takes milliseconds: more runs steady the medians
-        git = timed(shell(["git", "ls-files", "-co", "--exclude-standard"], root), runs)
-        rows = [("git ls-files -co --exclude-standard", git)]
+        listings = {
+            "git ls-files -co --exclude-standard": shell(
+                ["git", "ls-files", "-co", "--exclude-standard"], root
+            )
+        }
         if has_rg:
-            rows.append(("rg --files", timed(shell(["rg", "--files"], root), runs)))
-        first = timed(lambda: CodeRepositoryTools(root).list_files(), runs)
-        rows.append(("list_files, first call", first))
-        rows.append(("list_files, first call of a run", timed(functools.partial(in_a_run, root))))
-        rows.append(("list_files, later calls", timed(tools.list_files, runs)))
-        table("list", rows, git)
+            listings["rg --files"] = shell(["rg", "--files"], root)
+        listings["list_files, first call"] = lambda: CodeRepositoryTools(root).list_files()
+        listings["list_files, later calls"] = tools.list_files
+        rows = list(timed_together(listings, LIST_RUNS).items())
+        rows.insert(
+            -1, ("list_files, first call of a run", timed(functools.partial(in_a_run, root)))
+        )
+        table("list", rows, rows[0][1])
     return 0
 
 
