@@ -54,6 +54,8 @@ _KINDS = {
 }  # fmt: skip
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO to read must not wait for a writer
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_SCAN_FD = os.scandir in os.supports_fd and bool(_NOFOLLOW and _DIRECTORY)  # not on Windows
 
 _Specs = tuple[tuple[str, "_Rules"], ...]  # (folder, its ignore file)
 Match = tuple[str, int, str]  # (repo-relative path, line number, line text)
@@ -269,12 +271,10 @@ class Tree:
                 return known
         self.scans += 1  # not exact while a warm-up runs: a count for tests and the log
         try:
-            with os.scandir(directory) as scan:
-                found = list(scan)
+            dirs, files, kinds = _scan(directory)
         except OSError as exc:
             logger.debug("cannot scan %s: %s", directory, exc)
             return _Folder(None, specs, False, [], _NO_KINDS, [])
-        dirs, files, kinds = _names(found)
         has_ignore_file = not explicit and ".gitignore" in files
         here = self._with_ignore_file(specs, rel_dir, directory, has_ignore_file)
         paths, odd, marks = _kept(dirs, files, kinds, f"{rel_dir}/" if rel_dir else "", here)
@@ -331,6 +331,21 @@ class Tree:
 def walk(root: Path, top: Path) -> Iterator[_Entry]:
     """Tree.walk, once (see there)."""
     return Tree(root).walk(top)
+
+
+def _scan(directory: str) -> tuple[list[str], list[str], dict[str, str]]:
+    """The entries of `directory` as _names gives them. Where the OS allows, the folder is
+    opened without following a symlink (one swapped in since the parent's scan fails with
+    OSError), and read through that descriptor, which spares joining a path for each entry."""
+    if not _SCAN_FD:
+        with os.scandir(directory) as scan:
+            return _names(list(scan))
+    fd = os.open(directory, os.O_RDONLY | _NOFOLLOW | _DIRECTORY)
+    try:
+        with os.scandir(fd) as scan:
+            return _names(list(scan))  # while fd is open: a special file's stat needs it
+    finally:
+        os.close(fd)
 
 
 def _names(found: list[os.DirEntry[str]]) -> tuple[list[str], list[str], dict[str, str]]:
