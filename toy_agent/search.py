@@ -390,17 +390,14 @@ def _kept(
         and not n.endswith(".egg-info")
     ]  # fmt: skip
     block = "\0" + "\0".join(files) + "\0"
-    if "\0." in block or ".pyc\0" in block or ".pyo\0" in block:  # at the root, mostly
-        files = [n for n in files if n[0] != "." and not n.endswith(_COMPILED)]
+    hidden = _names_with(block, _COMPILED, (".",))  # a .gitignore, mostly
+    if hidden:
+        files = _without(files, hidden)
         block = "\0" + "\0".join(files) + "\0"
     if specs:
         ignored = _ignored_names(block, files, dirs, prefix, specs)
-        if len(ignored) > 8:
-            files = [n for n in files if n not in ignored]
-            dirs = [n for n in dirs if n not in ignored]
-        else:  # a few: list.remove scans in C
-            for name in ignored:
-                (dirs if name in dirs else files).remove(name)
+        if ignored:
+            files, dirs = _without(files, ignored), _without(dirs, ignored)
     paths = [prefix + n for n in files]
     marked = [f"{prefix}{n}/" for n in dirs]
     paths += marked
@@ -408,6 +405,16 @@ def _kept(
     odd = {prefix + n: kinds[n] for n in files if n in kinds} if kinds else _NO_KINDS
     marked += [path for path, kind in odd.items() if kind == "link"]
     return paths, odd, sorted(map(bisect.bisect_left, itertools.repeat(paths), marked))
+
+
+def _without(names: list[str], dropped: set[str]) -> list[str]:
+    """`names` less `dropped`: a few are removed in place (list.remove scans in C)."""
+    if len(dropped) > 8:
+        return [n for n in names if n not in dropped]
+    for name in dropped:
+        if name in names:
+            names.remove(name)
+    return names
 
 
 def _ignored_names(
