@@ -256,25 +256,28 @@ class Tree:
         """The scan of `directory` under the ignore rules `specs` of the folders above: the
         last one if the folder has not changed since, else a new one."""
         now = time.time_ns()
-        try:
-            st = os.stat(directory, follow_symlinks=False)
-        except OSError as exc:
-            logger.debug("cannot scan %s: %s", directory, exc)
-            return _Folder(None, specs, False, [], _NO_KINDS, [])
-        if not stat.S_ISDIR(st.st_mode):  # swapped for a link or a file since its parent's scan
-            return _Folder(None, specs, False, [], _NO_KINDS, [])
-        stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         known = self._folders.get(directory)
-        if known is not None and known.stamp == stamp:
-            here = self._with_ignore_file(specs, rel_dir, directory, known.has_ignore_file)
-            if known.specs == here:
-                return known
+        if known is not None and known.stamp is not None:
+            try:
+                st = os.stat(directory, follow_symlinks=False)
+            except OSError:
+                st = None
+            if st is not None and known.stamp == (
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+                st.st_ino,
+                st.st_dev,
+            ):
+                here = self._with_ignore_file(specs, rel_dir, directory, known.has_ignore_file)
+                if known.specs == here:
+                    return known
         self.scans += 1  # not exact while a warm-up runs: a count for tests and the log
         try:
-            dirs, files, kinds = _scan(directory)
-        except OSError as exc:
+            st, (dirs, files, kinds) = _scan(directory)
+        except OSError as exc:  # a link or a file now, if swapped since its parent's scan
             logger.debug("cannot scan %s: %s", directory, exc)
             return _Folder(None, specs, False, [], _NO_KINDS, [])
+        stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         has_ignore_file = not explicit and ".gitignore" in files
         here = self._with_ignore_file(specs, rel_dir, directory, has_ignore_file)
         paths, odd, marks = _kept(dirs, files, kinds, f"{rel_dir}/" if rel_dir else "", here)
@@ -292,10 +295,10 @@ class Tree:
     def _ancestor_rules(self, top: Path) -> tuple[_Specs, bool]:
         """Ignore rules in force at `top`, and whether `top` itself is ignored (asked for
         explicitly, in which case nothing below it is filtered by gitignore)."""
-        specs = self._with_rules((), "", str(self.root / ".git" / "info" / "exclude"))
+        specs = self._with_rules((), "", str(self.root / ".git" / "info" / "exclude"), False)
         directory, rel_dir = self.root, ""
         for part in top.relative_to(self.root).parts:
-            specs = self._with_ignore_file(specs, rel_dir, str(directory), True)
+            specs = self._with_rules(specs, rel_dir, f"{directory}/.gitignore", False)
             directory, rel_dir = directory / part, f"{rel_dir}/{part}" if rel_dir else part
             if (
                 part.startswith(".")
@@ -308,22 +311,31 @@ class Tree:
     def _with_ignore_file(
         self, specs: _Specs, rel_dir: str, directory: str, present: bool
     ) -> _Specs:
-        return self._with_rules(specs, rel_dir, f"{directory}/.gitignore") if present else specs
+        """`present`: the folder's scan found a regular file named .gitignore in it."""
+        return (
+            self._with_rules(specs, rel_dir, f"{directory}/.gitignore", True) if present else specs
+        )
 
-    def _with_rules(self, specs: _Specs, rel_dir: str, file: str) -> _Specs:
-        """Add one ignore file's rules, read again only when the file has changed."""
-        try:
-            st = os.stat(file, follow_symlinks=False)
-        except OSError:
-            return specs
-        stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
+    def _with_rules(self, specs: _Specs, rel_dir: str, file: str, seen: bool) -> _Specs:
+        """Add one ignore file's rules, read again only when the file has changed. `seen`: a
+        scan found it a regular file (else it is checked before it is opened)."""
         known = self._ignore_files.get(file)
-        if known is not None and known[0] == stamp:
+        if known is not None:
+            try:
+                st = os.stat(file, follow_symlinks=False)
+            except OSError:
+                return specs
+            if known[0] != _file_stamp(st):
+                known, seen = None, stat.S_ISREG(st.st_mode)
+        if known is not None:
             lines = known[1]
         else:
-            lines = tuple(_read_ignore_file(file, st))
+            read = _read_ignore_file(file, seen)
+            if read is None:
+                return specs
+            st, lines = read
             if st.st_mtime_ns + _RACY_NS < time.time_ns():
-                self._ignore_files[file] = (stamp, lines)
+                self._ignore_files[file] = (_file_stamp(st), lines)
         rules = _ignore_rules(lines)
         return (*specs, (rel_dir, rules)) if rules is not None else specs
 
@@ -333,17 +345,23 @@ def walk(root: Path, top: Path) -> Iterator[_Entry]:
     return Tree(root).walk(top)
 
 
-def _scan(directory: str) -> tuple[list[str], list[str], dict[str, str]]:
-    """The entries of `directory` as _names gives them. Where the OS allows, the folder is
-    opened without following a symlink (one swapped in since the parent's scan fails with
-    OSError), and read through that descriptor, which spares joining a path for each entry."""
+def _scan(
+    directory: str,
+) -> tuple[os.stat_result, tuple[list[str], list[str], dict[str, str]]]:
+    """The stat of the folder `directory` and its entries as _names gives them; OSError when
+    it is not a folder (a symlink to one included). Where the OS allows, the folder is opened
+    without following a symlink and read through that descriptor: no window between the check
+    and the read, and no path joined for each entry."""
     if not _SCAN_FD:
+        st = os.stat(directory, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            raise NotADirectoryError(directory)
         with os.scandir(directory) as scan:
-            return _names(list(scan))
+            return st, _names(list(scan))
     fd = os.open(directory, os.O_RDONLY | _NOFOLLOW | _DIRECTORY)
     try:
         with os.scandir(fd) as scan:
-            return _names(list(scan))  # while fd is open: a special file's stat needs it
+            return os.fstat(fd), _names(list(scan))  # fd open: a special file's stat needs it
     finally:
         os.close(fd)
 
@@ -482,23 +500,29 @@ def _rel(root: Path, resolved: Path) -> str:
 
 
 # --------------------------------------------------------------------------------- ignoring
-def _read_ignore_file(file: str, lstat: os.stat_result) -> list[str]:
-    """The lines of an ignore file as git reads them (see _ignore_lines), capped: a regular
-    file only (`lstat` is its stat, not following symlinks), never read through a symlink (git
-    does the same), so a FIFO or a device named .gitignore cannot block or flood the walk."""
-    if not stat.S_ISREG(lstat.st_mode):
-        return []
+def _file_stamp(st: os.stat_result) -> _Stamp:
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
+
+
+def _read_ignore_file(file: str, seen: bool) -> tuple[os.stat_result, tuple[str, ...]] | None:
+    """The stat of an ignore file and its lines as git reads them (see _ignore_lines), capped;
+    None when there is none. A regular file only, never read through a symlink (git does the
+    same), so a FIFO or a device named .gitignore cannot block or flood the walk: unless a
+    scan has `seen` it to be a regular file, it is checked before it is opened, and in any
+    case after."""
     try:
+        if not (seen or stat.S_ISREG(os.lstat(file).st_mode)):
+            return None
         fd = os.open(file, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
     except OSError:
-        return []
+        return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # swapped since the lstat
-            return []
+        if not stat.S_ISREG(st.st_mode):  # swapped since
+            return None
         data = os.read(fd, min(st.st_size, IGNORE_FILE_MAX_BYTES) + 1)
     except OSError:
-        return []
+        return None
     finally:
         os.close(fd)
     if len(data) > IGNORE_FILE_MAX_BYTES:
@@ -507,7 +531,7 @@ def _read_ignore_file(file: str, lstat: os.stat_result) -> list[str]:
     lines = _ignore_lines(data)
     if len(lines) > IGNORE_FILE_MAX_LINES:
         logger.warning("%s has over %d lines; the rest are not used", file, IGNORE_FILE_MAX_LINES)
-    return lines[:IGNORE_FILE_MAX_LINES]
+    return st, tuple(lines[:IGNORE_FILE_MAX_LINES])
 
 
 def _ignore_lines(data: bytes) -> list[str]:
