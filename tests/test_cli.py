@@ -689,7 +689,7 @@ def test_help_has_examples_and_the_environment_it_reads(capsys):
     assert "ANTHROPIC_API_KEY" in out and "TOY_AGENT_<FLAG>" in out
 
 
-def test_a_missing_dependency_is_one_line_naming_the_install_command(tmp_path):
+def test_a_missing_dependency_is_one_line_naming_the_install_command(tmp_path, clean_env):
     blocker = tmp_path / "block"
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text(
@@ -700,6 +700,7 @@ def test_a_missing_dependency_is_one_line_naming_the_install_command(tmp_path):
         "            raise ModuleNotFoundError(\"No module named 'dotenv'\", name='dotenv')\n"
         "sys.meta_path.insert(0, Block())\n"
     )
+    (clean_env / ".env").write_text("TOY_AGENT_MAX_ITERATIONS=3\n")  # python-dotenv reads it
     done = run_cli("x", "-r", str(tmp_path), env={"PYTHONPATH": str(blocker)})
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().startswith("toy-agent: error: the dotenv package is missing")
