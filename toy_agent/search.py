@@ -9,6 +9,7 @@ pass paths already resolved and confined to the repository root; nothing here ch
 from __future__ import annotations
 
 import bisect
+import contextlib
 import fnmatch
 import functools
 import heapq
@@ -369,8 +370,10 @@ def _scan(
 def _names(found: list[os.DirEntry[str]]) -> tuple[list[str], list[str], dict[str, str]]:
     """The names of one folder's folders, of its regular files, and the kinds of the rest:
     "link" for a symlink, else a special file's (see file_kind)."""
-    dirs = [e.name for e in found if e.is_dir(follow_symlinks=False)]  # no syscall: scandir knows
-    files = [e.name for e in found if e.is_file(follow_symlinks=False)]
+    files = [e.name for e in found if e.is_file(follow_symlinks=False)]  # no syscall: the
+    if len(files) == len(found):  # scan knows; and most folders hold files only
+        return [], files, {}
+    dirs = [e.name for e in found if e.is_dir(follow_symlinks=False)]
     kinds = {}
     if len(dirs) + len(files) < len(found):  # symlinks and special files, seldom any
         usual = {*dirs, *files}
@@ -416,7 +419,7 @@ def _kept(
         ignored = _ignored_names(block, files, dirs, prefix, specs)
         if ignored:
             files, dirs = _without(files, ignored), _without(dirs, ignored)
-    paths = [prefix + n for n in files]
+    paths = list(map(prefix.__add__, files))
     marked = [f"{prefix}{n}/" for n in dirs]
     paths += marked
     paths.sort()
@@ -430,7 +433,7 @@ def _without(names: list[str], dropped: set[str]) -> list[str]:
     if len(dropped) > 8:
         return [n for n in names if n not in dropped]
     for name in dropped:
-        if name in names:
+        with contextlib.suppress(ValueError):  # in the other list
             names.remove(name)
     return names
 
