@@ -864,10 +864,13 @@ def search(
     backend: str = "auto",
     tree: Tree | None = None,
 ) -> SearchResult:
-    """Case-insensitive, line-by-line search of the regular files walk() yields under `top`
-    (or of `top` itself, a file). `pattern` is a Python regex unless `literal`; the caller
-    checks it compiles. `backend` is "auto" or one of SEARCH_BACKENDS; `tree` the walk to
-    use (a new one if None). Raises SearchError."""
+    """Case-insensitive, line-by-line search of the text files walk() yields under `top` (or
+    of `top` itself, a file). A file with a NUL byte anywhere is binary, never matched: what
+    grep -I and rg do, and how a search stops reading a binary at its first block instead of
+    reading it whole (read_file judges by the first 8 KiB, as git does, to show what it can).
+    `pattern` is a Python regex unless `literal`; the caller checks it compiles. `backend` is
+    "auto" or one of SEARCH_BACKENDS; `tree` the walk to use (a new one if None). Raises
+    SearchError."""
     kind = file_kind(top.stat().st_mode)
     if kind == "file":
         files = _Replayable(iter([_rel(root, top)]))
@@ -911,13 +914,6 @@ def format_matches(what: str, where: str, result: SearchResult) -> str:
 
 def _count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
-
-
-def is_binary(path: Path | str) -> bool:
-    """NUL in the first 8 KiB, git's own test. Bare os calls: this runs for every matched file.
-    Anything but a regular file counts as binary, unread."""
-    data = _read_regular(path, BINARY_SNIFF_BYTES)
-    return data is None or b"\0" in data
 
 
 def _read_regular(path: Path | str, size: int | None = None) -> bytes | None:
@@ -999,7 +995,7 @@ def _count_with(
     if backend == "python":
         found = _search_python(root, _python_regex(pattern, literal), files)
         return {rel: len(matches) for rel, matches in found}
-    cmd = [*_command(backend, pattern, literal), "-c"]
+    cmd = [*_command(backend, pattern, literal, counting=True), "-c"]
     env = _child_env()
     from concurrent.futures import ThreadPoolExecutor  # not needed to start a run
 
@@ -1032,12 +1028,16 @@ def _child_env() -> dict[str, str]:
     return child_environment({"LC_ALL": "C.UTF-8"})
 
 
-def _command(backend: str, pattern: str, literal: bool) -> list[str]:
-    """grep or rg, one record per line with the path before a NUL. -a: binary files are judged
-    afterwards, the same way for every backend. -D skip: should a file turn into a FIFO or a
-    device after the walk, grep passes it by (rg has no such option)."""
+def _command(backend: str, pattern: str, literal: bool, counting: bool = False) -> list[str]:
+    """grep or rg, one record per line with the path before a NUL. A file with a NUL byte is
+    binary and never matches (see search): grep's count skips it itself (-I: it stops reading
+    at the NUL, and counts 0 even after matches); rg's are judged afterwards. Lines are then
+    read as text (-a) from files known to have none, so a line that is not valid UTF-8 is
+    shown too. -D skip: should a file turn into a FIFO or a device after the walk, grep passes
+    it by (rg has no such option)."""
     if backend == "grep":
-        return ["grep", "--null", "-D", "skip", "-Hasi", *_grep_syntax(pattern, literal)]
+        text = "-I" if counting else "-a"
+        return ["grep", "--null", "-D", "skip", text, "-Hsi", *_grep_syntax(pattern, literal)]
     cmd = ["rg", "--no-config", "--no-messages", "-Hai", "--null", "--no-heading"]
     cmd += ["--color", "never", "--encoding", "none", *(["-F"] if literal else [])]
     return [*cmd, "-e", pattern if literal else _to_ere(pattern) or pattern]  # e.g. \: -> :
@@ -1052,8 +1052,8 @@ def _count_batch(
 ) -> list[tuple[str, int]]:
     """One grep/rg -c run: `path NUL count` per file (grep lists files without a match too, rg
     does not). Output in any other shape means the tool is not the one we expect (a grep
-    without --null), which must not pass silently. Binary files are judged here, in the
-    worker, so that this overlaps with the other runs."""
+    without --null), which must not pass silently. rg counts binary files too: they are
+    dropped here, in the worker, so that this overlaps with the other runs."""
     counts = {}
     for record in os.fsdecode(_run_batch(cmd, root, env)).split("\n")[:-1]:
         path, sep, n = record.partition("\0")
@@ -1061,20 +1061,16 @@ def _count_batch(
             raise _BackendFailed(f"unexpected output line: {record[:100]!r}")
         if n != "0":
             counts[path] = int(n)
-    text = _text_files(root, list(counts), env) if backend == "grep" else set()
-    return [(rel, n) for rel, n in counts.items() if rel in text or not is_binary(root / rel)]
+    if backend == "grep":  # -I: a binary file counted 0
+        return list(counts.items())
+    return [(rel, n) for rel, n in counts.items() if not _has_nul(root / rel)]
 
 
-def _text_files(root: Path, files: list[str], env: dict[str, str]) -> set[str]:
-    """Some files that is_binary would find text, judged by grep -I instead of one Python call
-    each: grep checks all it read before a match for NUL, at least its first buffer (32 KiB),
-    so a file it lists has no NUL in its first 8 KiB. The files it leaves out get is_binary.
-    Below a couple of hundred files, starting grep costs more than it saves."""
-    if len(files) < 200:
-        return set()
-    cmd = ["grep", "--null", "-D", "skip", "-Ils", "-e", "", "--", *files]
-    output = _run_batch(cmd, root, env)
-    return set(os.fsdecode(output).split("\0"))
+def _has_nul(path: Path) -> bool:
+    """Whether a file holds a NUL byte, which makes it binary to search; True for anything but
+    a regular file."""
+    data = _read_regular(path)
+    return data is None or b"\0" in data
 
 
 class _Replayable:
@@ -1104,7 +1100,7 @@ def _search_python(
     whole_rx = None if re.search(r"\\[AZ]", regex) else re.compile(regex, re.I | re.M)
     for rel in files:
         data = _read_regular(repo / rel)
-        if data is None or b"\0" in data[:BINARY_SNIFF_BYTES]:
+        if data is None or b"\0" in data:
             continue
         text = data.decode("utf-8", "replace")
         if whole_rx is not None and not whole_rx.search(text):
