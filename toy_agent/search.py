@@ -263,12 +263,7 @@ class Tree:
                 st = os.stat(directory, follow_symlinks=False)
             except OSError:
                 st = None
-            if st is not None and known.stamp == (
-                st.st_mtime_ns,
-                st.st_ctime_ns,
-                st.st_ino,
-                st.st_dev,
-            ):
+            if st is not None and known.stamp == _dir_stamp(st):
                 here = self._with_ignore_file(specs, rel_dir, directory, known.has_ignore_file)
                 if known.specs == here:
                     return known
@@ -278,7 +273,7 @@ class Tree:
         except OSError as exc:  # a link or a file now, if swapped since its parent's scan
             logger.debug("cannot scan %s: %s", directory, exc)
             return _Folder(None, specs, False, [], _NO_KINDS, [])
-        stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        stamp = _dir_stamp(st)
         has_ignore_file = not explicit and ".gitignore" in files
         here = self._with_ignore_file(specs, rel_dir, directory, has_ignore_file)
         paths, odd, marks = _kept(dirs, files, kinds, f"{rel_dir}/" if rel_dir else "", here)
@@ -503,6 +498,10 @@ def _rel(root: Path, resolved: Path) -> str:
 
 
 # --------------------------------------------------------------------------------- ignoring
+def _dir_stamp(st: os.stat_result) -> _Stamp:
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
 def _file_stamp(st: os.stat_result) -> _Stamp:
     return (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)
 
@@ -521,7 +520,7 @@ def _read_ignore_file(file: str, seen: bool) -> tuple[os.stat_result, tuple[str,
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # swapped since
+        if not stat.S_ISREG(st.st_mode):  # swapped since it was seen or checked
             return None
         data = os.read(fd, min(st.st_size, IGNORE_FILE_MAX_BYTES) + 1)
     except OSError:
@@ -916,9 +915,9 @@ def _count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
 
 
-def _read_regular(path: Path | str, size: int | None = None) -> bytes | None:
-    """The first `size` bytes (all if None) of a regular file; None for anything else or on an
-    error. Opened without waiting, so a file swapped for a FIFO after the walk cannot block."""
+def _read_regular(path: Path | str) -> bytes | None:
+    """The bytes of a regular file; None for anything else or on an error. Opened without
+    waiting, so a file swapped for a FIFO after the walk cannot block."""
     try:
         fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_BINARY", 0))
     except OSError:
@@ -927,8 +926,6 @@ def _read_regular(path: Path | str, size: int | None = None) -> bytes | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None
-        if size is not None:
-            return os.read(fd, size)
         chunks, chunk_size = [], max(st.st_size + 1, 1 << 16)  # mostly one read, then EOF
         while chunk := os.read(fd, chunk_size):
             chunks.append(chunk)
