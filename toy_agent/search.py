@@ -9,7 +9,6 @@ pass paths already resolved and confined to the repository root; nothing here ch
 from __future__ import annotations
 
 import bisect
-import contextlib
 import fnmatch
 import functools
 import heapq
@@ -413,7 +412,8 @@ def _kept(
     if specs:
         ignored = _ignored_names(block, files, dirs, prefix, specs)
         if ignored:
-            files, dirs = _without(files, ignored), _without(dirs, ignored)
+            files = _without(files, ignored)
+            dirs = _without(dirs, ignored) if dirs else dirs
     paths = list(map(prefix.__add__, files))
     marked = [f"{prefix}{n}/" for n in dirs]
     paths += marked
@@ -428,7 +428,7 @@ def _without(names: list[str], dropped: set[str]) -> list[str]:
     if len(dropped) > 8:
         return [n for n in names if n not in dropped]
     for name in dropped:
-        with contextlib.suppress(ValueError):  # in the other list
+        if name in names:  # else in the other list
             names.remove(name)
     return names
 
