@@ -408,9 +408,8 @@ def _kept(
     hidden = _names_with(block, _COMPILED, (".",))  # a .gitignore, mostly
     if hidden:
         files = _without(files, hidden)
-        block = "\0" + "\0".join(files) + "\0"
     if specs:
-        ignored = _ignored_names(block, files, dirs, prefix, specs)
+        ignored = _ignored_names(block, hidden, dirs, prefix, specs)
         if ignored:
             files = _without(files, ignored)
             dirs = _without(dirs, ignored) if dirs else dirs
@@ -434,23 +433,24 @@ def _without(names: list[str], dropped: set[str]) -> list[str]:
 
 
 def _ignored_names(
-    block: str, files: list[str], dirs: list[str], prefix: str, specs: _Specs
+    block: str, hidden: set[str], dirs: list[str], prefix: str, specs: _Specs
 ) -> set[str]:
-    """The names among `files` (also given as `block`, see _kept) and `dirs`, entries of the
-    folder at `prefix`, that the ignore files `specs` ignore: git's rule, the deepest ignore
-    file with a matching pattern decides, and in it the last matching pattern. Only the names
-    some ignoring pattern could match are put to the regexes."""
+    """The names among the files in `block` (see _kept) but not in `hidden`, and among `dirs`,
+    entries of the folder at `prefix`, that the ignore files `specs` ignore: git's rule, the
+    deepest ignore file with a matching pattern decides, and in it the last matching pattern.
+    Only the names some ignoring pattern could match are put to the regexes."""
     ends: tuple[str, ...] = ()
     starts: tuple[str, ...] = ()
     for _, rules in specs:
         if rules.any_name:
-            candidates = {*files, *dirs}
+            candidates = {*filter(None, block.split("\0")), *dirs}
             break
         ends += rules.ends
         starts += rules.starts
     else:
         candidates = _names_with(block, ends, starts)
         candidates.update(n for n in dirs if n.endswith(ends) or n.startswith(starts))
+    candidates -= hidden
     if not candidates:
         return set()
     folders = set(dirs)
