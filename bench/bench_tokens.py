@@ -64,7 +64,7 @@ def run(fmt: str) -> tuple[int, int, int]:
         for i, (thought, tool, params) in enumerate(STEPS):
             text = reply_text(fmt, thought, tool, params)
             calls = (ToolCall(tool, params, f"call_{i}"),) if fmt == "native" else ()
-            received += len(text) + sum(len(json.dumps(c.arguments)) for c in calls)
+            received += len(text) + sum(len(c.name) + len(json.dumps(c.arguments)) for c in calls)
             server.enqueue(openai_reply(text, tool_calls=calls))
         client = OpenAICompatibleLlmClient("key", "bench", base_url=server.url + "/v1")
         tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="off")
