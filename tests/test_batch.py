@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -505,6 +508,49 @@ def test_ray_runs_the_same_task_file_with_results_identical_in_shape_to_local(
             tmp_path / "local" / expected["patch"]).read_bytes()  # fmt: skip
         assert (tmp_path / "ray" / record["trajectory"]).exists()
     assert {name: snapshot(path) for name, path in sources.items()} == before
+
+
+@pytest.fixture
+def ray_dir() -> Iterator[Path]:
+    """A folder for Ray's session, with a short path: Ray's sockets live in it."""
+    folder = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_ray_workers_get_the_key_as_an_argument_and_ray_never_writes_it_down(
+    sources: dict[str, Path],
+    tmp_path: Path,
+    ray_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:
+    """Ray logs a task's runtime environment and shows it on its dashboard, so the key must
+    not travel there. Here the workers start without the key in their environment (Ray is
+    started before it is set), so the task can only reach the model with the key it was
+    handed; and no file Ray writes (its logs, its session) holds the key."""
+    ray = pytest.importorskip("ray")
+    key = "sk-ant-api03-" + "q7Z" * 12  # recognisable anywhere Ray might write it
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=str(ray_dir),
+             logging_level=logging.WARNING)  # fmt: skip
+    try:
+        tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0]])
+        with TaskScripts(SCRIPTS) as provider:
+            for name, value in provider.env("claude", key=key).items():
+                monkeypatch.setenv(name, value)
+            code = main(["--tasks-file", str(tasks), "--out", str(tmp_path / "out"),
+                         "--executor", "ray", "--sandbox", "auto"])  # fmt: skip
+        assert code == 0, capsys.readouterr()
+        assert [r["outcome"] for r in results(tmp_path / "out")] == ["completed"]
+        assert provider.requests  # each with the key (x-api-key or a bearer token)
+        assert all(any(key in value for value in request.headers.values())
+                   for request in provider.requests)  # fmt: skip
+        assert ray.is_initialized()  # a Ray the batch did not start is left running
+    finally:
+        ray.shutdown()
+    written = [path for path in ray_dir.rglob("*") if path.is_file() and not path.is_symlink()]
+    assert any(path.suffix in (".log", ".out", ".err") for path in written)  # Ray did log
+    assert [path for path in written if key.encode() in path.read_bytes()] == []
 
 
 # ------------------------------------------------------------------------------- cost limits

@@ -361,11 +361,16 @@ class StopSignal:
 
 
 def run_task(
-    task: Task, settings: RunSettings, scratch: str | Path, stop: StopSignal | None = None
+    task: Task,
+    settings: RunSettings,
+    scratch: str | Path,
+    stop: StopSignal | None = None,
+    credentials: Credentials | None = None,
 ) -> dict[str, Any]:
     """Run one task in a fresh copy and return its result: the results.jsonl fields, plus
     `patch_data` (bytes) and `trajectory_data` (a dict) for the driver to write. A run that
-    was stopped comes back with outcome "cancelled" and is not recorded."""
+    was stopped comes back with outcome "cancelled" and is not recorded. `credentials`: the
+    provider's variables, when this process's environment may not have them (a Ray worker)."""
     started = time.monotonic()
     scratch = Path(scratch)
     meta = scratch / "meta" / task.id
@@ -376,19 +381,20 @@ def run_task(
         if stopped():
             return {"id": task.id, "outcome": "cancelled"}
         copy = prepare_copy(task, scratch)
-        redactor = Redactor()
+        redactor = _redactor(credentials)
         tools = CodeRepositoryTools(
             copy.path, allow_commands=settings.allow_commands, redactor=redactor,
             sandbox=settings.sandbox, sandbox_network=settings.sandbox_network,
         )  # fmt: skip
-        run = _run_agent(task, settings, tools, redactor, meta / "trajectory.json", stop)
+        trajectory_file = meta / "trajectory.json"
+        run = _run_agent(task, settings, tools, redactor, trajectory_file, stop, credentials)
         if run.outcome == "cancelled" or stopped():
             return {"id": task.id, "outcome": "cancelled"}
         patch, files = collect_patch(copy)
         check = run_check(task.check, tools, settings.check_timeout) if task.check else None
         if stopped():  # the stop killed the check: its verdict means nothing
             return {"id": task.id, "outcome": "cancelled"}
-        trajectory = json.loads((meta / "trajectory.json").read_text(encoding="utf-8"))
+        trajectory = json.loads(trajectory_file.read_text(encoding="utf-8"))
         return {
             "id": task.id, "outcome": run.outcome,
             "success": run.success and (check is None or check["passed"]), "check": check,
@@ -401,13 +407,18 @@ def run_task(
     except (GitError, OSError, McpError, LlmConfigError, SandboxUnavailable) as exc:
         if stopped():
             return {"id": task.id, "outcome": "cancelled"}
-        error = Redactor().redact(str(exc))  # a clone's URL may carry a token
+        error = _redactor(credentials).redact(str(exc))  # a clone's URL may carry a token
         return failed_result(task.id, error, time.monotonic() - started)
     finally:
         if copy is not None:
             remove_copy(copy)
         shutil.rmtree(meta, ignore_errors=True)
         _TASK_ID.reset(named)
+
+
+def _redactor(credentials: Credentials | None) -> Redactor:
+    """A task's redactor: this environment's secrets, and the provider key it was handed."""
+    return Redactor(credentials.values() if credentials is not None else ())
 
 
 def failed_result(task_id: str, error: str, elapsed: float = 0.0) -> dict[str, Any]:
@@ -427,8 +438,9 @@ def _run_agent(
     redactor: Redactor,
     trajectory: Path,
     stop: StopSignal | None,
+    credentials: Credentials | None,
 ) -> RunResult:
-    llm = build_llm(settings)
+    llm = build_llm(settings, credentials)
     cost = meter_for(getattr(llm, "model", "") or "", settings.max_cost, settings.price_input,
                      settings.price_output)  # fmt: skip
     mcp_session = (
@@ -449,15 +461,16 @@ def _run_agent(
             return agent.run_result(task.task)
 
 
-def build_llm(settings: RunSettings) -> LlmClient:
-    """The task's model client, from the provider settings (keys and base URLs come from the
-    environment, which Ray workers receive through their runtime environment)."""
+def build_llm(settings: RunSettings, credentials: Credentials | None = None) -> LlmClient:
+    """The task's model client, from the provider settings: keys and base URLs come from
+    `credentials` when given (a Ray worker's), else from this environment."""
     if settings.make_llm is not None:
         return settings.make_llm()
     return client_for(
         settings.provider, model=settings.model, base_url=settings.base_url,
         replay=settings.replay, replay_lenient=settings.replay_lenient,
         max_retries=settings.max_retries, timeout=settings.timeout,
+        environ=os.environ if credentials is None else credentials.environ(),
     )  # fmt: skip
 
 
@@ -513,10 +526,36 @@ class LocalExecutor:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+class Credentials:
+    """The provider's key and base URL variables, for a task on another machine. Ray tasks get
+    them as an argument, never in their runtime environment: Ray writes a runtime environment
+    to its logs and shows it on its dashboard. The repr names the variables, never a value."""
+
+    __slots__ = ("_variables",)
+
+    def __init__(self, variables: Mapping[str, str]):
+        self._variables = dict(variables)
+
+    def environ(self) -> dict[str, str]:
+        return dict(self._variables)
+
+    def values(self) -> list[str]:
+        return list(self._variables.values())
+
+    def __repr__(self) -> str:
+        return f"Credentials({', '.join(self._variables)})"
+
+    def __getstate__(self) -> dict[str, str]:
+        return self._variables
+
+    def __setstate__(self, variables: dict[str, str]) -> None:
+        self._variables = variables
+
+
 class RayExecutor:
     """Each task is a Ray task on an existing cluster (`address`, or RAY_ADDRESS), or on a local
     Ray instance started here and stopped in close(). Workers get the provider's key and base
-    URL in their runtime environment and prepare their own copy; the result comes back."""
+    URL as an argument (see Credentials) and prepare their own copy; the result comes back."""
 
     def __init__(self, settings: RunSettings, scratch: Path, workers: int, address: str | None):
         try:
@@ -532,7 +571,8 @@ class RayExecutor:
         elif self._started_here:
             ray.init(address="local", num_cpus=workers, include_dashboard=False,
                      logging_level=logging.WARNING)  # fmt: skip
-        self._runtime_env: dict[str, Any] = {"env_vars": provider_environment(settings)}
+        self._credentials = Credentials(provider_environment(settings))
+        self._runtime_env: dict[str, Any] = {}
         if cluster:  # the workers may not have toy_agent (this version of it) installed
             self._runtime_env["py_modules"] = [str(Path(__file__).resolve().parent)]
         self._remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
@@ -540,7 +580,7 @@ class RayExecutor:
 
     def submit(self, task: Task) -> Any:
         options = self._remote.options(runtime_env=self._runtime_env)
-        ref = options.remote(task, self._settings, str(self._scratch))
+        ref = options.remote(task, self._settings, str(self._scratch), None, self._credentials)
         self._ids[ref] = task.id
         return ref
 

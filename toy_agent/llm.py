@@ -234,9 +234,10 @@ def client_for(
     replay_lenient: bool = False,
     max_retries: int = 4,
     timeout: float = 120.0,
+    environ: Mapping[str, str] = os.environ,
 ) -> LlmClient:
     """The client the command-line settings ask for: the replay of a recording, or a real
-    provider (keys and base URLs from the environment). Mistakes raise LlmConfigError."""
+    provider (keys and base URLs from `environ`). Mistakes raise LlmConfigError."""
     if provider == "replay":
         if not replay:
             raise LlmConfigError("--llm-provider replay needs --replay FILE (a trajectory)")
@@ -244,7 +245,12 @@ def client_for(
     if replay:
         raise LlmConfigError(f"--replay is for --llm-provider replay, not {provider}")
     return create_llm_client(
-        provider, model=model, base_url=base_url, max_retries=max_retries, timeout=timeout
+        provider,
+        model=model,
+        base_url=base_url,
+        max_retries=max_retries,
+        timeout=timeout,
+        environ=environ,
     )
 
 
