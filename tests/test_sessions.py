@@ -23,7 +23,7 @@ from fakes import ScriptedLlm, native_call, xml_action
 from toy_agent import ReactAgent
 from toy_agent.cli import main
 from toy_agent.config import MAX_INSTRUCTIONS_BYTES
-from toy_agent.messages import LlmResponse
+from toy_agent.messages import LlmResponse, ToolCall
 from toy_agent.sessions import (
     NothingToUndo,
     SessionRecorder,
@@ -318,6 +318,61 @@ def test_native_calls_left_open_by_a_finished_task_are_answered_when_it_continue
     last = llm.requests[1]["messages"][-1]
     assert last.content == "second task"
     assert [r.call_id for r in last.tool_results] == ["call_0"]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "action", "observation"),
+    [
+        ("xml", '<ACTION><tool_name>read_file</tool_name><parameters>{"path": "hello.py"}',
+         "<OBSERVATION>\n"),
+        ("react", 'Action: read_file\nAction Input: {"path": "hello.py"}', "Observation: "),
+    ],
+)  # fmt: skip
+def test_a_native_conversation_continued_in_a_text_format_is_rewritten_in_that_format(
+    repo, fmt, action, observation
+):
+    first = ScriptedLlm(
+        native_call(("read_file", {"path": "hello.py"}), text="Look at it."),
+        native_call(("task_complete", {"result": "read"})),
+    )
+    native = ReactAgent(first, repo, tool_format="native")
+    native.run_result("read the greeting")
+    llm = ScriptedLlm(xml_action("task_complete", result="again") if fmt == "xml"
+                      else "Thought: done\nFinal Answer: again")  # fmt: skip
+    ReactAgent(llm, repo, tool_format=fmt).run_result(
+        "and now?", history=native.conversation_history
+    )
+
+    sent = llm.requests[0]["messages"]
+    assert not any(m.tool_calls or m.tool_results for m in sent)  # no tools offered to answer
+    assert [m.role for m in sent] == ["user", "assistant", "user", "assistant", "user"]
+    assert "Look at it." in sent[1].content and action in sent[1].content
+    assert sent[2].content.startswith(observation) and "print('helo')" in sent[2].content
+    assert "task_complete" in sent[3].content and sent[4].content == "and now?"
+
+
+def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(home, repo):
+    """Anthropic rejects tool_use blocks in a request that offers no tools."""
+    with FakeProvider() as server:
+        server.enqueue(
+            anthropic_reply("Look.", tool_calls=[ToolCall("read_file", {"path": "hello.py"},
+                            "toolu_1")], stop_reason="tool_use"),
+            anthropic_reply(tool_calls=[ToolCall("task_complete", {"result": "read"},
+                            "toolu_2")], stop_reason="tool_use"),
+            anthropic_reply(xml_action("task_complete", result="again")),
+        )  # fmt: skip
+        env = server.env("claude")
+        first = run_cli("--repo", str(repo), "--task", "read it", "--tool-format", "native",
+                        env=env)  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        second = run_cli("--repo", str(repo), "-c", "--task", "and now?", env=env)
+        assert second.returncode == 0, second.stderr
+
+    body = server.requests[2].body
+    assert "tools" not in body
+    blocks = [b for m in body["messages"] for b in m["content"]]
+    assert {b["type"] for b in blocks} == {"text"}
+    assert "<tool_name>read_file</tool_name>" in sent_text(server.requests[2])
 
 
 # --- undo -----------------------------------------------------------------------------------

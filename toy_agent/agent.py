@@ -203,7 +203,7 @@ class ReactAgent:
                 self.system_prompt = self._build_system_prompt()
                 task = wire_text(task)
                 task_message = Message("user", self.redactor.redact(task))
-                self.conversation_history = _continued(history, task_message)
+                self.conversation_history = _continued(history, task_message, self.format)
                 self._emit(RunStarted(task, self.system_prompt, self.settings()))
                 outcome, answer, error = self._loop()
                 diffs = changes.diffs()
@@ -471,15 +471,34 @@ class ReactAgent:
             subscriber(event)
 
 
-def _continued(history: Sequence[Message], task: Message) -> list[Message]:
+def _continued(history: Sequence[Message], task: Message, fmt: ActionFormat) -> list[Message]:
     """The earlier conversation, then the new task. Native tool calls the last run left
     unanswered (its task_complete, a call Ctrl-C stopped) get a result in the task's message:
-    providers reject a tool call without one."""
+    providers reject a tool call without one. In a text format, native calls and results of
+    an earlier run (in --tool-format native) are rewritten as this format's text: providers
+    reject tool calls in a request that offers no tools, and the model reads one format."""
+    if not fmt.native_tools:
+        return [*(_as_text(message, fmt) for message in history), task]
     answered = {r.call_id for m in history for r in m.tool_results}
     last = next((m for m in reversed(history) if m.role == "assistant"), None)
     open_calls = [c for c in (last.tool_calls if last else ()) if c.id not in answered]
     results = tuple(ToolResult(c.id, c.name, UNANSWERED_CALL) for c in open_calls)
     return [*history, replace(task, tool_results=results)]
+
+
+def _as_text(message: Message, fmt: ActionFormat) -> Message:
+    """`message` with its native tool calls or results written as `fmt`'s text."""
+    if message.tool_calls:
+        actions = [Action(c.name, c.arguments, c.id) for c in message.tool_calls]
+        return Message(message.role, fmt.action_text(message.content.strip(), actions))
+    if message.tool_results:
+        observations = [
+            Observation(Action(r.name, {}, r.call_id), r.content, r.is_error)
+            for r in message.tool_results
+        ]
+        text = fmt.observation_message(observations).content
+        return Message(message.role, f"{text}\n\n{message.content}" if message.content else text)
+    return message
 
 
 def _bounded(call: ToolCall) -> ToolCall:

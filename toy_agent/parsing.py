@@ -85,6 +85,12 @@ class ActionFormat(ABC):
     def error_message(self, error: ParseError) -> Message:
         """The user message telling the LLM its reply could not be parsed, and why."""
 
+    def action_text(self, thought: str, actions: Sequence[Action]) -> str:
+        """A reply taking `actions`, written in this format: how native tool calls of an
+        earlier run read when the conversation goes on in a text format. (Native: the thought
+        alone, as the calls travel beside the text.)"""
+        return thought
+
 
 def get_format(name: str) -> ActionFormat:
     """A format instance by name."""
@@ -432,6 +438,14 @@ class XmlFormat(ActionFormat):
                 error = error or exc
         raise error  # type: ignore[misc]
 
+    def action_text(self, thought: str, actions: Sequence[Action]) -> str:
+        calls = (
+            f"<ACTION><tool_name>{a.tool_name}</tool_name>"
+            f"<parameters>{json.dumps(a.parameters, ensure_ascii=False)}</parameters></ACTION>"
+            for a in actions
+        )
+        return "\n".join((f"<THOUGHT>{thought}</THOUGHT>", *calls))
+
     def observation_message(self, observations: Sequence[Observation]) -> Message:
         if len(observations) == 1:
             return Message("user", f"<OBSERVATION>\n{observations[0].content}\n</OBSERVATION>")
@@ -582,6 +596,13 @@ class ReactFormat(ActionFormat):
                 break
             count += _kind(label) in ("action", "finalanswer")
         return count
+
+    def action_text(self, thought: str, actions: Sequence[Action]) -> str:
+        calls = (
+            f"Action: {a.tool_name}\nAction Input: {json.dumps(a.parameters, ensure_ascii=False)}"
+            for a in actions
+        )
+        return "\n".join((f"Thought: {thought}", *calls))
 
     def observation_message(self, observations: Sequence[Observation]) -> Message:
         if len(observations) == 1:
