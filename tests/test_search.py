@@ -119,6 +119,25 @@ def test_search_finds_case_insensitively_and_skips_ignored_files(tree: Path, bac
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_lone_cr_ends_a_line_for_search_as_for_read_file(tmp_path: Path, backend: str) -> None:
+    """grep and rg end lines at \n only; read_file also at a lone \r (an old Mac ending, or
+    a stray one). A search hit must name the line read_file shows under that number."""
+    write(tmp_path, "mixed.txt", b"one\ntwo\rneedle here\r\nfour\rneedle again\n")
+    write(tmp_path, "plain.txt", "needle\n")
+    tools = CodeRepositoryTools(tmp_path, search_backend=backend)
+
+    out = tools.search_in_files("needle")
+
+    assert out.splitlines()[1:] == [
+        "mixed.txt", "  3: needle here", "  5: needle again",
+        "plain.txt", "  1: needle",
+    ]  # fmt: skip
+    assert out.startswith("3 matches in 2 files")
+    assert "   3 | needle here" in tools.read_file("mixed.txt", start_line=3, end_line=3)
+    assert "   5 | needle again" in tools.read_file("mixed.txt", start_line=5, end_line=5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("pattern", "kwargs"),
     [

@@ -959,7 +959,7 @@ def _run_search(
     for attempt, backend in enumerate(chain):
         try:  # the first attempt searches while the walk is still going
             counts = _count_with(root, backend, pattern, literal, files.all() if attempt else files)
-            shown = _lines_with(root, backend, pattern, literal, _first_files(counts))
+            shown = _lines_with(root, backend, pattern, literal, _first_files(counts), counts)
         except subprocess.TimeoutExpired as exc:
             raise SearchError(
                 f"The search took longer than {SEARCH_TIMEOUT}s; narrow it with path or "
@@ -1005,9 +1005,13 @@ def _count_with(
 
 
 def _lines_with(
-    root: Path, backend: str, pattern: str, literal: bool, files: list[str]
+    root: Path, backend: str, pattern: str, literal: bool, files: list[str], counts: dict[str, int]
 ) -> list[Match]:
-    """The first SEARCH_MAX_MATCHES matching lines of a few files, by path then line number."""
+    """The first SEARCH_MAX_MATCHES matching lines of a few files, by path then line number.
+
+    Lines are numbered as read_file numbers them, where a lone "\r" (an old Mac line ending,
+    or a stray one) ends a line too. grep and rg end lines at "\n" only, so a file of these
+    holding a lone "\r" is searched again in Python, and its count in `counts` corrected."""
     if not files:
         return []
     if backend == "python":
@@ -1017,6 +1021,14 @@ def _lines_with(
         cmd = [*_command(backend, pattern, literal), "-nm", str(SEARCH_MAX_MATCHES), "--", *files]
         output = _run_batch(cmd, root, _child_env())
         matches = list(_parse_grep_output(output))
+        lone = {rel for rel in files if _has_lone_cr(root / rel)}
+        if lone:
+            matches = [m for m in matches if m[0] not in lone]
+            for rel in lone:
+                counts.pop(rel, None)
+            for rel, file_matches in _search_python(root, _python_regex(pattern, literal), lone):
+                counts[rel] = len(file_matches)
+                matches += file_matches
     return sorted(matches, key=lambda m: (m[0], m[1]))[:SEARCH_MAX_MATCHES]
 
 
@@ -1063,6 +1075,15 @@ def _count_batch(
     return [(rel, n) for rel, n in counts.items() if not _has_nul(root / rel)]
 
 
+_LONE_CR = re.compile(rb"\r(?!\n)")
+
+
+def _has_lone_cr(path: Path) -> bool:
+    """Whether a file holds a "\r" that is not part of a "\r\n"."""
+    data = _read_regular(path)
+    return data is not None and _LONE_CR.search(data) is not None
+
+
 def _has_nul(path: Path) -> bool:
     """Whether a file holds a NUL byte, which makes it binary to search; True for anything but
     a regular file."""
@@ -1100,6 +1121,8 @@ def _search_python(
         if data is None or b"\0" in data:
             continue
         text = data.decode("utf-8", "replace")
+        if "\r" in text:  # a lone \r ends a line, as in read_file; \r\n stays as grep sees it
+            text = re.sub(r"\r(?!\n)", "\n", text)
         if whole_rx is not None and not whole_rx.search(text):
             continue
         lines = text.split("\n")
