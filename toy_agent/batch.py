@@ -545,12 +545,6 @@ class Credentials:
     def __repr__(self) -> str:
         return f"Credentials({', '.join(self._variables)})"
 
-    def __getstate__(self) -> dict[str, str]:
-        return self._variables
-
-    def __setstate__(self, variables: dict[str, str]) -> None:
-        self._variables = variables
-
 
 class RayExecutor:
     """Each task is a Ray task on an existing cluster (`address`, or RAY_ADDRESS), or on a local
@@ -580,7 +574,9 @@ class RayExecutor:
 
     def submit(self, task: Task) -> Any:
         options = self._remote.options(runtime_env=self._runtime_env)
-        ref = options.remote(task, self._settings, str(self._scratch), None, self._credentials)
+        ref = options.remote(
+            task, self._settings, str(self._scratch), credentials=self._credentials
+        )
         self._ids[ref] = task.id
         return ref
 

@@ -1009,9 +1009,9 @@ def _lines_with(
 ) -> list[Match]:
     """The first SEARCH_MAX_MATCHES matching lines of a few files, by path then line number.
 
-    Lines are numbered as read_file numbers them, where a lone "\r" (an old Mac line ending,
-    or a stray one) ends a line too. grep and rg end lines at "\n" only, so a file of these
-    holding a lone "\r" is searched again in Python, and its count in `counts` corrected."""
+    Lines are numbered as read_file numbers them, where a lone "\\r" (an old Mac line ending,
+    or a stray one) ends a line too. grep and rg end lines at "\\n" only, so a file of these
+    holding a lone "\\r" is searched again in Python, and its count in `counts` corrected."""
     if not files:
         return []
     if backend == "python":
@@ -1079,7 +1079,7 @@ _LONE_CR = re.compile(rb"\r(?!\n)")
 
 
 def _has_lone_cr(path: Path) -> bool:
-    """Whether a file holds a "\r" that is not part of a "\r\n"."""
+    """Whether a file holds a "\\r" that is not part of a "\\r\\n"."""
     data = _read_regular(path)
     return data is not None and _LONE_CR.search(data) is not None
 
