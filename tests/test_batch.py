@@ -25,7 +25,14 @@ import pytest
 from fake_providers import FakeProvider, RecordedRequest, Reply, anthropic_reply, error_reply
 from fakes import ScriptedLlm, run_in_pty, xml_action
 
-from toy_agent.batch import RECORD_KEYS, BatchError, RunSettings, prepare_copy, remove_copy
+from toy_agent.batch import (
+    RECORD_KEYS,
+    BatchError,
+    Credentials,
+    RunSettings,
+    prepare_copy,
+    remove_copy,
+)
 from toy_agent.batch import Task as BatchTask
 from toy_agent.cli import main
 from toy_agent.llm import LlmError
@@ -508,6 +515,14 @@ def test_ray_runs_the_same_task_file_with_results_identical_in_shape_to_local(
             tmp_path / "local" / expected["patch"]).read_bytes()  # fmt: skip
         assert (tmp_path / "ray" / record["trajectory"]).exists()
     assert {name: snapshot(path) for name, path in sources.items()} == before
+
+
+def test_credentials_show_their_variables_names_never_a_value() -> None:
+    """What a task gets its key in may be printed by Ray (a failed task's arguments)."""
+    credentials = Credentials({"ANTHROPIC_API_KEY": "sk-ant-secret-value-123"})
+    for shown in (repr(credentials), str(credentials), repr([credentials])):
+        assert "ANTHROPIC_API_KEY" in shown and "secret-value" not in shown
+    assert credentials.environ() == {"ANTHROPIC_API_KEY": "sk-ant-secret-value-123"}
 
 
 @pytest.fixture
