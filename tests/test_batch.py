@@ -39,10 +39,7 @@ from toy_agent.llm import LlmError
 from toy_agent.messages import LlmResponse
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = (
-    "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY",
-    "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "RAY_ADDRESS",
-)  # fmt: skip
+pytestmark = pytest.mark.usefixtures("clean_env")  # see conftest
 GIT_IDENTITY = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
 
 
@@ -119,16 +116,6 @@ def snapshot(folder: Path) -> dict[str, bytes]:
                      ["worktree", "list", "--porcelain"], ["stash", "list"]):  # fmt: skip
             files[" ".join(args)] = git(*args, cwd=folder).encode()
     return files
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    for key in KEYS:
-        monkeypatch.delenv(key, raising=False)
-    workdir = tmp_path / "cwd"
-    workdir.mkdir()
-    monkeypatch.chdir(workdir)
-    return workdir
 
 
 @pytest.fixture

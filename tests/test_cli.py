@@ -22,26 +22,7 @@ from toy_agent.cli import main
 from toy_agent.messages import Usage
 
 ROOT = Path(__file__).resolve().parents[1]
-KEYS = (
-    "ANTHROPIC_API_KEY",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "OPENAI_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "OPENAI_BASE_URL",
-    "GOOGLE_GEMINI_BASE_URL",
-)
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch, tmp_path):
-    """No real keys, and a working directory without a .env file."""
-    for key in KEYS:
-        monkeypatch.delenv(key, raising=False)
-    workdir = tmp_path / "cwd"
-    workdir.mkdir()
-    monkeypatch.chdir(workdir)
-    return workdir
+pytestmark = pytest.mark.usefixtures("clean_env")  # see conftest
 
 
 @pytest.fixture
