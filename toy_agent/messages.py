@@ -22,6 +22,43 @@ def _escape_surrogate(match: re.Match[str]) -> str:
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
+
+def shown_path(path: str) -> str:
+    """A file name as a tool shows it to the model: control characters, which would split a
+    listing into lines of the repository's choosing, and undecodable bytes become escapes
+    (\\n, \\t, \\r, \\xNN, \\u0085); `path_from_shown` reads them back."""
+    return _UNSHOWABLE.sub(_escape_char, path)
+
+
+def path_from_shown(text: str) -> str:
+    """The file name `shown_path` showed as `text`."""
+    return _SHOWN_ESCAPE.sub(_unescape_char, text)
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if char in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[char]
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    return _escape_surrogate(match) if code >= 0xD800 else f"\\u{code:04x}"
+
+
+def _unescape_char(match: re.Match[str]) -> str:
+    byte, code, named = match.groups()
+    if named:
+        return {"n": "\n", "r": "\r", "t": "\t"}[named]
+    if byte:  # \x80-\xff: an undecodable byte, kept as a surrogate escape (os.fsdecode)
+        value = int(byte, 16)
+        return chr(value if value < 0x80 else 0xDC00 + value)
+    return chr(int(code, 16))
+
+
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_SHOWN_ESCAPE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|([nrt]))")
+
 # A tool as offered to the model: {"name": str, "description": str, "parameters": JSON Schema}.
 ToolSpec = dict[str, Any]
 TextCallback = Callable[[str], None]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toy_agent.environment import child_environment
+from toy_agent.messages import shown_path
 
 logger = logging.getLogger(__name__)
 
@@ -895,7 +896,7 @@ def format_matches(what: str, where: str, result: SearchResult) -> str:
     current = None
     for rel, number, text in result.shown:
         if rel != current:
-            out.append(rel)
+            out.append(shown_path(rel))
             current = rel
         if len(text) > SEARCH_LINE_CHARS:
             text = text[:SEARCH_LINE_CHARS] + " …"
@@ -1064,12 +1065,11 @@ def _count_batch(
     without --null), which must not pass silently. rg counts binary files too: they are
     dropped here, in the worker, so that this overlaps with the other runs."""
     counts = {}
-    for record in os.fsdecode(_run_batch(cmd, root, env)).split("\n")[:-1]:
-        path, sep, n = record.partition("\0")
-        if not (sep and n.isascii() and n.isdigit()):
-            raise _BackendFailed(f"unexpected output line: {record[:100]!r}")
-        if n != "0":
-            counts[path] = int(n)
+    for path, n in _records(_run_batch(cmd, root, env)):
+        if not (n.isascii() and n.isdigit()):
+            raise _BackendFailed(f"unexpected output line: {path[:100]!r} {n[:100]!r}")
+        if n != b"0":
+            counts[os.fsdecode(path)] = int(n)
     if backend == "grep":  # -I: a binary file counted 0
         return list(counts.items())
     return [(rel, n) for rel, n in counts.items() if not _has_nul(root / rel)]
@@ -1217,9 +1217,23 @@ def _run_batch(cmd: list[str], cwd: Path, env: dict[str, str]) -> bytes:
 def _parse_grep_output(output: bytes) -> Iterator[Match]:
     """Lines are `path NUL lineno:text` (--null), robust to ':' in paths. Anything else means
     the tool is not the one we expect (a grep without --null), which must not pass silently."""
-    for record in output.split(b"\n")[:-1]:  # not splitlines(): a line may hold a \r
-        path, _, rest = record.partition(b"\0")
+    for path, rest in _records(output):
         number, sep, text = rest.partition(b":")
         if not (sep and number.isdigit()):
-            raise _BackendFailed(f"unexpected output line: {record[:100]!r}")
+            raise _BackendFailed(f"unexpected output line: {path[:100]!r} {rest[:100]!r}")
         yield os.fsdecode(path), int(number), text.decode("utf-8", "replace")
+
+
+def _records(output: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(path, what follows it up to the end of the line) for each record of grep or rg output
+    with --null: `path NUL ... \\n`. A path may hold a newline (never a NUL), so each record
+    is found from its NUL; the rest holds no newline (a line, or a count). Not split at
+    "\\r" either: a line may hold one."""
+    start = 0
+    while start < len(output):
+        nul = output.find(b"\0", start)
+        end = output.find(b"\n", nul + 1) if nul >= 0 else -1
+        if end < 0:
+            raise _BackendFailed(f"unexpected output line: {output[start : start + 100]!r}")
+        yield output[start:nul], output[nul + 1 : end]
+        start = end + 1

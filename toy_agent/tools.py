@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from toy_agent.environment import child_environment
+from toy_agent.messages import path_from_shown, shown_path
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
     bwrap_argv,
@@ -178,12 +179,12 @@ class CodeRepositoryTools:
         if not top.exists():
             raise self._not_found(path, top)
         if not top.is_dir():
-            raise ToolError(f"{self._rel(top)} is a file; use read_file or get_file_info on it.")
+            raise ToolError(f"{self._shown(top)} is a file; use read_file or get_file_info on it.")
         explicit = self.tree.is_ignored(top)
         listing = self.tree.listing(top)
         paths, special, n_dirs = listing.paths, listing.special, len(listing.folders)
         logger.info("listed %s: %d files, %d dirs", self._rel(top), len(paths) - n_dirs, n_dirs)
-        where = "Repository root" if top == self.repo_path else self._rel(top)
+        where = "Repository root" if top == self.repo_path else self._shown(top)
         header = f"{where}: {len(paths) - n_dirs} files, {n_dirs} directories"
         if explicit:
             header += " (this folder is normally ignored; listed because it was asked for)"
@@ -203,7 +204,7 @@ class CodeRepositoryTools:
         if end_line is not None and end_line < start:
             raise ToolError(f"end_line ({end_line}) is before start_line ({start}).")
         target = self._existing_file(path)
-        rel = self._rel(target)
+        rel = self._shown(target)
         with self._open_regular(target) as f:
             window = _read_window(f, rel, start, end_line)
         shown = [(n, self._cut_line(text, length)) for n, text, length in window.lines]
@@ -236,7 +237,7 @@ class CodeRepositoryTools:
         """Create or replace a whole file, atomically. A replaced file keeps its encoding (byte-
         order mark, UTF-16/32) and, when `content` uses "\n", line endings it uses throughout."""
         target = self._writable(path)
-        rel = self._rel(target)
+        rel = self._shown(target)
         with self._rewrite(target) as file:
             encoding, ending = _existing_format(file)
             text = content.removeprefix("\ufeff") if encoding.bom else content
@@ -266,7 +267,7 @@ class CodeRepositoryTools:
         if old == new:
             raise ToolError(_IDENTICAL if old_str == new_str else _ENDINGS_ONLY)
         target = self._writable(path)
-        rel = self._rel(target)
+        rel = self._shown(target)
         self._existing_file(path)
         with self._rewrite(target) as file, _reading(rel), file.open() as f:
             self._check_links(os.fstat(f.fileno()), rel)
@@ -315,7 +316,7 @@ class CodeRepositoryTools:
             *(pattern, self._rel(top), found.n_files, found.n_matches, found.backend),
             time.perf_counter() - started,
         )
-        return format_matches(repr(pattern) + note, self._rel(top), found)
+        return format_matches(repr(pattern) + note, self._shown(top), found)
 
     def get_file_info(self, path: str) -> str:
         """Metadata to decide how to read a file: size, lines, kind, language, mtime, mode."""
@@ -324,7 +325,7 @@ class CodeRepositoryTools:
             raise self._not_found(path, target)
         st = target.lstat()
         mtime = datetime.fromtimestamp(st.st_mtime, tz=timezone.utc).isoformat(timespec="seconds")
-        info = [f"path: {self._rel(target)}"]
+        info = [f"path: {self._shown(target)}"]
         if target.is_dir():
             fd = self._open_dir(target.relative_to(self.repo_path).parts)
             try:
@@ -391,6 +392,8 @@ class CodeRepositoryTools:
         if "\0" in path:
             raise ToolError("path contains a NUL character.")
         raw = Path(path.strip() or ".")
+        if "\\" in path and not os.path.lexists(self.repo_path / raw):
+            raw = self._named_by_escapes(path.strip()) or raw
         candidate = raw if raw.is_absolute() else self.repo_path / raw
         try:
             resolved = candidate.resolve()
@@ -405,12 +408,25 @@ class CodeRepositoryTools:
             )
         raise ToolError(f"{path} leads outside the repository through a symlink; refused.")
 
+    def _named_by_escapes(self, path: str) -> Path | None:
+        """The existing file `path` names when read as a tool showed it, escapes and all (see
+        shown_path): how the model names a file whose name has a newline or a byte that is
+        not UTF-8. Only when `path` as written names nothing."""
+        named = path_from_shown(path)
+        if named == path or "\0" in named or not os.path.lexists(self.repo_path / named):
+            return None
+        return Path(named)
+
     def _rel(self, resolved: Path) -> str:
         return resolved.relative_to(self.repo_path).as_posix() or "."
 
+    def _shown(self, resolved: Path) -> str:
+        """_rel as the model is shown it (see shown_path)."""
+        return shown_path(self._rel(resolved))
+
     def _existing_file(self, path: str) -> Path:
         target = self._resolve(path)
-        rel = self._rel(target)
+        rel = self._shown(target)
         try:
             mode = target.stat().st_mode
         except FileNotFoundError:
@@ -418,7 +434,7 @@ class CodeRepositoryTools:
         except OSError as exc:  # e.g. a folder on the way that may not be searched
             raise ToolError(f"Cannot read {rel}: {exc.strerror or exc}.") from exc
         if stat.S_ISDIR(mode):
-            raise ToolError(f"{rel} is a directory; use list_files(path={rel!r}) to see inside.")
+            raise ToolError(f"{rel} is a directory; use list_files(path='{rel}') to see inside.")
         if not stat.S_ISREG(mode):
             raise ToolError(_special_message(rel, mode))
         return target
@@ -556,7 +572,7 @@ class CodeRepositoryTools:
         if ".git" in target.relative_to(self.repo_path).parts:
             raise ToolError("Refusing to write inside .git/; git's own files are off limits.")
         if target.is_dir():
-            raise ToolError(f"{self._rel(target)} is a directory; give a file path.")
+            raise ToolError(f"{self._shown(target)} is a directory; give a file path.")
         return target
 
     def _not_found(self, path: str, target: Path) -> ToolError:
@@ -566,7 +582,7 @@ class CodeRepositoryTools:
         known = [rel for rel, kind in walked if kind == "file"]
         same_name = [rel for rel in known if rel.rsplit("/", 1)[-1] == target.name]
         close = same_name[:5] or difflib.get_close_matches(wanted, known, n=3, cutoff=0.6)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        hint = f" Did you mean: {', '.join(map(shown_path, close))}?" if close else ""
         return ToolError(f"No such file or directory: {path}.{hint} Use list_files to look around.")
 
 
@@ -1023,7 +1039,7 @@ def _file_kind(f: typing.BinaryIO, name: str) -> list[str]:
 
 def _entry_line(path: str, special: dict[str, str]) -> str:
     """ "src/" for a folder, "src/a.py" for a file, "pipe  (fifo)" for a special file."""
-    return f"{path}  ({special[path]})" if path in special else path
+    return f"{shown_path(path)}  ({special[path]})" if path in special else shown_path(path)
 
 
 def _summarise(listing: Listing, top: str) -> list[str]:
@@ -1052,7 +1068,7 @@ def _summarise(listing: Listing, top: str) -> list[str]:
     for start, stop, d in shown:
         for path in paths[start : min(stop, start + LIST_LIMIT - len(lines))]:
             if path[-1] == "/" and d == depth:  # the last level shown: what is below, counted
-                lines.append(f"{path}  ({files_inside(path)} files inside)")
+                lines.append(f"{shown_path(path)}  ({files_inside(path)} files inside)")
             else:
                 lines.append(_entry_line(path, listing.special))
         if len(lines) == LIST_LIMIT:
@@ -1062,7 +1078,8 @@ def _summarise(listing: Listing, top: str) -> list[str]:
     example = next((paths[start][:-1] for start, _, _ in shown if paths[start][-1] == "/"), top)
     lines.append(
         f"[Too many entries to list ({len(paths):,}); showing {depth} level(s) with file "
-        f"counts per folder. List a folder to see inside, e.g. list_files(path={example!r}).]"
+        f"counts per folder. List a folder to see inside, e.g. "
+        f"list_files(path='{shown_path(example)}').]"
     )
     return lines
 
