@@ -32,6 +32,7 @@ from toy_agent.batch import (
     RunSettings,
     prepare_copy,
     remove_copy,
+    run_task,
 )
 from toy_agent.batch import Task as BatchTask
 from toy_agent.cli import main
@@ -510,6 +511,25 @@ def test_credentials_show_their_variables_names_never_a_value() -> None:
     for shown in (repr(credentials), str(credentials), repr([credentials])):
         assert "ANTHROPIC_API_KEY" in shown and "secret-value" not in shown
     assert credentials.environ() == {"ANTHROPIC_API_KEY": "sk-ant-secret-value-123"}
+
+
+def test_a_task_handed_credentials_reaches_the_model_with_them_and_redacts_only_the_key(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    """What a Ray worker does, without Ray: no provider variable in this environment."""
+    key = "sk-ant-api03-" + "h4Nd" * 8
+    task = BatchTask("k", str(sources["plain"]), "say where you are")
+    with FakeProvider() as server:
+        said = f"I used {key} at {server.url}"
+        server.enqueue(anthropic_reply(xml_action("task_complete", result=said)))
+        credentials = Credentials(server.env("claude", key=key))
+        result = run_task(task, RunSettings(sandbox="off"), tmp_path / "scratch",
+                          credentials=credentials)  # fmt: skip
+
+    assert result["outcome"] == "completed", result["error"]
+    assert any(key in value for value in server.requests[0].headers.values())
+    answer = result["trajectory_data"]["result"]["result"]
+    assert answer == f"I used [REDACTED] at {server.url}"  # a base URL is no secret
 
 
 @pytest.fixture

@@ -417,8 +417,11 @@ def run_task(
 
 
 def _redactor(credentials: Credentials | None) -> Redactor:
-    """A task's redactor: this environment's secrets, and the provider key it was handed."""
-    return Redactor(credentials.values() if credentials is not None else ())
+    """A task's redactor: the secrets of this environment with the variables it was handed,
+    by the same rule (the key is one; a base URL is not)."""
+    if credentials is None:
+        return Redactor()
+    return Redactor(environ={**os.environ, **credentials.environ()})
 
 
 def failed_result(task_id: str, error: str, elapsed: float = 0.0) -> dict[str, Any]:
@@ -538,9 +541,6 @@ class Credentials:
 
     def environ(self) -> dict[str, str]:
         return dict(self._variables)
-
-    def values(self) -> list[str]:
-        return list(self._variables.values())
 
     def __repr__(self) -> str:
         return f"Credentials({', '.join(self._variables)})"
