@@ -476,6 +476,40 @@ def test_copies_are_fresh_and_leave_the_source_as_it_was(
     assert snapshot(sources["repo"]) == before
 
 
+def test_a_repository_whose_git_config_runs_programs_runs_none_of_them(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository someone else wrote (not a fresh clone) brings its own .git/config: filter
+    drivers (smudge on checkout, clean on add), an fsmonitor, hooks. The batch's git calls
+    on it and on its copies must start none of them, and still make the patch."""
+    repo, ran = sources["repo"], tmp_path / "ran"
+    ran.mkdir()
+    (repo / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    git("add", ".gitattributes", cwd=repo)
+    git("commit", "-qm", "attributes", cwd=repo)
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    for name, value in {
+        "filter.evil.smudge": f"touch {ran}/smudge; cat",
+        "filter.evil.clean": f"touch {ran}/clean; cat",
+        "filter.evil.required": "true",
+        "core.fsmonitor": f"touch {ran}/fsmonitor; false",
+        "diff.evil.command": f"touch {ran}/diff",
+        "diff.external": f"touch {ran}/external",
+    }.items():
+        git("config", name, value, cwd=repo)
+    hook.write_text(f"#!/bin/sh\ntouch {ran}/hook\n")
+    hook.chmod(0o755)
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0]])
+    with TaskScripts(SCRIPTS) as provider:
+        code = run_batch_cli(provider, tasks, tmp_path / "out", monkeypatch=monkeypatch)
+
+    assert code == 0
+    record = results(tmp_path / "out")[0]
+    assert record["outcome"] == "completed" and record["success"] is True
+    assert "+print('hello')" in (tmp_path / "out" / record["patch"]).read_text()
+    assert sorted(p.name for p in ran.iterdir()) == []
+
+
 # -------------------------------------------------------------------------------------- Ray
 def test_ray_runs_the_same_task_file_with_results_identical_in_shape_to_local(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any

@@ -312,16 +312,57 @@ def release_worktrees(source: Path, scratch: Path) -> None:
         _git("worktree", "prune", cwd=source)
 
 
+# Settings with which git starts a program of the repository's choosing: hooks, an
+# fsmonitor, submodule commands, an external diff. A repository someone else wrote (unlike a
+# fresh clone) may set any of them in its .git/config, and git would run them here, outside
+# any sandbox; every git call overrides them, and the filter drivers (see _filter_settings).
+_SAFE_SETTINGS = (
+    ("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false"),
+    ("submodule.recurse", "false"), ("diff.external", ""), ("advice.detachedHead", "false"),
+)  # fmt: skip
+
+
 def _git(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> bytes:
-    """git, with no hooks, no prompts; its last error line becomes a GitError."""
-    argv = ["git", "-c", "core.hooksPath=/dev/null", "-c", "advice.detachedHead=false", *args]
+    """git, with no prompts and nothing of the repository's run (see _SAFE_SETTINGS); its
+    last error line becomes a GitError."""
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
-    done = subprocess.run(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+    settings = [*_SAFE_SETTINGS, *(_filter_settings(cwd, full_env) if cwd is not None else ())]
+    full_env |= _config_environment(full_env, settings)
+    done = subprocess.run(["git", *args], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
                           capture_output=True)  # fmt: skip
     if done.returncode != 0:
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
         raise GitError(f"git {args[0]} failed: {lines[-1] if lines else done.returncode}")
     return done.stdout
+
+
+def _filter_settings(cwd: Path, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Settings that turn off every filter driver the configuration seen from `cwd` defines:
+    a driver's smudge command runs on checkout and its clean command on add, for the files a
+    .gitattributes (the repository's, or one the agent wrote) assigns to it."""
+    done = subprocess.run(
+        ["git", "config", "--null", "--name-only", "--get-regexp", r"^filter\."],
+        cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+    )  # fmt: skip
+    names = os.fsdecode(done.stdout).split("\0")
+    drivers = sorted(
+        {name[len("filter.") : name.rindex(".")] for name in names if name.count(".") > 1}
+    )
+    off = (("smudge", ""), ("clean", ""), ("process", ""), ("required", "false"))
+    return [(f"filter.{driver}.{key}", value) for driver in drivers for key, value in off]
+
+
+def _config_environment(env: Mapping[str, str], settings: list[tuple[str, str]]) -> dict[str, str]:
+    """`settings` as GIT_CONFIG_COUNT/KEY_n/VALUE_n variables (git's `-c`, without parsing a
+    name that holds "="), after those `env` already has."""
+    try:
+        first = int(env.get("GIT_CONFIG_COUNT", "0"))
+    except ValueError:
+        first = 0
+    variables = {"GIT_CONFIG_COUNT": str(first + len(settings))}
+    for n, (key, value) in enumerate(settings, first):
+        variables |= {f"GIT_CONFIG_KEY_{n}": key, f"GIT_CONFIG_VALUE_{n}": value}
+    return variables
 
 
 def _git_text(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> str:
