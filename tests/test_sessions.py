@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 from fake_providers import FakeProvider, Reply, anthropic_reply
-from fakes import ScriptedLlm, native_call, xml_action
+from fakes import ScriptedLlm, native_call, write_replay, xml_action
 
 from toy_agent import ReactAgent
 from toy_agent.cli import main
 from toy_agent.config import MAX_INSTRUCTIONS_BYTES
+from toy_agent.events import TRAJECTORY_FORMAT
 from toy_agent.messages import LlmResponse, ToolCall
 from toy_agent.sessions import (
     NothingToUndo,
@@ -253,6 +254,34 @@ def test_continue_and_resume_carry_the_conversation_into_a_new_process(home, rep
     saved = json.loads((sessions_dir(home) / f"{session_id}.json").read_text())
     assert [run["task"] for run in saved["runs"]] == [
         "fix the greeting", "what does it print now?", "and now?"]  # fmt: skip
+
+
+def test_a_file_from_elsewhere_does_not_choose_the_repository_by_itself(home, repo, tmp_path):
+    """A session or trajectory file can come from anyone: the repository it names is used
+    only where the user is, or when the user names it with --repo. What it names is shown
+    with its control characters escaped."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shared = tmp_path / "shared.json"
+    reply = write_replay(tmp_path / "reply.json", xml_action("task_complete", result="ok"))
+
+    def resume(recorded: str, *extra: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        shared.write_text(json.dumps({"format": TRAJECTORY_FORMAT, "task": "earlier",
+                                      "steps": [], "settings": {"repo": recorded}}))  # fmt: skip
+        argv = [sys.executable, str(ROOT / "main.py"), "--llm-provider", "replay", "--replay",
+                str(reply), "--resume", str(shared), "--task", "go on", *extra]  # fmt: skip
+        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+
+    refused = resume(str(elsewhere), cwd=repo)
+    assert refused.returncode == 2
+    assert f"the file names the repository {elsewhere}; pass --repo {elsewhere}" in refused.stderr
+    assert resume(str(elsewhere), cwd=elsewhere).returncode == 0  # where the user is
+    assert resume(str(elsewhere), "--repo", str(repo), cwd=tmp_path).returncode == 0
+
+    hostile = resume("/nowhere\x1b]52;c;aGk=\x07", cwd=repo)  # a clipboard write, if printed
+    assert hostile.returncode == 2
+    assert "/nowhere\\x1b]52;c;aGk=\\x07 is gone" in hostile.stderr
 
 
 def test_continue_without_a_saved_session_is_a_usage_error(home, repo, tmp_path, capsys):

@@ -402,10 +402,20 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
     if args.llm_provider is None:
         args.llm_provider = "replay" if args.replay else provider_for_model(args.model)
     if args.resume and "repo" not in settings.given:  # the session's own repository
-        recorded = _load_session(args.resume).repo
+        from toy_agent.sessions import SessionStore
+
+        store = SessionStore()
+        recorded = _load_session(args.resume, store).repo
         if recorded and not Path(recorded).is_dir():
             raise UsageError(f"--resume {args.resume}: its repository {recorded} is gone; "
                              "pass --repo PATH")  # fmt: skip
+        elsewhere = store.is_elsewhere(args.resume)  # a file anyone could have written
+        if recorded and elsewhere and Path(recorded).resolve() != Path.cwd().resolve():
+            raise UsageError(
+                f"--resume {args.resume}: the file names the repository {recorded}; pass "
+                f"--repo {recorded} to work there (a file can come from anyone, so it does not "
+                "choose the repository by itself)"
+            )
         args.repo = recorded or args.repo
     return args
 
@@ -968,10 +978,14 @@ def _ask(preview: str, question: str) -> str:
 
 
 def _fail(exc: Exception, code: int, debug: bool, *, json_output: str | None = None) -> int:
-    """One line on stderr; with --output json also the one JSON object stdout always gets."""
+    """One line on stderr; with --output json also the one JSON object stdout always gets.
+    The message may quote a file's content or name (a session's repository, a config value):
+    its control characters are shown as escapes."""
+    from toy_agent.messages import visible
+
     if debug:
         logging.getLogger("toy_agent").exception("exiting with code %d", code)
-    print(f"toy-agent: error: {exc}", file=sys.stderr)
+    print(f"toy-agent: error: {visible(str(exc))}", file=sys.stderr)
     if json_output:
         from toy_agent.view import to_json
 

@@ -9,43 +9,43 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 
+# Text reaching the model, a terminal or a listing, with the characters each cannot take as
+# escapes: an undecodable byte of a file name (a lone surrogate, kept by surrogateescape) is
+# \xNN, another control character \xNN or \uNNNN.
 def wire_text(text: str) -> str:
-    """Text every provider's JSON encoder accepts: a lone surrogate (an undecodable byte of a
-    file name, kept by surrogateescape) becomes the visible escape \\xNN (\\uXXXX for others)."""
-    return _SURROGATE.sub(_escape_surrogate, text)
+    """Text every provider's JSON encoder accepts: lone surrogates become escapes."""
+    return _SURROGATE.sub(_escape, text)
 
 
-def _escape_surrogate(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
+def visible(text: str) -> str:
+    """Text from the model, a tool or a file, safe to print: control characters become escapes
+    (`\\x1b`), so an ESC sequence can neither hide a command nor write to the clipboard."""
+    return _CONTROLS.sub(_escape, text)
 
 
 def shown_path(path: str) -> str:
     """A file name as a tool shows it to the model: control characters, which would split a
     listing into lines of the repository's choosing, and undecodable bytes become escapes
     (\\n, \\t, \\r, \\xNN, \\u0085); `path_from_shown` reads them back."""
-    return _UNSHOWABLE.sub(_escape_char, path)
+    return _UNSHOWABLE.sub(_escape, path)
 
 
 def path_from_shown(text: str) -> str:
     """The file name `shown_path` showed as `text`."""
-    return _SHOWN_ESCAPE.sub(_unescape_char, text)
+    return _SHOWN_ESCAPE.sub(_unescape, text)
 
 
-def _escape_char(match: re.Match[str]) -> str:
+def _escape(match: re.Match[str]) -> str:
     char = match.group()
     code = ord(char)
     if char in _NAMED_ESCAPES:
         return _NAMED_ESCAPES[char]
-    if code < 0x80:
-        return f"\\x{code:02x}"
-    return _escape_surrogate(match) if code >= 0xD800 else f"\\u{code:04x}"
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the original byte
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}"
 
 
-def _unescape_char(match: re.Match[str]) -> str:
+def _unescape(match: re.Match[str]) -> str:
     byte, code, named = match.groups()
     if named:
         return {"n": "\n", "r": "\r", "t": "\t"}[named]
@@ -55,8 +55,12 @@ def _unescape_char(match: re.Match[str]) -> str:
     return chr(int(code, 16))
 
 
-_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# C0 controls but tab and newline, DEL, C1 controls, bidi overrides, and lone surrogates: what
+# could move the cursor, hide text or crash print.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # in a file name, tabs too
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}  # only _UNSHOWABLE matches these
 _SHOWN_ESCAPE = re.compile(r"\\(?:x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|([nrt]))")
 
 # A tool as offered to the model: {"name": str, "description": str, "parameters": JSON Schema}.

@@ -153,6 +153,12 @@ class SessionStore:
         runs = data.get("runs") if isinstance(data, dict) else None
         return runs if isinstance(runs, dict) else {}
 
+    def is_elsewhere(self, id_or_file: str) -> bool:
+        """Whether --resume names a file outside this store: anyone's, so its content is input
+        like a repository's."""
+        given = Path(id_or_file).expanduser()
+        return given.is_file() and given.resolve().parent != self.root.resolve()
+
     def load(self, id_or_file: str) -> Session:
         """A session by id, or from a file: a session file in this store continues that
         session; a session or trajectory file from elsewhere starts a new one with its
@@ -195,7 +201,7 @@ class SessionStore:
                 fresh.repo = repo  # "" when the trajectory does not say: --repo decides
                 fresh.messages = [m.to_dict() for m in messages_from_trajectory(data)]
                 return fresh
-            in_store = path.parent.resolve() == self.root.resolve()
+            in_store = not self.is_elsewhere(str(path))
             session = Session.from_dict(data, path.stem if in_store else self.new(Path()).id)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SessionError(f"{path} is not a toy_agent session or trajectory: {exc}") from None

@@ -31,6 +31,7 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
+from toy_agent.messages import visible
 from toy_agent.parsing import Action
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
@@ -41,15 +42,6 @@ if TYPE_CHECKING:
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 KEY_ARGUMENTS = ("path", "pattern", "command", "query", "url", "name")
 LOG_LEVEL_STYLES = {logging.WARNING: "yellow", logging.ERROR: "red", logging.CRITICAL: "bold red"}
-# C0 controls but tab and newline, DEL, C1 controls, bidi overrides, and lone surrogates
-# (undecodable bytes of a file name): what could move the cursor, hide text or crash print.
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def visible(text: str) -> str:
-    """Text from the model, a tool or a file, safe to print: control characters become escapes
-    (`\\x1b`), so an ESC sequence can neither hide a command nor write to the clipboard."""
-    return _CONTROLS.sub(_escape, text)
 
 
 class VisibleFormatter(logging.Formatter):
@@ -63,13 +55,6 @@ class VisibleFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return self.lead + visible(super().format(record))
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: the original byte
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def use_color(stream: TextIO) -> bool:
