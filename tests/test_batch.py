@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 from fake_providers import FakeProvider, RecordedRequest, Reply, anthropic_reply, error_reply
-from fakes import ScriptedLlm, run_in_pty, xml_action
+from fakes import ScriptedLlm, finishes, run_in_pty, xml_action
 
 from toy_agent.batch import (
     RECORD_KEYS,
@@ -508,6 +509,27 @@ def test_a_repository_whose_git_config_runs_programs_runs_none_of_them(
     assert record["outcome"] == "completed" and record["success"] is True
     assert "+print('hello')" in (tmp_path / "out" / record["patch"]).read_text()
     assert sorted(p.name for p in ran.iterdir()) == []
+
+
+def test_a_plain_folder_with_a_fifo_and_a_socket_is_copied_without_reading_them(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copying a FIFO's content would block for ever (and a device's could never end): the
+    copy makes the FIFO anew and leaves the socket out; the task runs as usual."""
+    plain = sources["plain"]
+    os.mkfifo(plain / "pipe")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(plain / "sock"))
+        tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[2]])
+        with TaskScripts(SCRIPTS) as provider:
+            code = finishes(
+                lambda: run_batch_cli(provider, tasks, tmp_path / "out", monkeypatch=monkeypatch)
+            )
+
+    assert code == 0
+    record = results(tmp_path / "out")[0]
+    assert record["outcome"] == "completed" and record["success"] is True
+    assert sorted(f["path"] for f in record["files_changed"]) == ["notes.txt", "sub/added.md"]
 
 
 # -------------------------------------------------------------------------------------- Ray

@@ -21,6 +21,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -46,6 +47,7 @@ from toy_agent.messages import Usage
 from toy_agent.pricing import meter_for
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import SandboxUnavailable, kill_live_groups, resolve_sandbox
+from toy_agent.search import file_kind
 from toy_agent.tools import CodeRepositoryTools, run_shell
 
 logger = logging.getLogger(__name__)
@@ -268,11 +270,24 @@ def prepare_copy(task: Task, scratch: Path) -> Copy:
         env |= {"GIT_OBJECT_DIRECTORY": str(meta / "objects"),
                 "GIT_ALTERNATE_OBJECT_DIRECTORIES": str((source / common) / "objects")}  # fmt: skip
         return Copy(dest, commit, env, worktree_of=source, base_commit=commit)
-    shutil.copytree(source, dest, symlinks=True)
+    shutil.copytree(source, dest, symlinks=True, copy_function=_copy_entry)
     _git("init", "--quiet", str(meta / "repo"))
     env |= {"GIT_DIR": str(meta / "repo" / ".git"), "GIT_WORK_TREE": str(dest)}
     _git("add", "--all", cwd=dest, env=env)
     return Copy(dest, _git_text("write-tree", cwd=dest, env=env), env)
+
+
+def _copy_entry(source: str, dest: str) -> None:
+    """How a plain folder's copy takes each file: a regular file with its metadata, a FIFO
+    made anew (opening it to copy would block), a socket or device file left out (a device
+    could be read forever)."""
+    mode = os.lstat(source).st_mode
+    if stat.S_ISREG(mode):
+        shutil.copy2(source, dest)
+    elif stat.S_ISFIFO(mode):
+        os.mkfifo(dest, stat.S_IMODE(mode))
+    else:
+        logger.warning("not copied: %s is a %s", source, file_kind(mode))
 
 
 def collect_patch(copy: Copy) -> tuple[bytes, list[dict[str, Any]]]:
