@@ -138,6 +138,14 @@ def test_a_lone_cr_ends_a_line_for_search_as_for_read_file(tmp_path: Path, backe
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_file_of_lone_cr_lines_counts_every_matching_line(tmp_path: Path, backend: str) -> None:
+    write(tmp_path, "mac.txt", b"".join(b"hit %d\r" % i for i in range(150)) + b"\n")
+    out = CodeRepositoryTools(tmp_path, search_backend=backend).search_in_files("^hit")
+    assert out.startswith("150 matches in 1 file")
+    assert "  150: hit 149" not in out and "  100: hit 99" in out  # 100 lines shown
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("pattern", "kwargs"),
     [

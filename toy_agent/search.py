@@ -1012,24 +1012,26 @@ def _lines_with(
 
     Lines are numbered as read_file numbers them, where a lone "\\r" (an old Mac line ending,
     or a stray one) ends a line too. grep and rg end lines at "\\n" only, so a file of these
-    holding a lone "\\r" is searched again in Python, and its count in `counts` corrected."""
+    holding a lone "\\r" is searched again with each one turned into a "\\n", and its count in
+    `counts` corrected."""
     if not files:
         return []
     if backend == "python":
         found = _search_python(root, _python_regex(pattern, literal), files)
-        matches = [m for _, file_matches in found for m in file_matches]
-    else:  # no file has more than SEARCH_MAX_MATCHES lines shown
-        cmd = [*_command(backend, pattern, literal), "-nm", str(SEARCH_MAX_MATCHES), "--", *files]
-        output = _run_batch(cmd, root, _child_env())
-        matches = list(_parse_grep_output(output))
-        lone = {rel for rel in files if _has_lone_cr(root / rel)}
-        if lone:
-            matches = [m for m in matches if m[0] not in lone]
-            for rel in lone:
-                counts.pop(rel, None)
-            for rel, file_matches in _search_python(root, _python_regex(pattern, literal), lone):
-                counts[rel] = len(file_matches)
-                matches += file_matches
+        return sorted(m for _, file_matches in found for m in file_matches)[:SEARCH_MAX_MATCHES]
+    lines = [*_command(backend, pattern, literal), "-nm", str(SEARCH_MAX_MATCHES)]
+    matches = list(_parse_grep_output(_run_batch([*lines, "--", *files], root, _child_env())))
+    for rel in files:
+        data = _read_regular(root / rel)
+        if data is None or not _LONE_CR.search(data):
+            continue
+        data = _LONE_CR.sub(b"\n", data)  # grep reads it from stdin, with its own timeout
+        count = [*_command(backend, pattern, literal, counting=True), "-c", "-"]
+        counts[rel] = int(_run_batch(count, root, _child_env(), data).rpartition(b"\0")[2] or 0)
+        hits = _parse_grep_output(_run_batch([*lines, "-"], root, _child_env(), data))
+        matches = [m for m in matches if m[0] != rel] + [(rel, n, text) for _, n, text in hits]
+        if not counts[rel]:
+            del counts[rel]
     return sorted(matches, key=lambda m: (m[0], m[1]))[:SEARCH_MAX_MATCHES]
 
 
@@ -1076,12 +1078,6 @@ def _count_batch(
 
 
 _LONE_CR = re.compile(rb"\r(?!\n)")
-
-
-def _has_lone_cr(path: Path) -> bool:
-    """Whether a file holds a "\\r" that is not part of a "\\r\\n"."""
-    data = _read_regular(path)
-    return data is not None and _LONE_CR.search(data) is not None
 
 
 def _has_nul(path: Path) -> bool:
@@ -1203,11 +1199,12 @@ def _to_ere(regex: str) -> str | None:
     return "".join(out)
 
 
-def _run_batch(cmd: list[str], cwd: Path, env: dict[str, str]) -> bytes:
-    """One grep/rg run. Exit 1 is "no match"; with -s/--no-messages unreadable files are
-    silent, so a message on stderr means the run itself failed (bad pattern or option)."""
+def _run_batch(cmd: list[str], cwd: Path, env: dict[str, str], data: bytes = b"") -> bytes:
+    """One grep/rg run (reading `data` on stdin, for a "-" among its files). Exit 1 is "no
+    match"; with -s/--no-messages unreadable files are silent, so a message on stderr means
+    the run itself failed (bad pattern or option)."""
     proc = subprocess.run(
-        cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=SEARCH_TIMEOUT
+        cmd, cwd=cwd, env=env, input=data, capture_output=True, timeout=SEARCH_TIMEOUT
     )
     if proc.returncode < 0 or (proc.returncode > 1 and proc.stderr.strip()):
         raise _BackendFailed(proc.stderr.decode("utf-8", "replace").strip()[:300])
