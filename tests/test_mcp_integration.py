@@ -79,6 +79,17 @@ def test_cli_lists_tools_of_flag_and_config_servers(repo, tmp_path, capsys):
     assert "demo_server__echo(text)" in out and "second__echo(text)" in out  # clash rule
 
 
+def test_list_tools_shows_an_mcp_servers_escape_sequences_instead_of_sending_them(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    command = f"{SERVER_COMMAND} --only banner"
+    assert main(["--list-tools", "--repo", str(repo), "--mcp-server", command]) == 0
+
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "    \\x1b[2J\\x1b]0;owned\\x07Clear the user's screen" in out
+
+
 def test_cli_runs_an_mcp_tool_in_a_replayed_run(repo, tmp_path, capsys):
     replay = write_replay(
         tmp_path / "r.json",

@@ -384,13 +384,14 @@ def main(argv: list[str] | None = None) -> int:
 def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """The flags over TOY_AGENT_ variables over the config file (see toy_agent.config)."""
     from toy_agent.config import ConfigError, load_settings
+    from toy_agent.messages import visible
 
     try:
         settings = load_settings(parser, argv, dotenv=Path.cwd() / ".env")
     except ConfigError as exc:
         raise UsageError(str(exc)) from exc
-    for warning in settings.warnings:
-        print(f"toy-agent: warning: {warning}", file=sys.stderr)
+    for warning in settings.warnings:  # they may quote a .env or config file
+        print(f"toy-agent: warning: {visible(warning)}", file=sys.stderr)
     args = settings.args
     if args.demo:
         _use_demo(args)
@@ -809,13 +810,15 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
     if args.output == "json":
         print(json.dumps(specs, indent=2))
         return EXIT_COMPLETED
-    for spec in specs:
+    from toy_agent.messages import visible
+
+    for spec in specs:  # an MCP server's names and descriptions may hold escape sequences
         schema = spec.get("parameters") or {}
         required = set(schema.get("required", []))
         params = ", ".join(p if p in required else f"{p}?" for p in schema.get("properties", {}))
         description = (spec.get("description") or "").strip()
-        print(f"{spec['name']}({params})")
-        print(f"    {description.splitlines()[0] if description else ''}")
+        print(visible(f"{spec['name']}({params})"))
+        print(visible(f"    {description.splitlines()[0] if description else ''}"))
     print(f"sandbox: {tools.sandbox}")
     return EXIT_COMPLETED
 
