@@ -196,6 +196,8 @@ def task_from_dict(data: Any, *, base: Path, where: str) -> Task:
     limit = data.get("max_iterations")
     if limit is not None and (type(limit) is not int or limit < 1):
         raise BatchError(f"{where}: 'max_iterations' must be a whole number of at least 1")
+    if (data.get("rev") or "").startswith("-"):  # git would read it as an option
+        raise BatchError(f"{where}: 'rev' {data['rev']!r} cannot start with '-'")
     if not TASK_ID.fullmatch(data["id"]):
         raise BatchError(f"{where}: id {data['id']!r} must be letters, digits, '.', '_' or '-' "
                          "(at most 128, not starting with '.' or '-'): it names files")  # fmt: skip
@@ -255,7 +257,7 @@ def prepare_copy(task: Task, scratch: Path) -> Copy:
     dest.parent.mkdir(parents=True, exist_ok=True)
     env = {"GIT_INDEX_FILE": str(meta / "index")}
     if is_git_url(task.repo):
-        _git("clone", "--quiet", "--no-checkout", task.repo, str(dest))
+        _git("clone", "--quiet", "--no-checkout", "--", task.repo, str(dest))
         _git("checkout", "--quiet", "--detach", task.rev or "HEAD", cwd=dest)
         commit = _git_text("rev-parse", "HEAD", cwd=dest)
         return Copy(dest, commit, env, base_commit=commit)
