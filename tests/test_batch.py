@@ -243,7 +243,7 @@ def test_a_second_run_resumes_without_any_llm_request_and_redo_reruns(
         (['{"id": "../x", "repo": "repo", "task": "t"}'], "line 1: id '../x' must be"),
         (['{"id": "a", "repo": "nowhere", "task": "t"}'], "line 1: repo nowhere is not a folder"),
         (['{"id": "a", "repo": "plain", "task": "t", "rev": "main"}'], "line 1: 'rev' needs a git"),
-        (['{"id": "a", "repo": "repo", "task": "t", "rev": "--orphan=x"}'], "cannot start with '-'"),
+        (['{"id": "a", "repo": "repo", "task": "t", "rev": "-b"}'], "'rev' '-b' cannot start"),
         (['{"id": "a", "repo": "repo", "task": "t", "max_iterations": 0}'], "line 1: 'max_iter"),
         (["[1, 2]"], "line 1: expected a JSON object"),
     ],
