@@ -138,6 +138,18 @@ def test_a_lone_cr_ends_a_line_for_search_as_for_read_file(tmp_path: Path, backe
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_files_named_like_options_or_standard_input_are_searched(tmp_path: Path, backend: str):
+    for name in ("-", "-e", "--help"):
+        write(tmp_path, name, f"needle in {name}\n")
+    out = CodeRepositoryTools(tmp_path, search_backend=backend).search_in_files("needle")
+    assert out.splitlines()[1:] == [
+        "-", "  1: needle in -",
+        "--help", "  1: needle in --help",
+        "-e", "  1: needle in -e",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_file_of_lone_cr_lines_counts_every_matching_line(tmp_path: Path, backend: str) -> None:
     write(tmp_path, "mac.txt", b"".join(b"hit %d\r" % i for i in range(150)) + b"\n")
     out = CodeRepositoryTools(tmp_path, search_backend=backend).search_in_files("^hit")

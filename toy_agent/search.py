@@ -1020,7 +1020,8 @@ def _lines_with(
         found = _search_python(root, _python_regex(pattern, literal), files)
         return sorted(m for _, file_matches in found for m in file_matches)[:SEARCH_MAX_MATCHES]
     lines = [*_command(backend, pattern, literal), "-nm", str(SEARCH_MAX_MATCHES)]
-    matches = list(_parse_grep_output(_run_batch([*lines, "--", *files], root, _child_env())))
+    command = [*lines, "--", *map(_argument, files)]
+    matches = list(_parse_grep_output(_run_batch(command, root, _child_env())))
     for rel in files:
         data = _read_regular(root / rel)
         if data is None or not _LONE_CR.search(data):
@@ -1136,13 +1137,19 @@ def _batches(
     batch: list[str] = []
     used = 0
     for rel in files:
-        batch.append(rel)
+        batch.append(_argument(rel))
         used += len(rel) + 1
         if len(batch) >= size or used >= max_bytes:
             yield batch
             batch, used = [], 0
     if batch:
         yield batch
+
+
+def _argument(rel: str) -> str:
+    """A path as grep's or rg's argument: "-" alone is standard input to both, even after
+    "--", so a file of that name is "./-" (which _records reads back)."""
+    return "./-" if rel == "-" else rel
 
 
 def _grep_syntax(pattern: str, literal: bool) -> list[str]:
@@ -1232,5 +1239,6 @@ def _records(output: bytes) -> Iterator[tuple[bytes, bytes]]:
         end = output.find(b"\n", nul + 1) if nul >= 0 else -1
         if end < 0:
             raise _BackendFailed(f"unexpected output line: {output[start : start + 100]!r}")
-        yield output[start:nul], output[nul + 1 : end]
+        path = output[start:nul]
+        yield b"-" if path == b"./-" else path, output[nul + 1 : end]
         start = end + 1
