@@ -137,6 +137,15 @@ def test_a_lone_cr_ends_a_line_for_search_as_for_read_file(tmp_path: Path, backe
     assert "   5 | needle again" in tools.read_file("mixed.txt", start_line=5, end_line=5)
 
 
+def test_a_file_pattern_expanding_to_too_many_globs_is_refused_at_once(tmp_path: Path):
+    """Each {a,b} doubles the globs: thirty pairs would be a billion."""
+    write(tmp_path, "ab.py", "needle\n")
+    tools = CodeRepositoryTools(tmp_path)
+    assert "1 match" in tools.search_in_files("needle", file_pattern="{a,x}{b,y}.{py,js}")
+    with pytest.raises(ToolError, match="file_pattern expands to over 256 globs"):
+        finishes(lambda: tools.search_in_files("needle", file_pattern="{a,b}" * 30 + ".py"))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_files_named_like_options_or_standard_input_are_searched(tmp_path: Path, backend: str):
     for name in ("-", "-e", "--help"):

@@ -41,6 +41,7 @@ NOISE_DIRS = frozenset(
 SEARCH_MAX_MATCHES = 100
 SEARCH_LINE_CHARS = 200
 SEARCH_TIMEOUT = 60
+FILE_PATTERN_MAX_GLOBS = 256  # what a file_pattern's {a,b} may expand to
 SEARCH_BACKENDS = ("rg", "grep", "python")
 BINARY_SNIFF_BYTES = 8192
 IGNORE_FILE_MAX_BYTES = 1 << 20  # a hostile .gitignore is read only this far
@@ -846,11 +847,23 @@ def _glob_matcher(file_pattern: str) -> Callable[[str], bool]:
 
 
 def _expand_braces(glob: str) -> list[str]:
-    match = re.search(r"\{([^{}]*)\}", glob)
-    if not match:
-        return [glob]
-    head, tail = glob[: match.start()], glob[match.end() :]
-    return [g for alt in match.group(1).split(",") for g in _expand_braces(head + alt + tail)]
+    """`{a,b}` alternatives expanded, innermost first; SearchError beyond
+    FILE_PATTERN_MAX_GLOBS globs (they multiply: ten pairs make 1,024)."""
+    done, todo = [], [glob]
+    while todo:
+        glob = todo.pop()
+        match = re.search(r"\{([^{}]*)\}", glob)
+        if not match:
+            done.append(glob)
+            continue
+        head, tail = glob[: match.start()], glob[match.end() :]
+        todo += [head + alt + tail for alt in reversed(match.group(1).split(","))]
+        if len(done) + len(todo) > FILE_PATTERN_MAX_GLOBS:
+            raise SearchError(
+                f"file_pattern expands to over {FILE_PATTERN_MAX_GLOBS} globs; use fewer "
+                "{a,b} alternatives."
+            )
+    return list(dict.fromkeys(done))  # x{a,{a,b}} names xa once
 
 
 # --------------------------------------------------------------------------------- search
