@@ -137,6 +137,21 @@ def test_a_lone_cr_ends_a_line_for_search_as_for_read_file(tmp_path: Path, backe
     assert "   5 | needle again" in tools.read_file("mixed.txt", start_line=5, end_line=5)
 
 
+GREP_HAS_PCRE = (
+    shutil.which("grep") is not None
+    and subprocess.run(["grep", "-qP", "x"], input=b"x\n", capture_output=True).returncode == 0
+)
+
+
+@pytest.mark.skipif(not GREP_HAS_PCRE, reason="grep without -P")
+def test_a_pattern_that_backtracks_without_end_is_refused_not_handed_to_python(tmp_path: Path):
+    """grep -P gives up on it; Python's re, which has no time limit, would run for hours."""
+    write(tmp_path, "a.txt", "a" * 40 + "!\n")
+    tools = CodeRepositoryTools(tmp_path, search_backend="auto")
+    with pytest.raises(ToolError, match="The pattern backtracks too much"):
+        finishes(lambda: tools.search_in_files(r"(?<=x)?(a+)+$"))
+
+
 def test_a_file_pattern_expanding_to_too_many_globs_is_refused_at_once(tmp_path: Path):
     """Each {a,b} doubles the globs: thirty pairs would be a billion."""
     write(tmp_path, "ab.py", "needle\n")

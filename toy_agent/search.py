@@ -980,6 +980,11 @@ def _run_search(
                 "file_pattern."
             ) from exc
         except (_BackendFailed, OSError, subprocess.SubprocessError) as exc:
+            if "backtracking limit" in str(exc):  # grep -P: the pattern, not the backend
+                raise SearchError(
+                    "The pattern backtracks too much to search with (nested repetition such "
+                    "as (a+)+ on a long line); make it simpler."
+                ) from exc
             if forced != "auto":
                 raise SearchError(f"{backend} could not run this search: {exc}") from exc
             logger.warning("search backend %s failed (%s); trying the next one", backend, exc)
