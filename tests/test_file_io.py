@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from toy_agent.tools import STALE_TEMP_SECONDS, CodeRepositoryTools, ToolError
+from toy_agent.tools import SCAN_MAX_BYTES, STALE_TEMP_SECONDS, CodeRepositoryTools, ToolError
 
 PROJECT = Path(__file__).parent.parent
 
@@ -368,9 +368,47 @@ def test_an_unreadable_file_can_still_be_replaced(repo: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ huge lines
+def sparse_text_file(path: Path, size: int) -> None:
+    """Text for its first 16 KB (text to the binary sniff), then a hole up to `size` bytes."""
+    with path.open("wb") as f:
+        f.write(b"".join(b"line %d\n" % i for i in range(1, 2001)))
+        f.truncate(size)
+    if path.stat().st_blocks * 512 > 100 * 1024**2:
+        pytest.skip("this filesystem does not keep sparse files sparse")
+
+
+def test_a_huge_file_is_never_read_whole_by_a_run_that_replaces_it(repo: Path) -> None:
+    """A 1 TB sparse file (a repository can hold one): edit_file refuses it, write_file
+    replaces it, and neither the diff nor the undo backup reads it; nothing takes long."""
+    from fakes import ScriptedLlm, finishes, xml_action
+
+    from toy_agent.agent import ReactAgent
+
+    huge = repo / "huge.log"
+    sparse_text_file(huge, 1 << 40)
+    tools = CodeRepositoryTools(repo)
+    with pytest.raises(ToolError, match=r"huge.log is 1,099,511,627,776 bytes; edit_file"):
+        tools.edit_file("huge.log", "line 1", "first")
+    llm = ScriptedLlm(
+        xml_action("read_file", path="huge.log", start_line=2, end_line=2),
+        xml_action("get_file_info", path="huge.log"),
+        xml_action("write_file", path="huge.log", content="short now\n"),
+        xml_action("task_complete", result="replaced"),
+    )
+    result = finishes(lambda: ReactAgent(llm, tools=tools).run_result("shrink it"), 60)
+
+    assert result.outcome == "completed"
+    assert "   2 | line 2" in llm.requests[1]["messages"][-1].content
+    assert "lines: at least 2,001 (in the first 256 MB)" in llm.requests[2]["messages"][-1].content
+    assert huge.read_text() == "short now\n"
+    diff = result.diffs["huge.log"]
+    assert "-(1,099,511,627,776 bytes, too big to diff" in diff and "+short now" in diff
+
+
 def test_reading_around_a_2gb_line_keeps_memory_bounded(repo: Path) -> None:
     """3000 short lines, then a sparse 2 GB run of NULs ending in one byte: that last "line"
-    must never be loaded whole, checked under a 1 GB address-space limit."""
+    must never be loaded whole, checked under a 1 GB address-space limit, nor read to its
+    end (a sparse file can claim terabytes): the read stops after SCAN_MAX_BYTES."""
     big = repo / "big.log"
     head = b"".join(b"line %d\n" % i for i in range(1, 3001))
     with big.open("wb") as f:
@@ -392,12 +430,13 @@ def test_reading_around_a_2gb_line_keeps_memory_bounded(repo: Path) -> None:
         """)
     finally:
         big.unlink()  # and its cached pages with it
-    assert "big.log (lines 2001-2010 of 3001):\n2001 | line 2001\n" in out
-    assert "2010 | line 2010\nbig.log (lines 2995-3000 of 3001):" in out
+    assert "big.log (lines 2001-2010 of at least 3001):\n2001 | line 2001\n" in out
+    assert "2010 | line 2010\n" in out and "big.log (lines 2995-3000 of at least 3001):" in out
     assert "read_file with start_line=3001" in out
-    length = 2 * 1024**3 + 1 - len(head)
-    assert f"3001 | {chr(0) * 4000} … [line cut: it has {length:,} characters]" in out
-    assert "lines: 3,001" in out
+    assert f"only its first {SCAN_MAX_BYTES >> 20} MB" in out
+    read = SCAN_MAX_BYTES - len(head)
+    assert f"3001 | {chr(0) * 4000} … [line cut: it has over {read:,} characters]" in out
+    assert f"lines: at least 3,001 (in the first {SCAN_MAX_BYTES >> 20} MB)" in out
 
 
 @pytest.mark.parametrize("split", [b"\r\n", "é".encode()])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from fake_providers import FakeProvider, Reply, anthropic_reply
-from fakes import ScriptedLlm, native_call, write_replay, xml_action
+from fakes import ScriptedLlm, finishes, native_call, write_replay, xml_action
 
 from toy_agent import ReactAgent
 from toy_agent.cli import main
@@ -434,6 +434,23 @@ def test_undo_refuses_when_a_file_changed_since_the_run(home, repo, capsys):
     assert main(["--undo", "--repo", str(repo)]) == 0
     assert (repo / "hello.py").read_text() == "print('helo')\n"
     assert not (repo / "notes.txt").exists()
+
+
+def test_a_huge_file_a_run_replaced_is_never_read_and_undo_says_no_copy_was_kept(
+    home, repo, capsys
+):
+    """A sparse terabyte: backing it up, or hashing it to see whether it changed, would read
+    it all. Its size and times stand for its hash; no copy is kept, so undo refuses."""
+    huge = repo / "huge.log"
+    with huge.open("wb") as f:
+        f.write(b"x\n")
+        f.truncate(1 << 40)
+    replace = xml_action("write_file", path="huge.log", content="small\n")
+    finishes(lambda: edit_run(repo, replace, xml_action("task_complete", result="ok")), 30)
+
+    assert main(["--undo", "--repo", str(repo)]) == 1
+    assert "no copy was kept of huge.log (larger than 8 MB)" in capsys.readouterr().err
+    assert huge.read_text() == "small\n"
 
 
 def test_undo_goes_back_one_run_at_a_time_and_restores_bytes_exactly(home, repo):

@@ -484,9 +484,10 @@ def _target(repo: Path, rel: str) -> Path:
 
 
 def _read(repo: Path, rel: str, keep: bool = True) -> tuple[bytes | None, str | None]:
-    """(content, sha256) of a file; (None, None) when it does not exist. Over MAX_BACKUP_BYTES
-    (or with `keep` false) the content is None; a file that cannot be read as a regular file
-    (a link, a FIFO, no permission) gives (None, "<why>")."""
+    """(content, sha256) of a file; (None, None) when it does not exist. With `keep` false the
+    content is None. Over MAX_BACKUP_BYTES no copy is kept and the file is not read at all (it
+    may be a sparse terabyte): its size and times stand for the hash. A file that cannot be
+    read as a regular file (a link, a FIFO, no permission) gives (None, "<why>")."""
     try:
         fd = os.open(repo / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -497,7 +498,8 @@ def _read(repo: Path, rel: str, keep: bool = True) -> tuple[bytes | None, str | 
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
             return None, "<not a regular file>"
-        keep = keep and st.st_size <= MAX_BACKUP_BYTES
+        if st.st_size > MAX_BACKUP_BYTES:
+            return None, f"{st.st_size} bytes, modified {st.st_mtime_ns}, {st.st_ctime_ns}"
         digest, chunks = hashlib.sha256(), []
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)

@@ -57,6 +57,9 @@ LIST_LIMIT = 400
 READ_MAX_LINES = 400
 READ_MAX_CHARS = 40_000
 READ_MAX_LINE_CHARS = 4_000
+SCAN_MAX_BYTES = 256 << 20  # read_file and get_file_info read no further into a file
+EDIT_MAX_BYTES = 64 << 20  # edit_file holds the whole file in memory
+DIFF_MAX_BYTES = 8 << 20  # a run's diff shows a bigger file's size, not its lines
 COMMAND_MAX_TIMEOUT = 600
 OUTPUT_HEAD_BYTES = 8_000
 OUTPUT_TAIL_BYTES = 8_000
@@ -142,6 +145,9 @@ class CodeRepositoryTools:
         try:
             target = self._resolve(path)
             with self._open_regular(target) as f:
+                st = os.fstat(f.fileno())
+                if st.st_size > DIFF_MAX_BYTES:  # its size and time stand for its lines
+                    return f"({st.st_size:,} bytes, too big to diff; modified {st.st_mtime_ns})\n"
                 data = f.read()
         except (ToolError, OSError, IndexError):
             return None
@@ -207,23 +213,31 @@ class CodeRepositoryTools:
         rel = self._shown(target)
         with self._open_regular(target) as f:
             window = _read_window(f, rel, start, end_line)
-        shown = [(n, self._cut_line(text, length)) for n, text, length in window.lines]
         total, next_line, encoding = window.total, window.next_line, window.encoding
+        shown = [(n, self._cut_line(text, length, window.cut and n == total))
+                 for n, text, length in window.lines]  # fmt: skip
         logger.info("read %s: %d of %d lines from line %d", rel, len(shown), total, start)
         if total == 0:
             return f"{rel} is empty (0 lines)."
+        of = f"at least {total}" if window.cut else str(total)
         if start > total:
-            raise ToolError(f"start_line {start} is past the end of {rel} ({total} lines).")
+            where = "the part read_file reads" if window.cut else "the end"
+            raise ToolError(f"start_line {start} is past {where} of {rel} ({of} lines).")
         last = shown[-1][0]
-        out = [f"{rel} (lines {start}-{last} of {total}):", *_number(shown)]
+        out = [f"{rel} (lines {start}-{last} of {of}):", *_number(shown)]
         if next_line is not None:
             out.append(
-                f"[Shown lines {start}-{last} of {total} (a call returns at most "
+                f"[Shown lines {start}-{last} of {of} (a call returns at most "
                 f"{READ_MAX_LINES} lines / {READ_MAX_CHARS:,} chars). To read on, call "
                 f"read_file with start_line={next_line}.]"
             )
-        elif end_line is not None and end_line > total:
+        elif end_line is not None and end_line > total and not window.cut:
             out.append(f"[end_line {end_line} is past the end: {rel} has {total} lines.]")
+        if window.cut:
+            out.append(
+                f"[Note: {rel} is {target.stat().st_size:,} bytes; read_file reads only its "
+                f"first {SCAN_MAX_BYTES >> 20} MB.]"
+            )
         if encoding.bom:
             out.append(
                 f"[Note: {rel} is {encoding.name} text with a byte-order mark, shown decoded; "
@@ -270,7 +284,13 @@ class CodeRepositoryTools:
         rel = self._shown(target)
         self._existing_file(path)
         with self._rewrite(target) as file, _reading(rel), file.open() as f:
-            self._check_links(os.fstat(f.fileno()), rel)
+            st = os.fstat(f.fileno())
+            self._check_links(st, rel)
+            if st.st_size > EDIT_MAX_BYTES:
+                raise ToolError(
+                    f"{rel} is {st.st_size:,} bytes; edit_file edits files up to "
+                    f"{EDIT_MAX_BYTES >> 20} MB. write_file can replace it whole."
+                )
             doc = _Text.parse(f.read(), rel)
             pos = _locate(doc.text, old, rel)
             new_text = doc.text[:pos] + new + doc.text[pos + len(old) :]
@@ -444,15 +464,16 @@ class CodeRepositoryTools:
     # root one component at a time with O_NOFOLLOW: a folder swapped for a symlink between
     # the path check and the open is refused, never followed.
 
-    def _cut_line(self, text: str, length: int | None = None) -> str:
+    def _cut_line(self, text: str, length: int | None = None, unfinished: bool = False) -> str:
         """Redact, then cut: a cut must never leave the visible head of a secret behind. `text`
-        may be only the first _LINE_KEEP characters of a line `length` characters long."""
-        whole = length is None or length == len(text)
+        may be only the first _LINE_KEEP characters of a line `length` characters long, or
+        longer still when `unfinished` (the read stopped in it, see _Scan)."""
+        whole = not unfinished and (length is None or length == len(text))
         text = self.redactor.redact(text)
         if whole and len(text) <= READ_MAX_LINE_CHARS:
             return text
-        size = len(text) if whole else length
-        return f"{text[:READ_MAX_LINE_CHARS]} … [line cut: it has {size:,} characters]"
+        size = f"over {length:,}" if unfinished else f"{len(text) if whole else length:,}"
+        return f"{text[:READ_MAX_LINE_CHARS]} … [line cut: it has {size} characters]"
 
     def _open_dir(
         self, parts: tuple[str, ...], *, created: list[tuple[str, ...]] | None = None
@@ -767,17 +788,39 @@ def _text_encoding(head: bytes) -> _Encoding | None:
     return None if "\0" in decoder.decode(head[len(encoding.bom) :]) else encoding
 
 
-def _pieces(f: typing.BinaryIO, encoding: _Encoding) -> Iterator[tuple[str, str]]:
+class _Scan:
+    """How far one pass over a file may read: a file can be far bigger than anything worth
+    reading whole, and a sparse one claims terabytes it does not hold. `cut` once the pass
+    stopped before the end."""
+
+    __slots__ = ("cut", "left")
+
+    def __init__(self, limit: int = SCAN_MAX_BYTES):
+        self.left, self.cut = limit, False
+
+    def read(self, f: typing.BinaryIO) -> bytes:
+        if self.left <= 0:
+            self.cut = self.cut or bool(f.read(1))
+            return b""
+        chunk = f.read(min(_CHUNK, self.left))
+        self.left -= len(chunk)
+        return chunk
+
+
+def _pieces(
+    f: typing.BinaryIO, encoding: _Encoding, scan: _Scan | None = None
+) -> Iterator[tuple[str, str]]:
     """The text after the byte-order mark as (piece, line ending) pairs, split after "\\n",
     "\\r\\n" and a lone "\\r"; the ending is "" when the line goes on in the next piece (or the
-    file ends). Read in chunks, so no line is ever held whole. Undecodable UTF-8 bytes come as
-    surrogate escapes, other undecodable bytes as \\ufffd."""
+    file ends). Read in chunks, so no line is ever held whole, and no further than `scan`
+    allows (the text ends there). Undecodable UTF-8 bytes come as surrogate escapes, other
+    undecodable bytes as \\ufffd."""
     errors = "surrogateescape" if encoding.codec == "utf-8" else "replace"
     decoder = codecs.getincrementaldecoder(encoding.codec)(errors)
     f.seek(len(encoding.bom))
     held = ""
     while True:
-        chunk = f.read(_CHUNK)
+        chunk = scan.read(f) if scan is not None else f.read(_CHUNK)
         text = held + decoder.decode(chunk, final=not chunk)
         held = "\r" if chunk and text.endswith("\r") else ""  # maybe half of a "\r\n"
         text = text[: len(text) - len(held)]
@@ -792,12 +835,12 @@ def _pieces(f: typing.BinaryIO, encoding: _Encoding) -> Iterator[tuple[str, str]
             return
 
 
-def _lines(f: typing.BinaryIO, encoding: _Encoding) -> Iterator[tuple[str, int]]:
+def _lines(f: typing.BinaryIO, encoding: _Encoding, scan: _Scan) -> Iterator[tuple[str, int]]:
     """Each line as (its first _LINE_KEEP characters, its length): memory stays bounded
-    however long a line is (a sparse file's gigabytes of NULs are one line)."""
+    however long a line is, and time too (see _Scan)."""
     head: list[str] = []
     length = 0
-    for piece, ending in _pieces(f, encoding):
+    for piece, ending in _pieces(f, encoding, scan):
         if length < _LINE_KEEP:
             head.append(piece[: _LINE_KEEP - length])
         length += len(piece)
@@ -817,15 +860,16 @@ def _undecoded(text: str, encoding: _Encoding) -> bool:
 @dataclass(frozen=True)
 class _Window:
     lines: list[tuple[int, str, int]]  # number, text (see _lines), length
-    total: int  # lines in the file
+    total: int  # lines in the file, or in the part read when `cut`
     next_line: int | None  # the first line left out because of the caps
     encoding: _Encoding
     lossy: bool  # some bytes shown did not decode; they are shown as \ufffd
+    cut: bool = False  # the file goes on past SCAN_MAX_BYTES, which were all that was read
 
 
 def _read_window(f: typing.BinaryIO, rel: str, start: int, end: int | None) -> _Window:
     """Lines start..end within the caps, and the file's line count. Streams: big files and
-    huge lines are fine."""
+    huge lines are fine, and no more than SCAN_MAX_BYTES are read."""
     encoding = _text_encoding(f.read(BINARY_SNIFF_BYTES))
     if encoding is None:
         size = os.fstat(f.fileno()).st_size
@@ -835,7 +879,8 @@ def _read_window(f: typing.BinaryIO, rel: str, start: int, end: int | None) -> _
         )
     shown: list[tuple[int, str, int]] = []
     chars, total, next_line = 0, 0, None
-    lines = _lines(f, encoding)
+    scan = _Scan()
+    lines = _lines(f, encoding, scan)
     for total, (text, length) in enumerate(lines, 1):
         if total < start:
             continue
@@ -850,7 +895,7 @@ def _read_window(f: typing.BinaryIO, rel: str, start: int, end: int | None) -> _
     lossy = any(_undecoded(text, encoding) for _, text, _ in shown)
     if lossy and encoding.codec == "utf-8":
         shown = [(n, _UNDECODABLE.sub("\ufffd", text), size) for n, text, size in shown]
-    return _Window(shown, total, next_line, encoding, lossy)
+    return _Window(shown, total, next_line, encoding, lossy, scan.cut)
 
 
 @dataclass(frozen=True)
@@ -934,11 +979,12 @@ def _existing_format(file: _Rewrite) -> tuple[_Encoding, str | None]:
         if encoding is None:
             return _UTF8, None
         endings: set[str] = set()
-        for _, ending in _pieces(f, encoding):
+        scan = _Scan()
+        for _, ending in _pieces(f, encoding, scan):
             endings.update((ending,) if ending else ())
             if len(endings) > 1 or "\n" in endings:
                 return encoding, None
-    return encoding, next(iter(endings), None)
+    return encoding, None if scan.cut else next(iter(endings), None)
 
 
 def _number(lines: list[tuple[int, str]]) -> list[str]:
@@ -1022,15 +1068,18 @@ def _file_kind(f: typing.BinaryIO, name: str) -> list[str]:
     if encoding is None:
         return ["type: file (binary)"]
     endings: Counter[str] = Counter()
-    lossy, ending = False, "\n"  # an empty file has no line left open
-    for piece, ending in _pieces(f, encoding):
+    lossy, ending, scan = False, "\n", _Scan()  # an empty file has no line left open
+    for piece, ending in _pieces(f, encoding, scan):
         endings.update((ending,) if ending else ())
         lossy = lossy or _undecoded(piece, encoding)
     lines = endings.total() + (ending == "")  # a last line without an ending counts too
     kind = f"{encoding.name} with a byte-order mark" if encoding.bom else encoding.name
     if lossy:
         kind = f"not valid {encoding.name} (read_file shows bad bytes as \ufffd)"
-    info = [f"type: file (text, {kind})", f"language: {language}", f"lines: {lines:,}"]
+    counted = (
+        f"at least {lines:,} (in the first {SCAN_MAX_BYTES >> 20} MB)" if scan.cut else f"{lines:,}"
+    )
+    info = [f"type: file (text, {kind})", f"language: {language}", f"lines: {counted}"]
     if set(endings) - {"\n"}:
         counts = ", ".join(f"{n:,} {_ENDING_NAMES[e]}" for e, n in endings.most_common())
         info.append(f"line endings: {counts}")
