@@ -42,6 +42,7 @@ SEARCH_MAX_MATCHES = 100
 SEARCH_LINE_CHARS = 200
 SEARCH_TIMEOUT = 60
 FILE_PATTERN_MAX_GLOBS = 256  # what a file_pattern's {a,b} may expand to
+RESEARCH_MAX_BYTES = 64 << 20  # a shown file with lone CRs is searched again up to this size
 SEARCH_BACKENDS = ("rg", "grep", "python")
 BINARY_SNIFF_BYTES = 8192
 IGNORE_FILE_MAX_BYTES = 1 << 20  # a hostile .gitignore is read only this far
@@ -929,18 +930,16 @@ def _count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
 
 
-def _read_regular(path: Path | str) -> bytes | None:
-    """The bytes of a regular file; None for anything else or on an error. Opened without
-    waiting, so a file swapped for a FIFO after the walk cannot block."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_BINARY", 0))
-    except OSError:
+def _read_regular(path: Path | str, max_bytes: int | None = None) -> bytes | None:
+    """The bytes of a regular file; None for anything else, on an error, or over `max_bytes`."""
+    opened = _open_regular(path)
+    if opened is None:
         return None
+    fd, size = opened
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if max_bytes is not None and size > max_bytes:
             return None
-        chunks, chunk_size = [], max(st.st_size + 1, 1 << 16)  # mostly one read, then EOF
+        chunks, chunk_size = [], max(size + 1, 1 << 16)  # mostly one read, then EOF
         while chunk := os.read(fd, chunk_size):
             chunks.append(chunk)
         return b"".join(chunks)
@@ -948,6 +947,24 @@ def _read_regular(path: Path | str) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def _open_regular(path: Path | str) -> tuple[int, int] | None:
+    """(descriptor, size) of a regular file, for the caller to close; None for anything else
+    or on an error. Opened without waiting, so a file swapped for a FIFO after the walk
+    cannot block."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_BINARY", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st.st_size
 
 
 def _candidates(tree: Tree, top: Path, file_pattern: str | None) -> Iterator[str]:
@@ -1041,7 +1058,7 @@ def _lines_with(
     command = [*lines, "--", *map(_argument, files)]
     matches = list(_parse_grep_output(_run_batch(command, root, _child_env())))
     for rel in files:
-        data = _read_regular(root / rel)
+        data = _read_regular(root / rel, RESEARCH_MAX_BYTES)
         if data is None or not _LONE_CR.search(data):
             continue
         data = _LONE_CR.sub(b"\n", data)  # grep reads it from stdin, with its own timeout
@@ -1101,9 +1118,20 @@ _LONE_CR = re.compile(rb"\r(?!\n)")
 
 def _has_nul(path: Path) -> bool:
     """Whether a file holds a NUL byte, which makes it binary to search; True for anything but
-    a regular file."""
-    data = _read_regular(path)
-    return data is None or b"\0" in data
+    a regular file. Read a block at a time, up to the first NUL."""
+    opened = _open_regular(path)
+    if opened is None:
+        return True
+    fd = opened[0]
+    try:
+        while block := os.read(fd, 1 << 20):
+            if b"\0" in block:
+                return True
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 class _Replayable:
