@@ -807,9 +807,7 @@ class _Scan:
         return chunk
 
 
-def _pieces(
-    f: typing.BinaryIO, encoding: _Encoding, scan: _Scan | None = None
-) -> Iterator[tuple[str, str]]:
+def _pieces(f: typing.BinaryIO, encoding: _Encoding, scan: _Scan) -> Iterator[tuple[str, str]]:
     """The text after the byte-order mark as (piece, line ending) pairs, split after "\\n",
     "\\r\\n" and a lone "\\r"; the ending is "" when the line goes on in the next piece (or the
     file ends). Read in chunks, so no line is ever held whole, and no further than `scan`
@@ -820,7 +818,7 @@ def _pieces(
     f.seek(len(encoding.bom))
     held = ""
     while True:
-        chunk = scan.read(f) if scan is not None else f.read(_CHUNK)
+        chunk = scan.read(f)
         text = held + decoder.decode(chunk, final=not chunk)
         held = "\r" if chunk and text.endswith("\r") else ""  # maybe half of a "\r\n"
         text = text[: len(text) - len(held)]
