@@ -13,6 +13,7 @@ import fnmatch
 import functools
 import heapq
 import itertools
+import json
 import logging
 import os
 import platform
@@ -20,6 +21,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -989,8 +991,12 @@ def _run_search(
         chain.append("python")
     for attempt, backend in enumerate(chain):
         try:  # the first attempt searches while the walk is still going
-            counts = _count_with(root, backend, pattern, literal, files.all() if attempt else files)
-            shown = _lines_with(root, backend, pattern, literal, _first_files(counts), counts)
+            if backend == "python":
+                counts, shown = _search_python_apart(root, _python_regex(pattern, literal), files)
+            else:
+                stream = files.all() if attempt else files
+                counts = _count_with(root, backend, pattern, literal, stream)
+                shown = _lines_with(root, backend, pattern, literal, _first_files(counts), counts)
         except subprocess.TimeoutExpired as exc:
             raise SearchError(
                 f"The search took longer than {SEARCH_TIMEOUT}s; narrow it with path or "
@@ -1002,12 +1008,12 @@ def _run_search(
                     "The pattern backtracks too much to search with (nested repetition such "
                     "as (a+)+ on a long line); make it simpler."
                 ) from exc
-            if forced != "auto":
+            if forced != "auto" or backend == chain[-1]:
                 raise SearchError(f"{backend} could not run this search: {exc}") from exc
             logger.warning("search backend %s failed (%s); trying the next one", backend, exc)
             continue
         return counts, shown, backend
-    raise AssertionError("the python backend never fails")
+    raise AssertionError("the last backend answers or raises")
 
 
 def _first_files(counts: dict[str, int]) -> list[str]:
@@ -1024,10 +1030,7 @@ def _first_files(counts: dict[str, int]) -> list[str]:
 def _count_with(
     root: Path, backend: str, pattern: str, literal: bool, files: Iterable[str]
 ) -> dict[str, int]:
-    """Matching lines per text file that has any, the files in no particular order."""
-    if backend == "python":
-        found = _search_python(root, _python_regex(pattern, literal), files)
-        return {rel: len(matches) for rel, matches in found}
+    """Matching lines per text file that has any (grep or rg), in no particular order."""
     cmd = [*_command(backend, pattern, literal, counting=True), "-c"]
     env = _child_env()
     from concurrent.futures import ThreadPoolExecutor  # not needed to start a run
@@ -1051,9 +1054,6 @@ def _lines_with(
     `counts` corrected."""
     if not files:
         return []
-    if backend == "python":
-        found = _search_python(root, _python_regex(pattern, literal), files)
-        return sorted(m for _, file_matches in found for m in file_matches)[:SEARCH_MAX_MATCHES]
     lines = [*_command(backend, pattern, literal), "-nm", str(SEARCH_MAX_MATCHES)]
     command = [*lines, "--", *map(_argument, files)]
     matches = list(_parse_grep_output(_run_batch(command, root, _child_env())))
@@ -1149,6 +1149,32 @@ class _Replayable:
     def all(self) -> list[str]:
         self._seen.extend(self._items)
         return self._seen
+
+
+def _search_python_apart(
+    root: Path, regex: str, files: _Replayable
+) -> tuple[dict[str, int], list[Match]]:
+    """The Python backend's (counts, shown), worked out in a child interpreter that is killed
+    after SEARCH_TIMEOUT (subprocess.TimeoutExpired): Python's re has no time limit, and a
+    pattern can backtrack for hours. The child gets no secrets, like grep and rg."""
+    request = json.dumps({"root": str(root), "regex": regex, "files": files.all()})
+    source = str(Path(__file__).resolve().parent.parent)  # where toy_agent is
+    env = child_environment({"PYTHONPATH": source})
+    code = "from toy_agent.search import _search_python_child; _search_python_child()"
+    done = subprocess.run([sys.executable, "-c", code], input=request.encode(), env=env,
+                          capture_output=True, timeout=SEARCH_TIMEOUT, check=True)  # fmt: skip
+    answer = json.loads(done.stdout)
+    return answer["counts"], [(rel, number, text) for rel, number, text in answer["shown"]]
+
+
+def _search_python_child() -> None:
+    """_search_python_apart's other end: a request on stdin, the answer on stdout (JSON; a
+    name that is not UTF-8 travels as its surrogate escapes)."""
+    request = json.loads(sys.stdin.buffer.read())
+    found = dict(_search_python(Path(request["root"]), request["regex"], request["files"]))
+    counts = {rel: len(matches) for rel, matches in found.items()}
+    shown = [m for rel in _first_files(counts) for m in found[rel]][:SEARCH_MAX_MATCHES]
+    sys.stdout.write(json.dumps({"counts": counts, "shown": shown}))
 
 
 def _search_python(
