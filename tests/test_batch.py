@@ -533,6 +533,26 @@ def test_a_plain_folder_with_a_fifo_and_a_socket_is_copied_without_reading_them(
     assert sorted(f["path"] for f in record["files_changed"]) == ["notes.txt", "sub/added.md"]
 
 
+def test_a_task_that_changes_a_file_whose_name_is_not_utf8_is_recorded(
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git names the file with its raw byte; results.jsonl and the trajectory still write
+    (as JSON's \\udcXX escape, which reads back as the same name)."""
+    name = os.fsdecode(b"caf\xe9.txt")
+    (sources["plain"] / name).write_text("old\n")
+    scripts = {"latin": [xml_action("write_file", path="caf\\xe9.txt", content="new\n"),
+                         done("rewrote it")]}  # fmt: skip
+    task = {"id": "latin", "repo": "plain", "task": "[latin] rewrite it"}
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [task])
+    with TaskScripts(scripts) as provider:
+        code = run_batch_cli(provider, tasks, tmp_path / "out", monkeypatch=monkeypatch)
+
+    assert code == 0
+    record = results(tmp_path / "out")[0]
+    assert record["outcome"] == "completed" and record["files_changed"][0]["path"] == name
+    assert (sources["plain"] / name).read_text() == "old\n"  # the copy changed, not the source
+
+
 # -------------------------------------------------------------------------------------- Ray
 def test_ray_runs_the_same_task_file_with_results_identical_in_shape_to_local(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any

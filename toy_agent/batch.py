@@ -33,7 +33,7 @@ from typing import Any, Protocol, TextIO
 
 from toy_agent.agent import ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
-from toy_agent.events import TrajectoryRecorder
+from toy_agent.events import TrajectoryRecorder, json_text
 from toy_agent.llm import (
     PROVIDER_CLASSES,
     LlmClient,
@@ -725,7 +725,7 @@ class ResultsFolder:
         else:
             (self.path / patch).unlink(missing_ok=True)  # an earlier run's would now be a lie
         if result["trajectory_data"] is not None:
-            text = json.dumps(result["trajectory_data"], indent=2, ensure_ascii=False)
+            text = json_text(result["trajectory_data"])
             (self.path / trajectory).write_text(text + "\n", encoding="utf-8")
         else:
             (self.path / trajectory).unlink(missing_ok=True)
@@ -733,14 +733,14 @@ class ResultsFolder:
         record["patch"] = str(patch) if result["patch_data"] else None
         record["trajectory"] = str(trajectory) if result["trajectory_data"] is not None else None
         with self.results.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.write(json_text(record, indent=None) + "\n")
             f.flush()
             os.fsync(f.fileno())
         return record
 
     def _rewrite(self, records: Iterable[dict[str, Any]]) -> None:
         temporary = self.results.with_suffix(".jsonl.tmp")
-        lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        lines = "".join(json_text(r, indent=None) + "\n" for r in records)
         temporary.write_text(lines, encoding="utf-8")
         os.replace(temporary, self.results)
 
