@@ -13,6 +13,7 @@ from fakes import ScriptedLlm, write_replay, xml_action
 
 from toy_agent import ReactAgent
 from toy_agent.cli import main
+from toy_agent.mcp_tools import MCP_DESCRIPTION_MAX_CHARS, MCP_TOOLS_MAX, McpTools
 
 SERVER = Path(__file__).parent / "mcp_servers" / "demo_server.py"
 SERVER_COMMAND = shlex.join([sys.executable, str(SERVER)])
@@ -77,6 +78,23 @@ def test_cli_lists_tools_of_flag_and_config_servers(repo, tmp_path, capsys):
     assert code == 0
     assert "add(a, b)" in out and "demo_server__read_file(path)" in out
     assert "demo_server__echo(text)" in out and "second__echo(text)" in out  # clash rule
+
+
+def test_a_servers_tools_add_a_bounded_amount_to_every_request(
+    repo: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A description is cut, and a tool whose schema alone is 30 KB is not offered."""
+    with McpTools([f"{SERVER_COMMAND} --only echo,verbose,wide"], timeout=30) as mcp:
+        specs = {spec["name"]: spec for spec in mcp.get_mcp_tools()}
+
+    assert sorted(specs) == ["echo", "verbose"]
+    assert len(specs["verbose"]["description"]) == MCP_DESCRIPTION_MAX_CHARS + len(" … [cut]")
+    assert "tool 'wide' not offered: its JSON Schema has" in caplog.text
+
+    with McpTools([f"{SERVER_COMMAND} --only echo --many 130"], timeout=30) as mcp:
+        names = [spec["name"] for spec in mcp.get_mcp_tools()]
+    assert len(names) == MCP_TOOLS_MAX and names[-1] == "echo_126"
+    assert "tool 'echo_129' not offered: a server offers at most 128" in caplog.text
 
 
 def test_list_tools_shows_an_mcp_servers_escape_sequences_instead_of_sending_them(

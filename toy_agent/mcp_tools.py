@@ -46,6 +46,11 @@ __all__ = ["McpError", "McpServerConfig", "McpToolError", "McpTools", "load_mcp_
 logger = logging.getLogger(__name__)
 
 _GRACE = 5.0  # beyond `timeout`, for the SDK's own timeout to fire first
+# What one server may add to every request: its tools' descriptions and schemas are sent
+# with each one, and a server can offer anything.
+MCP_TOOLS_MAX = 128  # per server; the rest are not offered
+MCP_DESCRIPTION_MAX_CHARS = 2_000  # cut beyond this
+MCP_SCHEMA_MAX_CHARS = 20_000  # a tool whose JSON Schema is longer is not offered
 _CLOSE_TIMEOUT = 10.0  # the SDK's stdio shutdown takes at most ~6.5s (stdin close, TERM, KILL)
 _CONNECTION_CLOSED, _REQUEST_TIMEOUT = -32000, -32001  # mcp_types.CONNECTION_CLOSED, ...TIMEOUT
 
@@ -302,11 +307,14 @@ class McpTools:
             )
 
     def _expose(self) -> None:
-        offers = [(s.config.name, [t.name for t in s.tools]) for s in self._servers]
+        offered = {id(s): _within_limits(s.config.label, s.tools) for s in self._servers}
+        offers = [(s.config.name, [t.name for t in offered[id(s)]]) for s in self._servers]
         for server, names in zip(self._servers, assign_names(offers), strict=True):
-            for tool, name in zip(server.tools, names, strict=True):
+            for tool, name in zip(offered[id(server)], names, strict=True):
                 self._routes[name] = (server, tool.name)
                 description = tool.description or tool.title or ""
+                if len(description) > MCP_DESCRIPTION_MAX_CHARS:
+                    description = description[:MCP_DESCRIPTION_MAX_CHARS] + " … [cut]"
                 self._tools.append(
                     {
                         "name": name,
@@ -421,3 +429,21 @@ def _unique(configs: list[McpServerConfig]) -> list[McpServerConfig]:
             config = dataclasses.replace(config, name=f"{config.name}-{seen[config.name]}")
         result.append(config)
     return result
+
+
+def _within_limits(label: str, tools: list[Any]) -> list[Any]:
+    """The tools of one server that are offered to the model: at most MCP_TOOLS_MAX, and none
+    whose JSON Schema is over MCP_SCHEMA_MAX_CHARS; each left out is named in a warning."""
+    kept: list[Any] = []
+    for tool in tools:
+        size = len(json.dumps(tool.input_schema))
+        if size > MCP_SCHEMA_MAX_CHARS:
+            logger.warning("MCP server %s: tool %r not offered: its JSON Schema has %d "
+                           "characters (at most %d)", label, tool.name, size,
+                           MCP_SCHEMA_MAX_CHARS)  # fmt: skip
+        elif len(kept) == MCP_TOOLS_MAX:
+            logger.warning("MCP server %s: tool %r not offered: a server offers at most %d",
+                           label, tool.name, MCP_TOOLS_MAX)  # fmt: skip
+        else:
+            kept.append(tool)
+    return kept

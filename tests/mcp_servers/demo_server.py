@@ -4,6 +4,7 @@ python demo_server.py                      # stdio
 python demo_server.py --port 8765          # Streamable HTTP on http://127.0.0.1:8765/mcp
 python demo_server.py --port 8765 --sse    # legacy HTTP+SSE on http://127.0.0.1:8765/sse
 python demo_server.py --only echo,add      # register a subset (to make name clashes)
+python demo_server.py --only echo --many 5  # and echo_000..echo_004 (to make many tools)
 python demo_server.py --pid-file pid.txt   # write the PID (orphan checks)
 python demo_server.py --linger 60          # ignore stdin EOF for 60s (must be killed)
 """
@@ -15,10 +16,12 @@ import asyncio
 import os
 import time
 from pathlib import Path
+from typing import Annotated
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
+from pydantic import Field
 
 
 def echo(text: str) -> str:
@@ -72,15 +75,29 @@ def banner(text: str) -> str:
     return text
 
 
+def verbose(text: str) -> str:
+    return text
+
+
+verbose.__doc__ = "A description longer than any request should carry. " * 200
+
+
+def wide(text: Annotated[str, Field(description="x" * 30_000)]) -> str:
+    """A tool whose JSON Schema is longer than any request should carry."""
+    return text
+
+
 TOOLS = [echo, add, fail, slow, crash, env, header, picture, read_file]
-HOSTILE = [banner]  # registered only when --only names them
+HOSTILE = [banner, verbose, wide]  # registered only when --only names them
 
 
-def build_server(only: set[str] | None) -> MCPServer:
+def build_server(only: set[str] | None, many: int = 0) -> MCPServer:
     server = MCPServer("demo", log_level="WARNING")
     for tool in TOOLS if only is None else [*TOOLS, *HOSTILE]:
         if only is None or tool.__name__ in only:
             server.tool()(tool)
+    for n in range(many):  # echo again, under other names
+        server.tool(name=f"echo_{n:03d}")(echo)
     return server
 
 
@@ -89,12 +106,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, help="serve Streamable HTTP on 127.0.0.1:PORT")
     parser.add_argument("--sse", action="store_true", help="with --port: legacy SSE at /sse")
     parser.add_argument("--only", help="comma-separated tool names to register")
+    parser.add_argument("--many", type=int, default=0, help="also register echo_000... (N)")
     parser.add_argument("--linger", type=float, default=0, help="stay alive this long after EOF")
     parser.add_argument("--pid-file", help="write this process's PID here at startup")
     args = parser.parse_args()
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))
-    server = build_server(set(args.only.split(",")) if args.only else None)
+    server = build_server(set(args.only.split(",")) if args.only else None, args.many)
     if args.port and args.sse:
         server.run(transport="sse", host="127.0.0.1", port=args.port)
     elif args.port:
