@@ -15,6 +15,7 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import itertools
 import json
 import logging
 import math
@@ -344,8 +345,11 @@ def _git(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = No
     last error line becomes a GitError."""
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
     settings = [*_SAFE_SETTINGS, *(_filter_settings(cwd, full_env) if cwd is not None else ())]
-    full_env |= _config_environment(full_env, settings)
-    done = subprocess.run(["git", *args], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+    # As -c (any git), and a name -c cannot carry ("=" in it) as GIT_CONFIG_* (git 2.31+).
+    options = [f"{key}={value}" for key, value in settings if "=" not in key]
+    full_env |= _config_environment(full_env, [(k, v) for k, v in settings if "=" in k])
+    argv = ["git", *itertools.chain.from_iterable(("-c", option) for option in options), *args]
+    done = subprocess.run(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
                           capture_output=True)  # fmt: skip
     if done.returncode != 0:
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
@@ -372,6 +376,8 @@ def _filter_settings(cwd: Path, env: Mapping[str, str]) -> list[tuple[str, str]]
 def _config_environment(env: Mapping[str, str], settings: list[tuple[str, str]]) -> dict[str, str]:
     """`settings` as GIT_CONFIG_COUNT/KEY_n/VALUE_n variables (git's `-c`, without parsing a
     name that holds "="), after those `env` already has."""
+    if not settings:
+        return {}
     try:
         first = int(env.get("GIT_CONFIG_COUNT", "0"))
     except ValueError:
