@@ -486,7 +486,7 @@ def test_a_repository_whose_git_config_runs_programs_runs_none_of_them(
     on it and on its copies must start none of them, and still make the patch."""
     repo, ran = sources["repo"], tmp_path / "ran"
     ran.mkdir()
-    (repo / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    (repo / ".gitattributes").write_text("* filter=evil diff=evil\n*.py filter=a=b\n")
     git("add", ".gitattributes", cwd=repo)
     git("commit", "-qm", "attributes", cwd=repo)
     hook = repo / ".git" / "hooks" / "post-checkout"
@@ -494,6 +494,7 @@ def test_a_repository_whose_git_config_runs_programs_runs_none_of_them(
         "filter.evil.smudge": f"touch {ran}/smudge; cat",
         "filter.evil.clean": f"touch {ran}/clean; cat",
         "filter.evil.required": "true",
+        "filter.a=b.smudge": f"touch {ran}/smudge-a=b; cat",  # a name -c cannot carry
         "core.fsmonitor": f"touch {ran}/fsmonitor; false",
         "diff.evil.command": f"touch {ran}/diff",
         "diff.external": f"touch {ran}/external",

@@ -334,6 +334,7 @@ def release_worktrees(source: Path, scratch: Path) -> None:
 # fsmonitor, submodule commands, an external diff. A repository someone else wrote (unlike a
 # fresh clone) may set any of them in its .git/config, and git would run them here, outside
 # any sandbox; every git call overrides them, and the filter drivers (see _filter_settings).
+# (The last one only keeps git's advice out of its error lines.)
 _SAFE_SETTINGS = (
     ("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false"),
     ("submodule.recurse", "false"), ("diff.external", ""), ("advice.detachedHead", "false"),

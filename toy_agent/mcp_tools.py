@@ -307,10 +307,12 @@ class McpTools:
             )
 
     def _expose(self) -> None:
-        offered = {id(s): _within_limits(s.config.label, s.tools) for s in self._servers}
-        offers = [(s.config.name, [t.name for t in offered[id(s)]]) for s in self._servers]
-        for server, names in zip(self._servers, assign_names(offers), strict=True):
-            for tool, name in zip(offered[id(server)], names, strict=True):
+        offered = [_within_limits(s.config.label, s.tools) for s in self._servers]
+        offers = [(s.config.name, [t.name for t in tools])
+                  for s, tools in zip(self._servers, offered, strict=True)]  # fmt: skip
+        names = assign_names(offers)
+        for server, tools, given in zip(self._servers, offered, names, strict=True):
+            for tool, name in zip(tools, given, strict=True):
                 self._routes[name] = (server, tool.name)
                 description = tool.description or tool.title or ""
                 if len(description) > MCP_DESCRIPTION_MAX_CHARS:
