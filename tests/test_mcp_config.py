@@ -41,7 +41,14 @@ from toy_agent.mcp_config import (
         ("python3 tests/mcp_servers/demo_server.py --port 1", "demo_server"),
         ("/usr/bin/python3.11 -m my_server.main", "my_server.main"),
         ("uv run --with mcp server.py", "server"),
-        ("node build/index.js", "index"),
+        ("node build/index.js", "index"),  # nothing better to go by
+        ("node /x/node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio",
+         "server-everything"),  # fmt: skip
+        ("python3 /srv/weather/server.py", "weather"),
+        ("node ./my-tools/index.mjs", "my-tools"),
+        ("sh -c 'echo Starting...; exec node /x/server-memory/dist/index.js'", "server-memory"),
+        ("bash -c 'cd /srv && uvx mcp-server-git'", "mcp-server-git"),
+        ("sh -c '\"unclosed'", "sh"),
         ("/opt/tools/my-mcp-server --verbose", "my-mcp-server"),
         ("uvx", "uvx"),
     ],

@@ -25,6 +25,10 @@ _LAUNCHER = re.compile(r"uvx|uv|npx|bunx|pnpx|pnpm|pipx|docker|podman|node|deno|
 _SUBCOMMAND = re.compile(r"run|tool|dlx|exec|x")
 # launcher options that take a value, skipped when naming a server after its package
 _VALUE_OPTION = re.compile(r"--(from|with|python|env|volume|name|network|workdir|user)|-[pevwu]")
+# a script named like this says nothing: the server is named after its folder (or package)
+_GENERIC_SCRIPT = re.compile(r"index|main|server|__main__|cli|app")
+_BUILD_FOLDER = re.compile(r"dist|build|lib|src|bin|out|build-\w+")
+_SHELL = re.compile(r"sh|bash|dash|zsh|ksh")
 
 
 class McpError(Exception):
@@ -75,6 +79,8 @@ def parse_server_arg(arg: str) -> McpServerConfig:
 def _command_name(argv: Sequence[str]) -> str:
     """The package or script a launcher runs (`npx -y @scope/pkg` -> pkg), else the program."""
     program = re.sub(r"\.(exe|cmd|bat)$", "", Path(argv[0]).name, flags=re.IGNORECASE)
+    if _SHELL.fullmatch(program) and len(argv) > 2 and argv[1] == "-c":
+        return _shell_name(argv[2]) or program
     if not _LAUNCHER.fullmatch(program):
         return program
     args = iter(argv[1:])
@@ -84,10 +90,41 @@ def _command_name(argv: Sequence[str]) -> str:
         if _VALUE_OPTION.fullmatch(token):
             next(args, None)
         elif not token.startswith("-") and not _SUBCOMMAND.fullmatch(token):
-            base = token.rstrip("/").rsplit("/", 1)[-1]
-            base = re.sub(r"(?<=.)[@:].*$", "", base)  # version or image tag
-            return re.sub(r"\.(py|js|mjs|cjs|ts)$", "", base) or program
+            return _script_name(token) or program
     return program
+
+
+def _script_name(token: str) -> str:
+    """`@scope/pkg@1.2` -> pkg, `srv.py` -> srv; `.../server-everything/dist/index.js` ->
+    server-everything: a generic script name gives way to its folder, build folders skipped."""
+    parts = [part for part in token.rstrip("/").split("/") if part]
+    if not parts:
+        return ""
+    base = re.sub(r"(?<=.)[@:].*$", "", parts[-1])  # version or image tag
+    base = re.sub(r"\.(py|js|mjs|cjs|ts)$", "", base)
+    if _GENERIC_SCRIPT.fullmatch(base) and len(parts) > 1:
+        folders = [p for p in parts[:-1] if p not in (".", "..")]
+        while folders and _BUILD_FOLDER.fullmatch(folders[-1]):
+            folders.pop()
+        if folders:
+            return folders[-1]
+    return base
+
+
+def _shell_name(script: str) -> str:
+    """`sh -c 'echo Starting...; exec node srv.js'` is named after its last command."""
+    try:
+        words = shlex.split(script)
+    except ValueError:
+        return ""
+    last: list[str] = []
+    for word in words:
+        last = [] if word in (";", "&&", "||", "|") else [*last, word]
+        if word.endswith(";"):
+            last = []
+    while last and last[0] in ("exec", "command", "nohup"):
+        last = last[1:]
+    return _command_name(last) if last else ""
 
 
 def load_mcp_config(path: str | os.PathLike[str]) -> list[McpServerConfig]:

@@ -26,10 +26,14 @@ import json
 import logging
 import math
 import os
+import queue
 import threading
+import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from toy_agent.mcp_config import (
     McpError,
@@ -39,9 +43,13 @@ from toy_agent.mcp_config import (
     parse_server_arg,
     result_text,
 )
+from toy_agent.messages import visible
 
-__all__ = ["McpError", "McpServerConfig", "McpToolError", "McpTools", "load_mcp_config",
-           "parse_server_arg"]  # fmt: skip
+if TYPE_CHECKING:
+    from mcp_types import LoggingLevel
+
+__all__ = ["McpError", "McpProgress", "McpServerConfig", "McpToolError", "McpTools",
+           "load_mcp_config", "parse_server_arg", "reporting_progress"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +59,64 @@ _GRACE = 5.0  # beyond `timeout`, for the SDK's own timeout to fire first
 MCP_TOOLS_MAX = 128  # per server; the rest are not offered
 MCP_DESCRIPTION_MAX_CHARS = 2_000  # cut beyond this
 MCP_SCHEMA_MAX_CHARS = 20_000  # a tool whose JSON Schema is longer is not offered
+# A call is bounded by `timeout` since its last sign of life (the start, or a progress
+# notification), and by this many seconds in all (or `timeout`, if longer) however often
+# the server reports progress.
+MCP_CALL_CEILING = 600.0
+MCP_LOG_MAX_CHARS = 2_000  # a server's log record is cut beyond this
 _CLOSE_TIMEOUT = 10.0  # the SDK's stdio shutdown takes at most ~6.5s (stdin close, TERM, KILL)
 _CONNECTION_CLOSED, _REQUEST_TIMEOUT = -32000, -32001  # mcp_types.CONNECTION_CLOSED, ...TIMEOUT
 
 
 class McpToolError(Exception):
     """A tool call failed; the agent shows the message to the LLM as an observation."""
+
+
+@dataclass(frozen=True)
+class McpProgress:
+    """A server's `notifications/progress` for the call in flight (its text is untrusted)."""
+
+    progress: float
+    total: float | None = None
+    message: str = ""
+
+
+ProgressListener = Callable[[McpProgress], None]
+_progress_listener: ContextVar[ProgressListener | None] = ContextVar(
+    "mcp_progress_listener", default=None
+)
+
+
+@contextlib.contextmanager
+def reporting_progress(listener: ProgressListener) -> Iterator[None]:
+    """Within the block, calls made from this thread report their progress to `listener`,
+    in this thread, while the call waits (so an event subscriber needs no locking)."""
+    token = _progress_listener.set(listener)
+    try:
+        yield
+    finally:
+        _progress_listener.reset(token)
+
+
+# A server's log levels (syslog's, RFC 5424) as ours.
+_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
+               "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL,
+               "alert": logging.CRITICAL, "emergency": logging.CRITICAL}  # fmt: skip
+_STRAY_LINE = "Failed to parse JSONRPC message from server"  # mcp.client.stdio's record
+
+
+class _StrayLineFilter(logging.Filter):
+    """Drops the SDK's traceback for a stdout line that is not JSON-RPC: `_Server` reports
+    the line itself, in one warning naming the server."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(_STRAY_LINE))
+
+
+def _quiet_stray_line_tracebacks() -> None:
+    sdk_logger = logging.getLogger("mcp.client.stdio")
+    if not any(isinstance(f, _StrayLineFilter) for f in sdk_logger.filters):
+        sdk_logger.addFilter(_StrayLineFilter())
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -93,32 +153,39 @@ class _StderrLog:
 class _Server:
     """One server's session, owned start to end by the single task running `run`."""
 
-    def __init__(self, config: McpServerConfig, timeout: float) -> None:
-        self.config, self.timeout = config, timeout
+    def __init__(
+        self, config: McpServerConfig, timeout: float, redact: Callable[[str], str]
+    ) -> None:
+        self.config, self.timeout, self.redact = config, timeout, redact
         self.tools: list[Any] = []
         self.client: Any = None
         self.dead = ""  # why the session ended mid-run
         self.stderr = _StderrLog(config.name) if config.command else None
         self.task: concurrent.futures.Future[None] | None = None
+        self.via_sse = config.sse  # a URL that turned out to serve the legacy SSE transport
+        self._statuses: list[int] = []  # HTTP statuses of the Streamable HTTP attempt
+        self._stray_lines = 0
         self._stop = asyncio.Event()
         self._startup: Any = None  # the anyio cancel scope bounding startup
 
     async def run(self, ready: concurrent.futures.Future[None]) -> None:
         import anyio
-        from mcp import Client
 
         if self._stop.is_set():  # closed before this task even started
             return
         try:
             deadline = anyio.current_time() + self.timeout
             with anyio.CancelScope(deadline=deadline) as self._startup:
-                async with Client(self._transport(), read_timeout_seconds=self.timeout) as client:
-                    self._close_writer()
-                    self.tools = await _list_tools(client)
-                    self._startup.deadline = math.inf
-                    self.client = client
-                    ready.set_result(None)
-                    await self._stop.wait()
+                try:
+                    await self._session(ready, self._transport())
+                except Exception as exc:
+                    if ready.done() or not self._sse_fallback():
+                        raise
+                    logger.info("MCP server %s: Streamable HTTP answered %d, trying the legacy "
+                                "SSE transport", self.config.label, self._statuses[0])  # fmt: skip
+                    logger.debug("Streamable HTTP attempt", exc_info=exc)
+                    self.via_sse = True
+                    await self._session(ready, self._transport())
             if not ready.done():
                 raise TimeoutError(f"no answer within {self.timeout:g}s")
         except Exception as exc:
@@ -133,6 +200,30 @@ class _Server:
         finally:
             self.client = None
             self._close_writer()
+
+    async def _session(self, ready: concurrent.futures.Future[None], transport: Any) -> None:
+        """Connect, list the tools, say ready, and hold the session until asked to stop."""
+        from mcp import Client
+
+        async with Client(
+            transport,
+            read_timeout_seconds=self.timeout,
+            logging_callback=self._on_log,
+            log_level=_mcp_log_level(),
+            message_handler=self._on_message,
+        ) as client:
+            self._close_writer()
+            self.tools = await _list_tools(client)
+            self._startup.deadline = math.inf
+            self.client = client
+            ready.set_result(None)
+            await self._stop.wait()
+
+    def _sse_fallback(self) -> bool:
+        """The MCP specification's backwards compatibility: a URL whose Streamable HTTP POST
+        was answered with a 4xx may serve the legacy HTTP+SSE transport instead."""
+        url = self.config.url
+        return bool(url) and not self.via_sse and 400 <= (self._statuses or [0])[0] < 500
 
     def _transport(self) -> Any:
         """The SDK transport for this server (an async context manager yielding streams)."""
@@ -151,11 +242,40 @@ class _Server:
             )
             assert self.stderr is not None  # made in __init__ for every command server
             return stdio_client(params, errlog=self.stderr.writer)
-        if config.sse:
+        if self.via_sse:
             from mcp.client.sse import sse_client
 
             return sse_client(config.url, headers=dict(config.headers) or None)
-        return _http_transport(config.url, config.headers)
+        return _http_transport(config.url, config.headers, self._statuses)
+
+    async def _on_log(self, params: Any) -> None:
+        """A server's `notifications/message`: to our log at the matching level, redacted,
+        with control characters escaped (a record is one line, and never drives the
+        terminal)."""
+        data = params.data
+        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+        source = self.config.name + (f" {params.logger}" if params.logger else "")
+        text = visible(self.redact(text.replace("\n", "\\n")))
+        if len(text) > MCP_LOG_MAX_CHARS:
+            text = text[:MCP_LOG_MAX_CHARS] + " … [cut]"
+        level = _LOG_LEVELS.get(params.level, logging.INFO)
+        logger.log(level, "[%s] %s", visible(self.redact(source))[:200], text)
+
+    async def _on_message(self, message: Any) -> None:
+        """Transport faults the SDK does not raise: for a stdio server, a stdout line that
+        is not JSON-RPC (a banner, a stray print). The connection goes on; one warning says
+        so, later lines are logged at DEBUG."""
+        if not isinstance(message, Exception):
+            return
+        if self.config.command and isinstance(message, ValueError):
+            self._stray_lines += 1
+            level = logging.WARNING if self._stray_lines == 1 else logging.DEBUG
+            line = _stray_line(message, self.redact)
+            logger.log(level, "MCP server %r wrote a line that is not JSON-RPC to its stdout "
+                       "(ignored): %s", self.config.name, line)  # fmt: skip
+        else:
+            logger.warning("MCP server %r: %s", self.config.name, _describe(message))
+        logger.debug("MCP server %r transport fault", self.config.name, exc_info=message)
 
     def request_stop(self) -> None:
         """Called in the loop: end a waiting session, or abandon a startup still in progress."""
@@ -190,15 +310,39 @@ class _Server:
         )
 
 
+def _stray_line(exc: Exception, redact: Callable[[str], str]) -> str:
+    """The line a JSON-RPC parse error was about (pydantic keeps it as the error's input)."""
+    errors = getattr(exc, "errors", None)
+    line = errors()[0].get("input") if callable(errors) and errors() else None
+    text = line if isinstance(line, str) else str(exc).split("\n", 1)[0]
+    return repr(visible(redact(text[:200])))
+
+
+def _mcp_log_level() -> LoggingLevel:
+    """The least severe server log record our log would keep (a server sends none below)."""
+    level = logger.getEffectiveLevel()
+    if level <= logging.DEBUG:
+        return "debug"
+    return "info" if level <= logging.INFO else "warning" if level <= logging.WARNING else "error"
+
+
 @contextlib.asynccontextmanager
-async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    """Streamable HTTP with our headers: the SDK takes them through its own httpx2 client."""
+async def _http_transport(
+    url: str, headers: dict[str, str], statuses: list[int]
+) -> AsyncIterator[Any]:
+    """Streamable HTTP with our headers: the SDK takes them through its own httpx2 client.
+    Each response's status is noted in `statuses` (a 4xx first means: try SSE)."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    async def note(response: Any) -> None:
+        statuses.append(response.status_code)
+
     timeout = httpx2.Timeout(30.0, read=300.0)  # the SDK's defaults; calls are bounded by ours
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+        httpx2.AsyncClient(
+            headers=headers, timeout=timeout, event_hooks={"response": [note]}
+        ) as http,
         streamable_http_client(url, http_client=http) as streams,
     ):
         yield streams
@@ -268,12 +412,19 @@ class McpTools:
         servers: str | McpServerConfig | Sequence[str | McpServerConfig],
         *,
         timeout: float = 30.0,
+        ceiling: float | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         """Connect to every server (startup bounded by `timeout`); on any failure close what
-        was opened and raise McpError. `timeout` also bounds each tool call."""
+        was opened and raise McpError. `timeout` also bounds each tool call since its last
+        progress notification, `ceiling` (MCP_CALL_CEILING, or `timeout` if longer) in all.
+        `redact` scrubs the servers' log records before they are logged."""
         self.timeout = timeout
+        self.ceiling = max(timeout, MCP_CALL_CEILING if ceiling is None else ceiling)
         self._closed = False
-        self._servers = [_Server(c, timeout) for c in _unique(_configs(servers))]
+        _quiet_stray_line_tracebacks()
+        self._servers = [_Server(c, timeout, redact or (lambda text: text))
+                         for c in _unique(_configs(servers))]  # fmt: skip
         self._routes: dict[str, tuple[_Server, str]] = {}
         self._tools: list[dict[str, Any]] = []
         self._loop = _LoopThread()
@@ -307,7 +458,8 @@ class McpTools:
             )
 
     def _expose(self) -> None:
-        offered = [_within_limits(s.config.label, s.tools) for s in self._servers]
+        offered = [_within_limits(s.config.label, _callable(s.config.label, s.tools))
+                   for s in self._servers]  # fmt: skip
         offers = [(s.config.name, [t.name for t in tools])
                   for s, tools in zip(self._servers, offered, strict=True)]  # fmt: skip
         names = assign_names(offers)
@@ -357,11 +509,12 @@ class McpTools:
         if server.client is None:
             raise McpToolError(f"{where}: server unavailable: {server.dead or 'not connected'}")
         logger.info("MCP call %s %s", name, json.dumps(parameters, ensure_ascii=False)[:500])
-        future = self._loop.submit(
-            server.client.call_tool(tool, parameters or {}, read_timeout_seconds=self.timeout)
-        )
+        progress: queue.SimpleQueue[McpProgress | None] = queue.SimpleQueue()
+        future = self._loop.submit(self._call(server, tool, parameters or {}, progress))
+        future.add_done_callback(lambda _: progress.put(None))
         try:
-            result = future.result(self.timeout + _GRACE)
+            self._wait(future, progress, _progress_listener.get())
+            result = future.result(0)
         except BaseException as exc:  # KeyboardInterrupt too: the call must not linger
             future.cancel()
             if not isinstance(exc, Exception):
@@ -374,8 +527,63 @@ class McpTools:
             raise McpToolError(f"{where} reported an error: {text or '(no message)'}")
         return text
 
+    async def _call(
+        self,
+        server: _Server,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: queue.SimpleQueue[McpProgress | None],
+    ) -> Any:
+        """The call, with a progress token: each notification moves the deadline to
+        `timeout` from now, never past `ceiling` from the start."""
+        import anyio
+
+        client = server.client
+        if client is None:  # died between the check and this task
+            raise McpToolError(f"server unavailable: {server.dead or 'not connected'}")
+        start = anyio.current_time()
+        hard = start + self.ceiling
+        with anyio.CancelScope(deadline=min(start + self.timeout, hard)) as scope:
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                scope.deadline = min(anyio.current_time() + self.timeout, hard)
+                progress.put(McpProgress(done, total, message or ""))
+
+            return await client.call_tool(
+                tool, arguments, read_timeout_seconds=self.ceiling, progress_callback=on_progress
+            )
+        seconds = anyio.current_time() - start
+        raise TimeoutError(
+            f"timed out after {self.timeout:g}s without progress"
+            if anyio.current_time() < hard
+            else f"stopped after {seconds:.0f}s, the most a call may take however often it "
+            "reports progress"
+        )
+
+    def _wait(
+        self,
+        future: concurrent.futures.Future[Any],
+        progress: queue.SimpleQueue[McpProgress | None],
+        listener: ProgressListener | None,
+    ) -> None:
+        """Until the call ends, hand its progress to `listener` in this thread. The loop
+        bounds the call; this wait only guards against a loop that stopped answering."""
+        deadline = time.monotonic() + self.ceiling + _GRACE
+        while True:
+            try:
+                item = progress.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"no result after {self.ceiling:g}s") from None
+            if item is None:
+                return
+            logger.debug("MCP progress %s", item)
+            if listener is not None:
+                listener(item)
+
     def _call_failure(self, server: _Server, exc: BaseException) -> str:
         leaf = _leaf(exc)
+        if isinstance(leaf, TimeoutError | McpToolError) and str(leaf):
+            return str(leaf)
         if (
             isinstance(leaf, concurrent.futures.TimeoutError | TimeoutError)
             or _code(leaf) == _REQUEST_TIMEOUT
@@ -431,6 +639,19 @@ def _unique(configs: list[McpServerConfig]) -> list[McpServerConfig]:
             config = dataclasses.replace(config, name=f"{config.name}-{seen[config.name]}")
         result.append(config)
     return result
+
+
+def _callable(label: str, tools: list[Any]) -> list[Any]:
+    """The tools we can call: not those that need a task-augmented call (`execution.
+    taskSupport: "required"`, MCP 2025-11-25), which toy_agent does not make. One warning
+    names them all."""
+    needs_task = [t for t in tools if getattr(t.execution, "task_support", None) == "required"]
+    if needs_task:
+        names = ", ".join(visible(t.name) for t in needs_task)
+        logger.warning("MCP server %s: %d tool(s) not offered, they must be called as tasks "
+                       "(taskSupport 'required'), which toy_agent does not do: %s",
+                       label, len(needs_task), names)  # fmt: skip
+    return [t for t in tools if t not in needs_task]
 
 
 def _within_limits(label: str, tools: list[Any]) -> list[Any]:
