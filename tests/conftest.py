@@ -43,3 +43,38 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     workdir.mkdir()
     monkeypatch.chdir(workdir)
     return workdir
+
+
+# --- the official MCP reference servers (tests/reference_servers.py) --------------------------
+
+
+@pytest.fixture(scope="session")
+def reference_servers(request: pytest.FixtureRequest):
+    """The pinned npm reference servers, installed once into the pytest cache. Skips when
+    node/npm are missing or the install fails; under CI=true it fails instead."""
+    import reference_servers as ref
+
+    try:
+        return ref.installed(request.config.cache.mkdir("mcp-reference-servers").parent)
+    except ref.Unavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"MCP reference servers: {exc}")
+        pytest.skip(f"MCP reference servers: {exc}")
+
+
+@pytest.fixture(scope="session")
+def everything_http(reference_servers):
+    """server-everything over Streamable HTTP; its URL (…/mcp)."""
+    import reference_servers as ref
+
+    with ref.http_server(reference_servers, "streamableHttp", "/mcp") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def everything_sse(reference_servers):
+    """server-everything over the legacy HTTP+SSE transport; its URL (…/sse)."""
+    import reference_servers as ref
+
+    with ref.http_server(reference_servers, "sse", "/sse") as url:
+        yield url

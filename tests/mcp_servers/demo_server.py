@@ -7,6 +7,7 @@ python demo_server.py --only echo,add      # register a subset (to make name cla
 python demo_server.py --only echo --many 5  # and echo_000..echo_004 (to make many tools)
 python demo_server.py --pid-file pid.txt   # write the PID (orphan checks)
 python demo_server.py --linger 60          # ignore stdin EOF for 60s (must be killed)
+python demo_server.py --startup-delay 2 --times-file t.txt  # slow to start; notes when
 """
 
 from __future__ import annotations
@@ -43,6 +44,20 @@ async def slow(seconds: float) -> str:
     """Sleep, to exercise timeouts."""
     await asyncio.sleep(seconds)
     return f"slept {seconds}s"
+
+
+async def steps(count: int, ctx: Context, pause: float = 0.2) -> str:
+    """Report progress `count` times, `pause` seconds apart, then answer."""
+    for n in range(1, count + 1):
+        await asyncio.sleep(pause)
+        await ctx.report_progress(n, count, f"step {n} of {count}")
+    return f"{count} steps done"
+
+
+async def shout(level: str, text: str, ctx: Context) -> str:
+    """Send `text` as a server log record (notifications/message) at `level`."""
+    await ctx.log(level, text, logger_name="demo.shout")  # type: ignore[arg-type]
+    return "logged"
 
 
 def crash() -> str:
@@ -88,12 +103,13 @@ def wide(text: Annotated[str, Field(description="x" * 30_000)]) -> str:
 
 
 TOOLS = [echo, add, fail, slow, crash, env, header, picture, read_file]
-HOSTILE = [banner, verbose, wide]  # registered only when --only names them
+HOSTILE = [banner, verbose, wide]  # these and the next registered only when --only names them
+NOTIFYING = [steps, shout]
 
 
 def build_server(only: set[str] | None, many: int = 0) -> MCPServer:
     server = MCPServer("demo", log_level="WARNING")
-    for tool in TOOLS if only is None else [*TOOLS, *HOSTILE]:
+    for tool in TOOLS if only is None else [*TOOLS, *HOSTILE, *NOTIFYING]:
         if only is None or tool.__name__ in only:
             server.tool()(tool)
     for n in range(many):  # echo again, under other names
@@ -109,7 +125,14 @@ def main() -> None:
     parser.add_argument("--many", type=int, default=0, help="also register echo_000... (N)")
     parser.add_argument("--linger", type=float, default=0, help="stay alive this long after EOF")
     parser.add_argument("--pid-file", help="write this process's PID here at startup")
+    parser.add_argument("--startup-delay", type=float, default=0, help="sleep before serving")
+    parser.add_argument("--times-file", help="append 'START READY' (time.time()) to this file")
     args = parser.parse_args()
+    started = time.time()
+    time.sleep(args.startup_delay)
+    if args.times_file:
+        with open(args.times_file, "a") as times:
+            times.write(f"{started} {time.time()}\n")
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))
     server = build_server(set(args.only.split(",")) if args.only else None, args.many)
