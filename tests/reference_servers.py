@@ -87,7 +87,9 @@ def _install(npm: str, folder: Path) -> None:
         done = subprocess.run(command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
     except subprocess.TimeoutExpired:
         shutil.rmtree(staging, ignore_errors=True)
-        raise Unavailable(f"npm install {' '.join(packages)} took over {INSTALL_TIMEOUT:g}s")
+        raise Unavailable(
+            f"npm install {' '.join(packages)} took over {INSTALL_TIMEOUT:g}s"
+        ) from None
     if done.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
         tail = " / ".join(done.stderr.strip().splitlines()[-3:])

@@ -341,7 +341,7 @@ def test_openai_messages_put_each_tool_result_in_a_tool_message():
     }
     assert tools == [
         {"role": "tool", "tool_call_id": "c1", "content": "print(1)"},
-        {"role": "tool", "tool_call_id": "c2", "content": "Error: no"},
+        {"role": "tool", "tool_call_id": "c2", "content": "no"},  # the agent's text, as it is
     ]
 
 

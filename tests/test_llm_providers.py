@@ -441,7 +441,7 @@ def test_openai_tool_round_trip(server):
         "name": "list_files",
         "arguments": "{}",
     }
-    assert body["messages"][4] == {"role": "tool", "tool_call_id": "c2", "content": "Error: denied"}
+    assert body["messages"][4] == {"role": "tool", "tool_call_id": "c2", "content": "denied"}
 
 
 def test_openai_invalid_arguments_reach_the_agent_raw(server):

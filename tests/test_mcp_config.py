@@ -42,8 +42,10 @@ from toy_agent.mcp_config import (
         ("/usr/bin/python3.11 -m my_server.main", "my_server.main"),
         ("uv run --with mcp server.py", "server"),
         ("node build/index.js", "index"),  # nothing better to go by
-        ("node /x/node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio",
-         "server-everything"),  # fmt: skip
+        (
+            "node /x/node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio",
+            "server-everything",
+        ),  # fmt: skip
         ("python3 /srv/weather/server.py", "weather"),
         ("node ./my-tools/index.mjs", "my-tools"),
         ("sh -c 'echo Starting...; exec node /x/server-memory/dist/index.js'", "server-memory"),

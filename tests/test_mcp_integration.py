@@ -9,11 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_providers import FakeProvider, openai_reply
 from fakes import ScriptedLlm, write_replay, xml_action
 
 from toy_agent import ReactAgent
 from toy_agent.cli import main
+from toy_agent.llm import OpenAICompatibleLlmClient
 from toy_agent.mcp_tools import MCP_DESCRIPTION_MAX_CHARS, MCP_TOOLS_MAX, McpTools
+from toy_agent.messages import ToolCall
 
 SERVER = Path(__file__).parent / "mcp_servers" / "demo_server.py"
 SERVER_COMMAND = shlex.join([sys.executable, str(SERVER)])
@@ -172,3 +175,65 @@ def test_mcp_command_that_does_not_exist_exits_two(repo, capsys):
 
     err = capsys.readouterr().err
     assert code == 2 and "no-such-mcp-server" in err and "Traceback" not in err
+
+
+def test_an_mcp_error_says_error_once_in_the_openai_native_format(repo):
+    with FakeProvider() as server:
+        server.enqueue(
+            openai_reply(None, tool_calls=[ToolCall("fail", {}, "c1")], finish_reason="tool_calls"),
+            openai_reply(
+                None,
+                tool_calls=[ToolCall("task_complete", {"result": "ok"}, "c2")],
+                finish_reason="tool_calls",
+            ),  # fmt: skip
+        )
+        llm = OpenAICompatibleLlmClient("key", "gpt-test", base_url=server.url + "/v1")
+        agent = ReactAgent(llm, repo, mcp_server_url=SERVER_COMMAND, tool_format="native")
+        assert agent.run("fail")["success"]
+        answer = server.requests[1].body["messages"][-1]
+
+    assert answer["role"] == "tool" and answer["tool_call_id"] == "c1"
+    assert answer["content"].startswith("Error: MCP tool 'fail' (server 'demo_server') reported")
+
+
+def test_stream_json_carries_an_mcp_tools_progress(repo, tmp_path, capsys):
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("steps", count=3, pause=0.01),
+        xml_action("task_complete", result="done"),
+    )
+    server = f"{SERVER_COMMAND} --only steps"
+    code = main(["--task", "count", "--repo", str(repo), "--replay", str(replay),
+                 "--mcp-server", server, "--output", "stream-json"])  # fmt: skip
+
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 0
+    progress = [line for line in lines if line["type"] == "tool_progress"]
+    assert progress == [
+        {"type": "tool_progress", "iteration": 1, "tool": "steps", "progress": n, "total": 3,
+         "message": f"step {n} of 3"}
+        for n in (1, 2, 3)
+    ]  # fmt: skip
+    kinds = [line["type"] for line in lines]
+    assert kinds.index("tool_started") < kinds.index("tool_progress") < kinds.index("tool_finished")
+
+
+def test_a_replay_without_task_replays_the_recorded_task(repo, tmp_path, capsys):
+    recording = tmp_path / "recorded.json"
+    assert main(["--task", "echo it", "--repo", str(repo), "--llm-provider", "replay",
+                 "--replay", str(write_replay(tmp_path / "r.json",
+                                              xml_action("task_complete", result="done"))),
+                 "--trajectory", str(recording)]) == 0  # fmt: skip
+    capsys.readouterr()
+    code = main(["--replay", str(recording), "--repo", str(repo), "--output", "json"])
+
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["success"] and out["result"] == "done"
+    assert json.loads(recording.read_text())["task"] == "echo it"
+
+
+def test_a_replay_of_a_recording_without_task_still_asks_for_one(repo, tmp_path, capsys):
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="done"))
+    code = main(["--replay", str(replay), "--repo", str(repo), "--output", "json"])
+
+    assert code == 2 and "--task is required" in capsys.readouterr().err

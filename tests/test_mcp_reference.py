@@ -37,6 +37,15 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
+def logged(caplog: pytest.LogCaptureFixture, prefix: str) -> list[logging.LogRecord]:
+    """The records whose message starts with `prefix`, waiting a while for the first."""
+    deadline = time.monotonic() + 10
+    while not (records := [r for r in caplog.records if r.getMessage().startswith(prefix)]):
+        assert time.monotonic() < deadline, f"no log record starting {prefix!r}"
+        time.sleep(0.02)
+    return records
+
+
 @pytest.fixture(params=["stdio", "streamableHttp", "sse"])
 def everything(request: pytest.FixtureRequest, reference_servers) -> McpServerConfig:
     """server-everything over each transport; the URLs as a user would type them."""
@@ -76,11 +85,11 @@ def test_a_tool_that_must_run_as_a_task_is_left_out_with_one_warning_naming_it(
 
 def test_progress_reaches_the_listener_and_keeps_a_long_call_alive(reference_servers) -> None:
     seen: list[McpProgress] = []
-    with McpTools(everything_stdio(reference_servers), timeout=2) as tools:
-        with reporting_progress(seen.append):  # 4s in all, progress every 0.4s
-            text = tools.execute_mcp_tool(
-                "trigger-long-running-operation", {"duration": 4, "steps": 10}
-            )
+    tools = McpTools(everything_stdio(reference_servers), timeout=2)
+    with tools, reporting_progress(seen.append):  # 4s in all, progress every 0.4s
+        text = tools.execute_mcp_tool(
+            "trigger-long-running-operation", {"duration": 4, "steps": 10}
+        )
     assert text.startswith("Long running operation completed")
     assert [(p.progress, p.total) for p in seen] == [(n, 10) for n in range(1, 11)]
 
@@ -88,17 +97,15 @@ def test_progress_reaches_the_listener_and_keeps_a_long_call_alive(reference_ser
 def test_progress_cannot_keep_a_call_alive_past_the_ceiling(reference_servers) -> None:
     with McpTools(everything_stdio(reference_servers), timeout=2, ceiling=3) as tools:
         with pytest.raises(McpToolError, match="stopped after 3s, the most a call may take"):
-            tools.execute_mcp_tool(
-                "trigger-long-running-operation", {"duration": 8, "steps": 20}
-            )
+            tools.execute_mcp_tool("trigger-long-running-operation", {"duration": 8, "steps": 20})
         assert tools.execute_mcp_tool("echo", {"message": "still"}) == "Echo: still"
 
 
 def test_without_progress_the_call_times_out_naming_it() -> None:
     demo = McpServerConfig("demo", command=(sys.executable, str(DEMO), "--only", "slow"))
-    with McpTools(demo, timeout=3, ceiling=60) as tools:
-        with pytest.raises(McpToolError, match="timed out after 3s without progress"):
-            tools.execute_mcp_tool("slow", {"seconds": 30})
+    tools = McpTools(demo, timeout=3, ceiling=60)
+    with tools, pytest.raises(McpToolError, match="timed out after 3s without progress"):
+        tools.execute_mcp_tool("slow", {"seconds": 30})
 
 
 def test_progress_messages_come_from_our_own_sdk_server_too() -> None:
@@ -119,11 +126,7 @@ def test_server_log_records_reach_our_log_at_their_level(
               "Alert": logging.CRITICAL, "Emergency": logging.CRITICAL}  # fmt: skip
     with McpTools(everything_stdio(reference_servers), timeout=20) as tools:
         tools.execute_mcp_tool("toggle-simulated-logging", {})
-        deadline = time.monotonic() + 10
-        while not (records := [r for r in caplog.records if "-level message" in r.getMessage()
-                               or "level-message" in r.getMessage()]):  # fmt: skip
-            assert time.monotonic() < deadline, "no log record from the server"
-            time.sleep(0.05)
+        records = logged(caplog, "[server-everything] ")
         tools.execute_mcp_tool("toggle-simulated-logging", {})
     message = records[0].getMessage()
     assert message.startswith("[server-everything] ")
@@ -133,8 +136,12 @@ def test_server_log_records_reach_our_log_at_their_level(
 
 @pytest.mark.parametrize(
     ("level", "expected"),
-    [("debug", logging.DEBUG), ("notice", logging.INFO), ("error", logging.ERROR),
-     ("emergency", logging.CRITICAL)],  # fmt: skip
+    [
+        ("debug", logging.DEBUG),
+        ("notice", logging.INFO),
+        ("error", logging.ERROR),
+        ("emergency", logging.CRITICAL),
+    ],  # fmt: skip
 )
 def test_a_log_record_is_redacted_and_its_control_characters_escaped(
     level: str, expected: int, caplog: pytest.LogCaptureFixture
@@ -145,10 +152,7 @@ def test_a_log_record_is_redacted_and_its_control_characters_escaped(
     text = f"key {secret}\x1b[2J\nsecond line"
     with McpTools(demo, timeout=10, redact=lambda t: t.replace(secret, "[REDACTED]")) as tools:
         assert tools.execute_mcp_tool("shout", {"level": level, "text": text}) == "logged"
-        deadline = time.monotonic() + 10
-        while not (records := [r for r in caplog.records if r.getMessage().startswith("[demo demo.shout]")]):
-            assert time.monotonic() < deadline, "no log record from the server"
-            time.sleep(0.02)
+        records = logged(caplog, "[demo demo.shout]")
     (record,) = records
     assert record.levelno == expected
     assert record.getMessage() == "[demo demo.shout] key [REDACTED]\\x1b[2J\\nsecond line"

@@ -310,9 +310,12 @@ def test_unreachable_url_fails_fast_naming_the_server() -> None:
     assert time.monotonic() - started < 3
 
 
-def test_wrong_http_path_is_reported(http_server: str) -> None:
-    with pytest.raises(McpError, match="Not Found"):
+def test_wrong_http_path_is_reported_after_both_transports_were_tried(http_server: str) -> None:
+    with pytest.raises(McpError) as info:
         McpTools(http_server.replace("/mcp", "/nope"), timeout=10)
+    message = str(info.value)
+    assert "Streamable HTTP answered 404, and the legacy SSE transport failed too" in message
+    assert "404 Not Found" in message and "\n" not in message
 
 
 def test_missing_command_is_reported_in_one_line() -> None:

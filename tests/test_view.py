@@ -302,3 +302,21 @@ def test_the_confirm_preview_of_an_edit_to_a_crlf_file_shows_the_change(tmp_path
     edit = Action("edit_file", {"path": "win.txt", "old_str": "one\ntwo", "new_str": "1\n2"})
     preview = preview_action(edit, CodeRepositoryTools(tmp_path))
     assert "-one\n-two\n+1\n+2\n" in preview
+
+
+def test_the_live_line_shows_an_mcp_tools_progress(repo, tmp_path):
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("steps", count=4, pause=0.5),
+        xml_action("task_complete", result="ok"),
+    )
+    server = f"{sys.executable} {ROOT / 'tests' / 'mcp_servers' / 'demo_server.py'} --only steps"
+    term = Terminal(toy_agent("--task", "x", "--repo", str(repo), "--replay", str(replay),
+                              "--mcp-server", server), tmp_path)  # fmt: skip
+    output = term.finish()
+
+    assert term.proc.returncode == 0, output
+    lines = screen_lines(output)
+    live = [line for line in lines if SPINNER.match(line) and "running steps" in line]
+    assert any("running steps 4 · 2/4 step 2 of 4" in line for line in live), live
+    assert any(re.search(r"✓ steps 4 \d+\.\d+s", line) for line in lines)

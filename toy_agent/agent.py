@@ -27,11 +27,12 @@ from toy_agent.events import (
     Subscriber,
     TextDelta,
     ToolFinished,
+    ToolProgress,
     ToolStarted,
     log_event,
 )
 from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
-from toy_agent.mcp_tools import McpToolError, McpTools
+from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
 from toy_agent.messages import LlmResponse, Message, ToolCall, ToolResult, Usage, wire_text
 from toy_agent.parsing import (
     MAX_PARAMETER_DEPTH,
@@ -351,9 +352,15 @@ class ReactAgent:
             self._state.declined += 1
         else:
             started = time.monotonic()
+
+            def progress(p: McpProgress) -> None:
+                self._emit(ToolProgress(self.iteration, action.tool_name, p.progress, p.total,
+                                        p.message))  # fmt: skip
+
             try:
-                content = self._execute_tool(action.tool_name, action.parameters,
-                                             action.arguments_error)  # fmt: skip
+                with reporting_progress(progress):
+                    content = self._execute_tool(action.tool_name, action.parameters,
+                                                 action.arguments_error)  # fmt: skip
                 is_error = False
             except (ToolError, McpToolError) as exc:
                 content = f"Error: {exc}"
@@ -463,7 +470,7 @@ class ReactAgent:
         if self.mcp_tools_client or not self.mcp_server_url:
             yield self.mcp_tools_client
             return
-        with McpTools(self.mcp_server_url) as mcp:
+        with McpTools(self.mcp_server_url, redact=self.redactor.redact) as mcp:
             yield mcp
 
     def _emit(self, event: Event) -> None:

@@ -399,6 +399,8 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
         if args.task is not None:
             raise UsageError("give the task once: as TASK or as --task, not both")
         args.task = args.task_text
+    if args.task is None and args.replay and args.tasks_file is None:
+        args.task = _recorded_task(args.replay)  # `--replay FILE` alone replays its task
     args.llm_provider = PROVIDER_ALIASES.get(args.llm_provider, args.llm_provider)
     if args.llm_provider is None:
         args.llm_provider = "replay" if args.replay else provider_for_model(args.model)
@@ -458,6 +460,19 @@ def _use_demo(args: argparse.Namespace) -> None:
     args.repo, args.replay = str(folder / "demo"), str(folder / "trajectory.json")
     args.task = json.loads((folder / "trajectory.json").read_text(encoding="utf-8"))["task"]
     args.llm_provider, args.show_diff, args.demo_folder = "replay", True, folder
+
+
+def _recorded_task(path: str) -> str | None:
+    """The task a recording ran; None when the file says none (the replay client reports a
+    file it cannot read)."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    task = data.get("task") if isinstance(data, dict) else None
+    return task if isinstance(task, str) and task.strip() else None
 
 
 def _silence_stdout() -> None:
@@ -863,7 +878,7 @@ def _mcp_tools(args: argparse.Namespace, redactor: Redactor) -> McpTools | None:
         servers = [parse_server_arg(arg) for arg in args.mcp_server]
         if args.mcp_config:
             servers += load_mcp_config(args.mcp_config)
-        return McpTools(servers, timeout=args.mcp_timeout)
+        return McpTools(servers, timeout=args.mcp_timeout, redact=redactor.redact)
     except McpError as exc:
         raise UsageError(redactor.redact(str(exc))) from exc
 

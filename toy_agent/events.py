@@ -68,6 +68,24 @@ class ToolStarted:
 
 
 @dataclass(frozen=True)
+class ToolProgress:
+    """A progress report for the tool call in flight (an MCP server's `notifications/
+    progress`); `message` is the server's text, untrusted."""
+
+    iteration: int
+    tool_name: str
+    progress: float
+    total: float | None = None
+    message: str = ""
+
+    @property
+    def text(self) -> str:
+        """`3/5 reading files`, the way the live view shows it."""
+        count = f"{self.progress:g}" + (f"/{self.total:g}" if self.total is not None else "")
+        return f"{count} {self.message}".strip()
+
+
+@dataclass(frozen=True)
 class ToolFinished:
     iteration: int
     observation: Observation
@@ -120,6 +138,7 @@ Event = (
     | TextDelta
     | LlmResponded
     | ToolStarted
+    | ToolProgress
     | ToolFinished
     | StepFinished
     | RunFinished
@@ -174,7 +193,8 @@ def log_event(event: Event) -> None:
 class JsonLinesWriter:
     """`--output stream-json`: one JSON object per line as the run goes, flushed per line so
     `| jq` follows it live. Every line has a "type": run_started, step_started, llm_response,
-    tool_started, tool_finished; the caller writes the last, run_finished, with the result."""
+    tool_started, tool_progress, tool_finished; the caller writes the last, run_finished,
+    with the result."""
 
     stream: Any
     redact: Callable[[Any], Any] = lambda obj: obj
@@ -191,6 +211,10 @@ class JsonLinesWriter:
             case ToolStarted(iteration=i, action=action):
                 self.write({"type": "tool_started", "iteration": i, "tool": action.tool_name,
                             "parameters": action.parameters})  # fmt: skip
+            case ToolProgress(iteration=i, tool_name=tool, progress=done, total=total):
+                self.write({"type": "tool_progress", "iteration": i, "tool": tool,
+                            "progress": done, "total": total,
+                            "message": event.message})  # fmt: skip
             case ToolFinished(iteration=i, observation=obs, seconds=seconds):
                 self.write({"type": "tool_finished", "iteration": i,
                             "tool": obs.action.tool_name, "content": obs.content,

@@ -873,9 +873,8 @@ def to_openai_messages(system_prompt: str, messages: Sequence[Message]) -> list[
                 out[-1]["content"] = message.content or None
                 out[-1]["tool_calls"] = [_openai_call(c) for c in message.tool_calls]
             continue
-        for r in message.tool_results:
-            content = ("Error: " if r.is_error else "") + r.content
-            out.append({"role": "tool", "tool_call_id": r.call_id, "content": content})
+        for r in message.tool_results:  # an error's content says so already ("Error: ...")
+            out.append({"role": "tool", "tool_call_id": r.call_id, "content": r.content})
         if message.content or not message.tool_results:
             out.append({"role": "user", "content": message.content})
     return out

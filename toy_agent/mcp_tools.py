@@ -303,7 +303,10 @@ class _Server:
         elif _code(leaf) == _REQUEST_TIMEOUT or isinstance(leaf, TimeoutError):
             cause = f"no answer to initialize within {self.timeout:g}s"
         else:
-            cause = _describe(leaf)
+            cause = _describe(leaf).split("\n", 1)[0]
+        if self.via_sse and not self.config.sse:
+            cause = (f"Streamable HTTP answered {self._statuses[0]}, and the legacy SSE "
+                     f"transport failed too: {cause}")  # fmt: skip
         stderr = self.stderr.last_line(wait=1.0) if self.stderr else ""
         return McpError(
             f"MCP server {self.config.label}: {cause}" + (f" (stderr: {stderr})" if stderr else "")

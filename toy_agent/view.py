@@ -28,6 +28,7 @@ from toy_agent.events import (
     StepStarted,
     TextDelta,
     ToolFinished,
+    ToolProgress,
     ToolStarted,
     json_text,
 )
@@ -233,6 +234,11 @@ class TerminalView:
                 self._show_thought(response.text, seconds)
             case ToolStarted(action=action):
                 self._set_status(f"running {describe_action(action)}")
+            case ToolProgress() if self._status is not None:
+                label, since = self._status  # the tool's label; the time runs on
+                label = label.split(" · ", 1)[0]
+                self._status = (f"{label} · {visible(event.text)}", since)
+                self._live.refresh()
             case ToolFinished(observation=obs, seconds=seconds):
                 self._status = None
                 self._show_tool(obs.action, obs.content, obs.is_error, seconds)
