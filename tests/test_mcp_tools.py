@@ -364,6 +364,18 @@ def demo_in_process(name: str = "demo", only: str | None = None) -> McpServerCon
     return McpServerConfig(name, server=build_server(set(only.split(",")) if only else None))
 
 
+def test_servers_start_concurrently(tmp_path: Path) -> None:
+    """Each server notes when it started and when it was ready (3 s later): started one
+    after the other, a server would start only after the one before was ready."""
+    times = tmp_path / "times.txt"
+    slow = ("--only", "echo", "--startup-delay", "3", "--times-file", str(times))
+    with McpTools([demo_stdio(f"s{n}", *slow) for n in range(3)], timeout=60) as tools:
+        assert len(tools.get_mcp_tools()) == 3
+    spans = [tuple(map(float, line.split())) for line in times.read_text().splitlines()]
+    assert len(spans) == 3
+    assert max(started for started, _ in spans) < min(ready for _, ready in spans)
+
+
 def test_same_named_servers_are_renamed_so_prefixes_stay_distinct() -> None:
     with McpTools([demo_in_process("demo", "echo")] * 2, timeout=10) as tools:
         assert [t["name"] for t in tools.get_mcp_tools()] == ["demo__echo", "demo-2__echo"]
