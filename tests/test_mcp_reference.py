@@ -83,9 +83,16 @@ def test_a_tool_that_must_run_as_a_task_is_left_out_with_one_warning_naming_it(
     assert TASK_ONLY in warnings[0] and "task" in warnings[0]
 
 
+def with_call_limits(config: McpServerConfig, timeout: float, ceiling: float) -> McpTools:
+    """Connected with time to spare on a busy machine, then calls bounded as given."""
+    tools = McpTools(config, timeout=60)
+    tools.timeout, tools.ceiling = timeout, ceiling
+    return tools
+
+
 def test_progress_reaches_the_listener_and_keeps_a_long_call_alive(reference_servers) -> None:
     seen: list[McpProgress] = []
-    tools = McpTools(everything_stdio(reference_servers), timeout=2)
+    tools = with_call_limits(everything_stdio(reference_servers), timeout=2, ceiling=60)
     with tools, reporting_progress(seen.append):  # 4s in all, progress every 0.4s
         text = tools.execute_mcp_tool(
             "trigger-long-running-operation", {"duration": 4, "steps": 10}
@@ -95,7 +102,7 @@ def test_progress_reaches_the_listener_and_keeps_a_long_call_alive(reference_ser
 
 
 def test_progress_cannot_keep_a_call_alive_past_the_ceiling(reference_servers) -> None:
-    with McpTools(everything_stdio(reference_servers), timeout=2, ceiling=3) as tools:
+    with with_call_limits(everything_stdio(reference_servers), timeout=2, ceiling=3) as tools:
         with pytest.raises(McpToolError, match="stopped after 3s, the most a call may take"):
             tools.execute_mcp_tool("trigger-long-running-operation", {"duration": 8, "steps": 20})
         assert tools.execute_mcp_tool("echo", {"message": "still"}) == "Echo: still"
@@ -103,9 +110,15 @@ def test_progress_cannot_keep_a_call_alive_past_the_ceiling(reference_servers) -
 
 def test_without_progress_the_call_times_out_naming_it() -> None:
     demo = McpServerConfig("demo", command=(sys.executable, str(DEMO), "--only", "slow"))
-    tools = McpTools(demo, timeout=3, ceiling=60)
-    with tools, pytest.raises(McpToolError, match="timed out after 3s without progress"):
+    tools = with_call_limits(demo, timeout=2, ceiling=60)
+    with tools, pytest.raises(McpToolError, match="timed out after 2s without progress"):
         tools.execute_mcp_tool("slow", {"seconds": 30})
+
+
+def test_the_ceiling_is_600_seconds_or_the_timeout_if_longer() -> None:
+    demo = McpServerConfig("demo", command=(sys.executable, str(DEMO), "--only", "echo"))
+    with McpTools(demo, timeout=30) as tools, McpTools(demo, timeout=900) as patient:
+        assert (tools.ceiling, patient.ceiling) == (600, 900)
 
 
 def test_progress_messages_come_from_our_own_sdk_server_too() -> None:
@@ -114,6 +127,15 @@ def test_progress_messages_come_from_our_own_sdk_server_too() -> None:
     with McpTools(demo, timeout=10) as tools, reporting_progress(seen.append):
         assert tools.execute_mcp_tool("steps", {"count": 3, "pause": 0.01}) == "3 steps done"
     assert seen == [McpProgress(n, 3, f"step {n} of 3") for n in (1, 2, 3)]
+
+
+def test_progress_messages_are_redacted() -> None:
+    seen: list[McpProgress] = []
+    demo = McpServerConfig("demo", command=(sys.executable, str(DEMO), "--only", "steps"))
+    tools = McpTools(demo, timeout=10, redact=lambda text: text.replace(" of ", " [REDACTED] "))
+    with tools, reporting_progress(seen.append):
+        tools.execute_mcp_tool("steps", {"count": 1, "pause": 0.01})
+    assert [p.message for p in seen] == ["step 1 [REDACTED] 1"]
 
 
 def test_server_log_records_reach_our_log_at_their_level(

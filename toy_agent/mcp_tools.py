@@ -408,7 +408,8 @@ async def _cancel_other_tasks() -> None:
 
 
 class McpTools:
-    """The tools of one or more MCP servers, connected now and kept until `close()`."""
+    """The tools of one or more MCP servers, connected now and kept until `close()`.
+    `timeout` and `ceiling` bound the calls made after they are set."""
 
     def __init__(
         self,
@@ -421,7 +422,7 @@ class McpTools:
         """Connect to every server (startup bounded by `timeout`); on any failure close what
         was opened and raise McpError. `timeout` also bounds each tool call since its last
         progress notification, `ceiling` (MCP_CALL_CEILING, or `timeout` if longer) in all.
-        `redact` scrubs the servers' log records before they are logged."""
+        `redact` scrubs the servers' log records and progress messages."""
         self.timeout = timeout
         self.ceiling = max(timeout, MCP_CALL_CEILING if ceiling is None else ceiling)
         self._closed = False
@@ -550,7 +551,7 @@ class McpTools:
 
             async def on_progress(done: float, total: float | None, message: str | None) -> None:
                 scope.deadline = min(anyio.current_time() + self.timeout, hard)
-                progress.put(McpProgress(done, total, message or ""))
+                progress.put(McpProgress(done, total, server.redact(message or "")))
 
             return await client.call_tool(
                 tool, arguments, read_timeout_seconds=self.ceiling, progress_callback=on_progress
