@@ -19,10 +19,12 @@ import time
 from pathlib import Path
 from typing import Annotated
 
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.utilities.types import Image
-from pydantic import Field
+STARTED = time.time()  # before the SDK's import, which takes a while (--times-file)
+
+from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
+from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
+from mcp.server.mcpserver.utilities.types import Image  # noqa: E402
+from pydantic import Field  # noqa: E402
 
 
 def echo(text: str) -> str:
@@ -128,11 +130,10 @@ def main() -> None:
     parser.add_argument("--startup-delay", type=float, default=0, help="sleep before serving")
     parser.add_argument("--times-file", help="append 'START READY' (time.time()) to this file")
     args = parser.parse_args()
-    started = time.time()
     time.sleep(args.startup_delay)
     if args.times_file:
         with open(args.times_file, "a") as times:
-            times.write(f"{started} {time.time()}\n")
+            times.write(f"{STARTED} {time.time()}\n")
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))
     server = build_server(set(args.only.split(",")) if args.only else None, args.many)
