@@ -208,6 +208,7 @@ class TerminalView:
             markup=False, emoji=False, highlight=False,
         )  # fmt: skip
         self._status: tuple[str, float] | None = None  # what runs, since when
+        self._tool: Action | None = None  # the tool call running (its progress joins it)
         self._tool_format = "xml"
         self._thought = ThoughtText()
         self._streamed = False
@@ -233,10 +234,11 @@ class TerminalView:
             case LlmResponded(response=response, seconds=seconds):
                 self._show_thought(response.text, seconds)
             case ToolStarted(action=action):
+                self._tool = action
                 self._set_status(f"running {describe_action(action)}")
             case ToolProgress() if self._status is not None:
-                label, since = self._status  # the tool's label; the time runs on
-                label = label.split(" · ", 1)[0]
+                since = self._status[1]  # the time runs on from the tool's start
+                label = f"running {describe_action(self._tool)}" if self._tool else ""
                 self._status = (f"{label} · {visible(event.text)}", since)
                 self._live.refresh()
             case ToolFinished(observation=obs, seconds=seconds):
