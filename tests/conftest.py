@@ -54,8 +54,10 @@ def reference_servers(request: pytest.FixtureRequest):
     node/npm are missing or the install fails; under CI=true it fails instead."""
     import reference_servers as ref
 
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    root = cache.mkdir("mcp-reference-servers").parent if cache else ref.DEFAULT_CACHE
     try:
-        return ref.installed(request.config.cache.mkdir("mcp-reference-servers").parent)
+        return ref.installed(root)
     except ref.Unavailable as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(f"MCP reference servers: {exc}")

@@ -67,7 +67,7 @@ def installed(cache_root: Path = DEFAULT_CACHE) -> ReferenceServers:
     """The pinned servers, installed now unless they already are. Raises Unavailable."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        raise Unavailable("node and npm are needed for the MCP reference servers "
+        raise Unavailable("node and npm are needed to run them "
                           "(apt-get install nodejs npm; .ci/run installs them)")  # fmt: skip
     folder = cache_folder(cache_root)
     folder.parent.mkdir(parents=True, exist_ok=True)
