@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from toy_agent.catalogue import compact_parameters
 from toy_agent.messages import LlmResponse, Message, ToolResult, ToolSpec
 
 FORMAT_NAMES = ("xml", "react", "native")
@@ -265,39 +266,6 @@ def _cut_off(where: str, stop_reason: str) -> ParseError:
 def _tool_list(tools: Sequence[ToolSpec], render: Callable[[ToolSpec, str], str]) -> str:
     """The spec's `Available Tools:` section, one entry per tool with its parameters as JSON."""
     return "Available Tools:\n" + "\n".join(render(t, compact_parameters(t)) for t in tools)
-
-
-def compact_parameters(tool: ToolSpec) -> str:
-    """A tool's parameters as compact JSON, name -> type: `{"path":"string","start_line":
-    "integer, optional"}`, a quarter of the size of the JSON Schema and as clear to a model. It
-    is sent with every request, so it pays to be short. A parameter the tool's description
-    does not mention keeps its own description (an MCP tool's, usually)."""
-    schema = tool.get("parameters") or {}
-    required = set(schema.get("required") or ())
-    described = tool.get("description", "")
-    compact = {}
-    for name, prop in (schema.get("properties") or {}).items():
-        prop = prop if isinstance(prop, dict) else {}
-        text = _type_name(prop)
-        if "default" in prop:
-            text += f" = {json.dumps(prop['default'], ensure_ascii=False)}"
-        elif name not in required:
-            text += ", optional"
-        if prop.get("description") and name not in described:
-            text += f": {' '.join(str(prop['description']).split())[:160]}"
-        compact[name] = text
-    return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
-
-
-def _type_name(prop: dict[str, Any]) -> str:
-    if "enum" in prop:
-        return "one of " + "|".join(json.dumps(v, ensure_ascii=False) for v in prop["enum"])
-    kind = prop.get("type") or ("object" if "properties" in prop else "any")
-    if isinstance(kind, list):
-        kind = " or ".join(str(k) for k in kind)
-    if kind == "array" and isinstance(prop.get("items"), dict):
-        return f"array of {_type_name(prop['items'])}"
-    return str(kind)
 
 
 def _xml_tool(tool: ToolSpec, schema: str) -> str:
