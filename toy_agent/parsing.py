@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toy_agent.catalogue import compact_parameters
-from toy_agent.messages import LlmResponse, Message, ToolResult, ToolSpec
+from toy_agent.messages import Image, LlmResponse, Message, ToolResult, ToolSpec
 
 FORMAT_NAMES = ("xml", "react", "native")
 MAX_PARAMETER_DEPTH = 32
@@ -59,6 +59,11 @@ class Observation:
     action: Action
     content: str
     is_error: bool = False
+    images: tuple[Image, ...] = ()  # sent beside the text (text formats) or in the result
+
+
+def _images(observations: Sequence[Observation]) -> tuple[Image, ...]:
+    return tuple(image for o in observations for image in o.images)
 
 
 class ParseError(Exception):
@@ -415,13 +420,15 @@ class XmlFormat(ActionFormat):
         return "\n".join((f"<THOUGHT>{thought}</THOUGHT>", *calls))
 
     def observation_message(self, observations: Sequence[Observation]) -> Message:
+        images = _images(observations)
         if len(observations) == 1:
-            return Message("user", f"<OBSERVATION>\n{observations[0].content}\n</OBSERVATION>")
+            text = f"<OBSERVATION>\n{observations[0].content}\n</OBSERVATION>"
+            return Message("user", text, images=images)
         blocks = (
             f'<OBSERVATION tool="{o.action.tool_name}">\n{o.content}\n</OBSERVATION>'
             for o in observations
         )
-        return Message("user", "\n".join(blocks))
+        return Message("user", "\n".join(blocks), images=images)
 
     def error_message(self, error: ParseError) -> Message:
         return Message(
@@ -573,10 +580,11 @@ class ReactFormat(ActionFormat):
         return "\n".join((f"Thought: {thought}", *calls))
 
     def observation_message(self, observations: Sequence[Observation]) -> Message:
+        images = _images(observations)
         if len(observations) == 1:
-            return Message("user", f"Observation: {observations[0].content}")
+            return Message("user", f"Observation: {observations[0].content}", images=images)
         blocks = (f"Observation ({o.action.tool_name}): {o.content}" for o in observations)
-        return Message("user", "\n\n".join(blocks))
+        return Message("user", "\n\n".join(blocks), images=images)
 
     def error_message(self, error: ParseError) -> Message:
         return Message(
@@ -628,7 +636,7 @@ class NativeFormat(ActionFormat):
 
     def observation_message(self, observations: Sequence[Observation]) -> Message:
         results = tuple(
-            ToolResult(o.action.call_id, o.action.tool_name, o.content, o.is_error)
+            ToolResult(o.action.call_id, o.action.tool_name, o.content, o.is_error, o.images)
             for o in observations
         )
         return Message("user", "", tool_results=results)
