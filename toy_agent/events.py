@@ -30,13 +30,13 @@ TRAJECTORY_FORMAT = "toy_agent.trajectory/1"
 FILE_CHANGING_TOOLS = frozenset({"write_file", "edit_file"})
 
 
-
 def _image_references(observation: Observation) -> dict[str, Any]:
     """The images an observation sent, as references (mime type, bytes, sha256): a record
     never holds their base64."""
     if not observation.images:
         return {}
     return {"images": [image.reference() for image in observation.images]}
+
 
 @dataclass(frozen=True)
 class RunStarted:
