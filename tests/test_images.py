@@ -36,6 +36,7 @@ from toy_agent.llm import (
 from toy_agent.mcp_tools import McpServerConfig, McpTools
 from toy_agent.messages import Image, LlmResponse, Message, ToolCall
 from toy_agent.redaction import Redactor
+from toy_agent.sessions import messages_from_trajectory
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 sys.path.insert(0, str(SERVERS))
@@ -211,6 +212,10 @@ def test_records_keep_a_reference_and_a_resumed_conversation_sends_a_stub(conten
             "bytes": len(PNG),
             "sha256": Image.from_base64(PNG_B64, "").sha256,
         }
+    ]
+    from_trajectory = messages_from_trajectory(json.loads(recorded))[2]
+    assert [(i.mime_type, i.size, i.data) for i in from_trajectory.images] == [
+        ("image/png", len(PNG), "")
     ]
     saved = [m.to_dict() for m in agent.conversation_history]
     assert PNG_B64 not in json.dumps(saved)

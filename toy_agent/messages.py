@@ -130,9 +130,12 @@ class Image:
         return {"mime_type": self.mime_type, "bytes": self.size, "sha256": self.sha256}
 
     @classmethod
-    def from_reference(cls, data: dict[str, Any]) -> Image:
-        return cls(str(data.get("mime_type") or ""), "", int(data.get("bytes") or 0),
-                   str(data.get("sha256") or ""))  # fmt: skip
+    def from_reference(cls, data: Any) -> Image:
+        """The reference a record keeps (whatever a hand-edited file holds: no data)."""
+        data = data if isinstance(data, dict) else {}
+        size = data.get("bytes")
+        size = size if isinstance(size, int) and not isinstance(size, bool) else 0
+        return cls(str(data.get("mime_type") or ""), "", size, str(data.get("sha256") or ""))
 
     def stub(self) -> str:
         """What the model reads where the image itself is no longer sent."""
@@ -147,7 +150,8 @@ def _images_dict(images: tuple[Image, ...]) -> dict[str, Any]:
 
 
 def _images_from(data: dict[str, Any]) -> tuple[Image, ...]:
-    return tuple(Image.from_reference(i) for i in data.get("images") or ())
+    images = data.get("images")
+    return tuple(map(Image.from_reference, images)) if isinstance(images, list) else ()
 
 
 @dataclass(frozen=True)
