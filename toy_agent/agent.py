@@ -251,7 +251,7 @@ class ReactAgent:
             "sandbox": self.tools.sandbox,
             "sandbox_policy": policy.describe() if (policy := self.tools.sandbox_policy) else None,
             "tools": self._routes.names,
-            "image_types": sorted(self.llm_client.image_types),
+            "image_types": sorted(self._image_types),
         }
 
     # -- the loop -----------------------------------------------------------------------
@@ -367,21 +367,21 @@ class ReactAgent:
         an answer is not the tool's time)."""
         self._emit(ToolStarted(self.iteration, action))
         is_error, seconds = True, 0.0
-        output: str | ToolOutput
+        content: str | ToolOutput
         if self.confirm and action.tool_name in CONFIRM_TOOLS and not self.confirm(action):
-            output = DECLINED
+            content = DECLINED
             self._state.declined += 1
         else:
             started = time.monotonic()
             try:
-                output = self._execute_tool(action.tool_name, action.parameters,
-                                            action.arguments_error)  # fmt: skip
+                content = self._execute_tool(action.tool_name, action.parameters,
+                                             action.arguments_error)  # fmt: skip
                 is_error = False
             except (ToolError, McpToolError) as exc:
-                output = f"Error: {exc}"
+                content = f"Error: {exc}"
             seconds = time.monotonic() - started
         self._state.tool_errors += is_error
-        content, images = self._with_images(output)
+        content, images = self._with_images(content)
         content = wire_text(content)
         content = cap_text(self.redactor.redact(content), observation_cap(self.context_budget))
         content += self._repetition_warning(action)
@@ -395,9 +395,14 @@ class ReactAgent:
         if isinstance(output, str):
             return output, ()
         model = getattr(self.llm_client, "model", "") or ""
-        images, notes = admit_images(output.images, self.llm_client.image_types, model,
+        images, notes = admit_images(output.images, self._image_types, model,
                                      self._state.images)  # fmt: skip
         return "\n".join([output.text, *notes]), images
+
+    @property
+    def _image_types(self) -> frozenset[str]:
+        """What the model takes; a client written to the seed spec (no LlmClient) takes none."""
+        return frozenset(getattr(self.llm_client, "image_types", ()))
 
     def _execute_tool(
         self, tool_name: str, parameters: dict[str, Any], arguments_error: str = ""

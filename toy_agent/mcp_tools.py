@@ -376,7 +376,7 @@ class McpTools:
 
     def call(self, name: str, parameters: dict[str, Any]) -> str | ToolOutput:
         """The Toolbox face: the result as text, with its images when it has some."""
-        output = self._call(name, parameters)
+        output = self.call_output(name, parameters)
         return output if output.images else output.text
 
     def get_mcp_tools(self) -> list[dict[str, Any]]:
@@ -386,30 +386,46 @@ class McpTools:
     def execute_mcp_tool(self, name: str, parameters: dict[str, Any]) -> str:
         """Call a tool and return its result as text (images described, not passed); any
         failure raises McpToolError."""
-        return self._call(name, parameters).text
+        return self.call_output(name, parameters).text
 
-    def _call(self, name: str, parameters: dict[str, Any]) -> ToolOutput:
-        if name not in self._routes and name != self._resource_tool:
-            offered = [*self._routes, *([self._resource_tool] if self._resource_tool else [])]
+    def call_output(self, name: str, parameters: dict[str, Any]) -> ToolOutput:
+        """Call a tool (or read_resource) and return its result as text and images; any
+        failure raises McpToolError."""
+        if self._resource_tool and name == self._resource_tool:  # never a server's tool name
+            if self._closed:
+                raise McpToolError("MCP tools are closed")
+            return self._read_resource(name, parameters)
+        if name not in self._routes:
             raise McpToolError(
-                f"Unknown MCP tool {name!r}, should be one of: {', '.join(offered) or '(none)'}"
+                f"Unknown MCP tool {name!r}, should be one of: "
+                f"{', '.join(self._routes) or '(none)'}"
             )
         if self._closed:
             raise McpToolError("MCP tools are closed")
         if not isinstance(parameters, dict | None):
             raise McpToolError(f"MCP tool {name!r}: parameters must be a JSON object")
-        if name == self._resource_tool:
-            return self._read_resource(name, parameters or {})
         server, tool = self._routes[name]
         where = f"MCP tool {name!r} (server {server.config.name!r})"
+        if server.client is None:
+            raise McpToolError(f"{where}: server unavailable: {server.dead or 'not connected'}")
         logger.info("MCP call %s %s", name, json.dumps(parameters, ensure_ascii=False)[:500])
-        result = self._request(server, where, lambda client: client.call_tool(
-            tool, parameters or {}, read_timeout_seconds=self.timeout))  # fmt: skip
+        future = self._loop.submit(
+            server.client.call_tool(tool, parameters or {}, read_timeout_seconds=self.timeout)
+        )
+        try:
+            result = future.result(self.timeout + _GRACE)
+        except BaseException as exc:  # KeyboardInterrupt too: the call must not linger
+            future.cancel()
+            if not isinstance(exc, Exception):
+                raise
+            logger.debug("%s failed", where, exc_info=exc)
+            raise McpToolError(f"{where}: {self._call_failure(server, exc)}") from None
         read_with = self._resource_tool if server.serves_resources else ""
         output = result_output(result, server.config.name, read_with)
-        logger.debug("MCP result of %s: %s", name, output.text[:2000])
+        text = output.text
+        logger.debug("MCP result of %s: %s", name, text[:2000])
         if result.is_error:
-            raise McpToolError(f"{where} reported an error: {output.text or '(no message)'}")
+            raise McpToolError(f"{where} reported an error: {text or '(no message)'}")
         return output
 
     def _request(self, server: _Server, where: str, request: Any) -> Any:
@@ -426,8 +442,11 @@ class McpTools:
             logger.debug("%s failed", where, exc_info=exc)
             raise McpToolError(f"{where}: {self._call_failure(server, exc)}") from None
 
-    def _read_resource(self, name: str, parameters: dict[str, Any]) -> ToolOutput:
+    def _read_resource(self, name: str, parameters: Any) -> ToolOutput:
         """read_resource: one resource by URI, or (no uri) the list of the server's ones."""
+        if not isinstance(parameters, dict | None):
+            raise McpToolError(f"{name}: parameters must be a JSON object")
+        parameters = parameters or {}
         readable = {s.config.name: s for s in self._servers if s.serves_resources}
         wanted, uri = parameters.get("server"), parameters.get("uri")
         if len(readable) == 1 and wanted is None:
