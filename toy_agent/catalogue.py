@@ -15,6 +15,7 @@ Everything in a schema is untrusted: any JSON value renders, and nothing raises.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +33,8 @@ MAX_TYPES = 5_000  # per tool: beyond, types are summarised (shared `$ref`s mult
 
 def compact_parameters(tool: ToolSpec) -> str:
     """A tool's parameters as compact JSON, name -> type string. It is sent with every request,
-    so it pays to be short: a top-level parameter that the tool's description names keeps no
-    description of its own (the built-in tools explain theirs in one sentence)."""
+    so it pays to be short: a top-level parameter that the tool's description names (as a
+    word) keeps no description of its own (the built-in tools explain theirs in one sentence)."""
     schema = tool.get("parameters")
     described = str(tool.get("description") or "")
     compact = _render(schema, described, DESCRIPTION_MAX_CHARS)
@@ -58,7 +59,8 @@ def _render(schema: Any, described: str, budget: int) -> str:
     obj = renderer.object_schema(root)
     compact = {}
     for name, prop, required in renderer.properties(obj):
-        own_budget = 0 if name in described else budget
+        named = re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", described)
+        own_budget = 0 if named else budget
         compact[name] = renderer.parameter(prop, required, own_budget)
     return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
 
