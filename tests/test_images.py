@@ -33,7 +33,7 @@ from toy_agent.llm import (
     to_gemini_contents,
     to_openai_messages,
 )
-from toy_agent.mcp_tools import McpServerConfig, McpTools
+from toy_agent.mcp_tools import McpServerConfig, McpToolError, McpTools
 from toy_agent.messages import Image, LlmResponse, Message, ToolCall
 from toy_agent.redaction import Redactor
 from toy_agent.sessions import messages_from_trajectory
@@ -279,6 +279,14 @@ def test_text_blobs_embedded_resources_and_links_over_stdio(tmp_path):
     assert [i.data for i in seen[4].images] == [PNG_B64]
     assert "sk-ant-api03-" not in seen[5].content and "token=" in seen[5].content
     assert "Error: read_resource: server must be one of: content_server" in seen[6].content
+
+
+def test_read_resource_mistakes_are_tool_errors(content_mcp):
+    with pytest.raises(McpToolError, match="uri must be a resource URI string"):
+        content_mcp.call("read_resource", {"server": "content", "uri": 7})
+    with pytest.raises(McpToolError, match=r"read_resource \(server 'content'\): .*memo://nope"):
+        content_mcp.call("read_resource", {"server": "content", "uri": "memo://nope"})
+    assert "memo://notes.txt" in content_mcp.call("read_resource", {})  # one server: implied
 
 
 def test_read_resource_is_not_offered_without_resources(tmp_path):

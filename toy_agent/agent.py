@@ -289,7 +289,7 @@ class ReactAgent:
     def _call_llm(self) -> LlmResponse:
         """Send the history (fitted to the budget), record the reply in the history. The
         reply carries how long the call took (`seconds`)."""
-        messages = recent_images(fit_to_budget(self.conversation_history, self.context_budget))
+        messages = fit_to_budget(recent_images(self.conversation_history), self.context_budget)
         self.cost.check(self.system_prompt, messages)
         self._emit(LlmRequested(self.iteration, messages))
         tools = list(self._routes.specs) if self.format.native_tools else None
