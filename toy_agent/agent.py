@@ -19,6 +19,7 @@ from toy_agent.events import (
     Event,
     LlmRequested,
     LlmResponded,
+    LlmRetrying,
     RunFinished,
     RunStarted,
     Step,
@@ -273,12 +274,13 @@ class ReactAgent:
         self.cost.check(self.system_prompt, messages)
         self._emit(LlmRequested(self.iteration, messages))
         tools = list(self._routes.specs) if self.format.native_tools else None
-        on_text = (lambda text: self._emit(TextDelta(text))) if self.stream else None
+        streaming: dict[str, Any] = {}
+        if self.stream:  # a retry voids the text streamed so far: the view must hear of it
+            streaming["on_text"] = lambda text: self._emit(TextDelta(text))
+            streaming["on_retry"] = lambda attempt: self._emit(LlmRetrying(self.iteration, attempt))
         started = time.monotonic()
         response = self._cancellable(
-            lambda: self.llm_client.call_llm(
-                self.system_prompt, messages, tools=tools, on_text=on_text
-            )
+            lambda: self.llm_client.call_llm(self.system_prompt, messages, tools=tools, **streaming)
         )
         if isinstance(response, str):  # a client written to the seed spec returns text
             response = LlmResponse(response)

@@ -17,6 +17,9 @@ logger = logging.getLogger(__name__)
 
 KEY_VARIABLES = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY")
 BASE_URL_VARIABLES = ("ANTHROPIC_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OPENAI_BASE_URL")
+# Where requests go: the base URLs, and the API version in the path. Never from a .env in the
+# target repository.
+ENDPOINT_VARIABLES = (*BASE_URL_VARIABLES, "GOOGLE_GENAI_API_VERSION")
 OWN_PREFIX = "TOY_AGENT_"  # this project's own settings
 SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 # Variables a child keeps even though a part of the name looks secret: sockets and paths.
@@ -33,16 +36,16 @@ _LOADER_NAMES = frozenset(
 
 def is_agent_variable(name: str) -> bool:
     """The variables toy_agent itself reads: the only ones a `.env` file may set."""
-    return name in KEY_VARIABLES or name in BASE_URL_VARIABLES or name.startswith(OWN_PREFIX)
+    return name in KEY_VARIABLES or name in ENDPOINT_VARIABLES or name.startswith(OWN_PREFIX)
 
 
 def load_dotenv_file(
     path: Path, repo: Path | None, environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The variables to take from the `.env` at `path`: toy_agent's own only, never one that is
-    already exported, and no base URL when the file lies inside the target repository `repo`
-    (each such base URL is dropped with one warning). Returns what should be set; the caller
-    applies it to os.environ. A missing or unreadable file gives nothing."""
+    already exported, and no base URL or API version when the file lies inside the target
+    repository `repo` (each such variable is dropped with one warning). Returns what should
+    be set; the caller applies it to os.environ. A missing or unreadable file gives nothing."""
     environ = os.environ if environ is None else environ
     try:
         if not path.is_file():
@@ -58,12 +61,12 @@ def load_dotenv_file(
     for name, value in values.items():
         if value is None or name in environ or not is_agent_variable(name):
             continue
-        if inside_repo and name in BASE_URL_VARIABLES:
+        if inside_repo and name in ENDPOINT_VARIABLES:
+            what = "a base URL" if name in BASE_URL_VARIABLES else "an API version"
             logger.warning(
-                "ignoring %s from %s: a base URL is never taken from a .env inside the "
-                "repository being worked on (export it or pass --base-url instead)",
-                name,
-                path,
+                "ignoring %s from %s: %s is never taken from a .env inside the repository "
+                "being worked on (export it%s)",
+                *(name, path, what, " or pass --base-url" if what == "a base URL" else ""),
             )
             continue
         taken[name] = value

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toy_agent.messages import LlmResponse, Message
+from toy_agent.messages import FailedAttempt, LlmResponse, Message
 from toy_agent.parsing import Action, Observation
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
@@ -52,6 +52,14 @@ class LlmRequested:
 @dataclass(frozen=True)
 class TextDelta:
     text: str
+
+
+@dataclass(frozen=True)
+class LlmRetrying:
+    """A streamed call failed and is sent again: the text streamed so far is void."""
+
+    iteration: int
+    attempt: FailedAttempt
 
 
 @dataclass(frozen=True)
@@ -88,8 +96,11 @@ class Step:
     tool_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        # The attempts that failed before the response (retried), when there were any.
+        attempts = [asdict(a) for a in self.response.attempts]
         return {
             "iteration": self.iteration,
+            **({"attempts": attempts} if attempts else {}),
             "response": self.response.to_dict(),
             "thought": self.thought,
             "actions": [asdict(a) for a in self.actions],
@@ -118,6 +129,7 @@ Event = (
     | StepStarted
     | LlmRequested
     | TextDelta
+    | LlmRetrying
     | LlmResponded
     | ToolStarted
     | ToolFinished
@@ -187,6 +199,8 @@ class JsonLinesWriter:
                 self.write({"type": "step_started", "iteration": i, "max_iterations": n})
             case LlmResponded(iteration=i, response=response, seconds=seconds):
                 line = {"type": "llm_response", "iteration": i, **response.to_dict()}
+                if response.attempts:  # the failed attempts before it
+                    line["attempts"] = [asdict(a) for a in response.attempts]
                 self.write({**line, "seconds": round(seconds, 3)})
             case ToolStarted(iteration=i, action=action):
                 self.write({"type": "tool_started", "iteration": i, "tool": action.tool_name,
