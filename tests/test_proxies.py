@@ -154,15 +154,16 @@ def test_gemini_on_googles_own_url_keeps_the_sdks_api_version():
     assert gemini_api_version("http://litellm:4000", {}) == "v1beta"
 
 
-def test_a_gemini_api_version_in_the_repositorys_env_is_ignored(tmp_path, caplog):
+def test_a_gemini_api_version_in_the_repositorys_env_is_ignored(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
     text = "GOOGLE_GENAI_API_VERSION=v1alpha\nGEMINI_API_KEY=from-file\n"
     (repo / ".env").write_text(text)
     (tmp_path / ".env").write_text(text)
-    with caplog.at_level(logging.WARNING, "toy_agent.environment"):
-        assert load_dotenv_file(repo / ".env", repo, environ={}) == {"GEMINI_API_KEY": "from-file"}
-    assert "ignoring GOOGLE_GENAI_API_VERSION" in caplog.text and "an API version" in caplog.text
+    warnings: list[str] = []
+    taken = load_dotenv_file(repo / ".env", repo, environ={}, warnings=warnings)
+    assert taken == {"GEMINI_API_KEY": "from-file"}
+    assert "ignoring GOOGLE_GENAI_API_VERSION" in warnings[0]
     outside = load_dotenv_file(tmp_path / ".env", repo, environ={})  # the user's own .env
     assert outside["GOOGLE_GENAI_API_VERSION"] == "v1alpha"
 
