@@ -535,17 +535,17 @@ class _ProviderClient(LlmClient):
         is retried once at most: the model wrote (and was paid for) that text, and a proxy
         that cuts one long reply tends to cut the next."""
         failed: list[FailedAttempt] = []
-        attempt = 0
-        streamed: list[str] = []  # the text the current attempt passed on
+        live = 0  # the attempt whose text is passed on; -1 once it failed
+        streamed: list[str] = []  # the text the live attempt passed on
 
         def emit(delta: str, of_attempt: int) -> None:
-            if of_attempt == attempt and on_text is not None:  # late text of an abandoned
-                streamed.append(delta)  # attempt is dropped
+            if of_attempt == live and on_text is not None:  # late text of an abandoned
+                streamed.append(delta)  # attempt (past the deadline) is dropped
                 on_text(delta)
 
         retried_after_text = False
         for attempt in range(self.max_retries + 1):
-            streamed = []
+            live, streamed = attempt, []
             sink = functools.partial(emit, of_attempt=attempt) if on_text else None
             try:
                 data = self._within_deadline(
@@ -560,6 +560,7 @@ class _ProviderClient(LlmClient):
                 )
                 if failure is None:
                     raise
+                live = -1  # first: no text of this attempt may follow
                 partial = "".join(streamed)
                 if (
                     not failure.retryable
