@@ -247,6 +247,23 @@ def test_the_trajectory_records_the_cut_attempt_redacted(server, tmp_path):
     assert secret not in trajectory.read_text()
 
 
+def test_a_call_that_fails_for_good_leaves_its_attempts_in_the_trajectory(server, tmp_path):
+    whole = anthropic_reply(["<THOUGHT>Reading", " the files.</THOUGHT>"], stream=True)
+    server.enqueue(*[cut_stream(whole, after=b"Reading")] * 2)
+    trajectory = tmp_path / "t.json"
+    agent = ReactAgent(make_client("claude", server), tmp_path, stream=True,
+                       on_event=TrajectoryRecorder(trajectory))  # fmt: skip
+    result = agent.run("x")
+
+    assert result["outcome"] == "provider_error" and "gave up after 1 retry" in result["error"]
+    data = json.loads(trajectory.read_text())
+    assert data["steps"] == []  # no step: the call never answered
+    failed = data["failed_call"]
+    assert failed["iteration"] == 1 and failed["error"] == result["error"]
+    assert [a["partial_text"] for a in failed["attempts"]] == ["<THOUGHT>Reading"] * 2
+    assert all("connection to" in a["error"] for a in failed["attempts"])
+
+
 def test_without_retries_the_trajectory_has_no_attempts(server, tmp_path):
     server.enqueue(anthropic_reply(xml_action("task_complete", result="ok"), stream=True))
     trajectory = tmp_path / "t.json"

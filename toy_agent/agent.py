@@ -17,6 +17,7 @@ from toy_agent.context import DEFAULT_CONTEXT_BUDGET, cap_text, fit_to_budget, o
 from toy_agent.events import (
     ChangeTracker,
     Event,
+    LlmFailed,
     LlmRequested,
     LlmResponded,
     LlmRetrying,
@@ -262,6 +263,7 @@ class ReactAgent:
         except LlmError as exc:
             logger.warning("LLM call failed: %s", exc)
             logger.debug("LLM call failure", exc_info=True)
+            self._emit(LlmFailed(self.iteration, str(exc), exc.attempts))
             return "provider_error", "", str(exc)
 
     def _build_system_prompt(self) -> str:

@@ -63,6 +63,16 @@ class LlmRetrying:
 
 
 @dataclass(frozen=True)
+class LlmFailed:
+    """The call of this step failed for good (retries exhausted or not retryable): the run
+    ends. `attempts` are its attempts, each with its error and the text it had streamed."""
+
+    iteration: int
+    error: str
+    attempts: tuple[FailedAttempt, ...]
+
+
+@dataclass(frozen=True)
 class LlmResponded:
     iteration: int
     response: LlmResponse
@@ -130,6 +140,7 @@ Event = (
     | LlmRequested
     | TextDelta
     | LlmRetrying
+    | LlmFailed
     | LlmResponded
     | ToolStarted
     | ToolFinished
@@ -244,6 +255,11 @@ class TrajectoryRecorder:
             case StepFinished(step=step):
                 self._data["steps"].append(step.to_dict())
                 self.write()
+            case LlmFailed(iteration=i, error=error, attempts=attempts):
+                # No step: the call never answered. What it tried is kept beside the steps.
+                attempts_data = [asdict(a) for a in attempts]
+                self._data["failed_call"] = {"iteration": i, "error": error,
+                                             "attempts": attempts_data}  # fmt: skip
             case RunFinished(result=result):
                 self._data["result"] = result
                 self.write()

@@ -44,8 +44,11 @@ logger = logging.getLogger(__name__)
 class LlmError(Exception):
     """The provider failed in a way the agent cannot recover from (exit code 3).
 
-    `status` is the HTTP status when there was one; the message names the fix.
+    `status` is the HTTP status when there was one; the message names the fix. `attempts`:
+    each attempt of the call that failed, the last one included, when the client records them.
     """
+
+    attempts: tuple[FailedAttempt, ...] = ()
 
     def __init__(self, provider: str, message: str, status: int | None = None):
         self.provider = provider
@@ -562,12 +565,17 @@ class _ProviderClient(LlmClient):
                     raise
                 live = -1  # first: no text of this attempt may follow
                 partial = "".join(streamed)
+                failed.append(
+                    FailedAttempt(self._redact(_attempt_error(failure)), self._redact(partial))
+                )
                 if (
                     not failure.retryable
                     or attempt == self.max_retries
                     or (partial and retried_after_text)
                 ):
-                    raise self._error(failure, attempt) from exc
+                    error = self._error(failure, attempt)
+                    error.attempts = tuple(failed)
+                    raise error from exc
                 retried_after_text = retried_after_text or bool(partial)
                 delay = retry_delay(attempt, failure.retry_after, self.retry_base_delay)
                 logger.warning(
@@ -575,9 +583,6 @@ class _ProviderClient(LlmClient):
                     *(self.provider, failure.status or "(no response)"),
                     *(self._redact(failure.message), attempt + 1, self.max_retries, delay),
                     f" (after {len(partial)} characters of reply)" if partial else "",
-                )
-                failed.append(
-                    FailedAttempt(self._redact(_attempt_error(failure)), self._redact(partial))
                 )
                 if on_retry is not None:
                     on_retry(failed[-1])
