@@ -25,8 +25,10 @@ from toy_agent.context import (
 from toy_agent.events import (
     ChangeTracker,
     Event,
+    LlmFailed,
     LlmRequested,
     LlmResponded,
+    LlmRetrying,
     RunFinished,
     RunStarted,
     Step,
@@ -280,6 +282,7 @@ class ReactAgent:
         except LlmError as exc:
             logger.warning("LLM call failed: %s", exc)
             logger.debug("LLM call failure", exc_info=True)
+            self._emit(LlmFailed(self.iteration, str(exc), exc.attempts))
             return "provider_error", "", str(exc)
 
     def _build_system_prompt(self) -> str:
@@ -293,12 +296,13 @@ class ReactAgent:
         self.cost.check(self.system_prompt, messages)
         self._emit(LlmRequested(self.iteration, messages))
         tools = list(self._routes.specs) if self.format.native_tools else None
-        on_text = (lambda text: self._emit(TextDelta(text))) if self.stream else None
+        streaming: dict[str, Any] = {}
+        if self.stream:  # a retry voids the text streamed so far: the view must hear of it
+            streaming["on_text"] = lambda text: self._emit(TextDelta(text))
+            streaming["on_retry"] = lambda attempt: self._emit(LlmRetrying(self.iteration, attempt))
         started = time.monotonic()
         response = self._cancellable(
-            lambda: self.llm_client.call_llm(
-                self.system_prompt, messages, tools=tools, on_text=on_text
-            )
+            lambda: self.llm_client.call_llm(self.system_prompt, messages, tools=tools, **streaming)
         )
         if isinstance(response, str):  # a client written to the seed spec returns text
             response = LlmResponse(response)

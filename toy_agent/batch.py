@@ -718,12 +718,16 @@ def _one_line(exc: BaseException) -> str:
 
 
 def provider_environment(settings: RunSettings) -> dict[str, str]:
-    """The key and base URL variables a worker's client reads, from this environment."""
+    """The key, base URL and API version variables a worker's client reads, from this
+    environment."""
     if settings.make_llm is not None or settings.provider not in PROVIDER_CLASSES:
         return {}
     facts = PROVIDER_CLASSES[settings.provider]
     key, url = resolve_settings(settings.provider, None, settings.base_url, os.environ)
-    return {facts.key_envs[0]: key, facts.base_url_env: url}
+    variables = {facts.key_envs[0]: key, facts.base_url_env: url}
+    if facts.api_version_env and os.environ.get(facts.api_version_env):
+        variables[facts.api_version_env] = os.environ[facts.api_version_env]
+    return variables
 
 
 # ---------------------------------------------------------------------------- the results

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toy_agent.messages import LlmResponse, Message
+from toy_agent.messages import FailedAttempt, LlmResponse, Message
 from toy_agent.parsing import Action, Observation
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
@@ -63,6 +63,24 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class LlmRetrying:
+    """A streamed call failed and is sent again: the text streamed so far is void."""
+
+    iteration: int
+    attempt: FailedAttempt
+
+
+@dataclass(frozen=True)
+class LlmFailed:
+    """The call of this step failed for good (retries exhausted or not retryable): the run
+    ends. `attempts` are its attempts, each with its error and the text it had streamed."""
+
+    iteration: int
+    error: str
+    attempts: tuple[FailedAttempt, ...]
+
+
+@dataclass(frozen=True)
 class LlmResponded:
     iteration: int
     response: LlmResponse
@@ -96,8 +114,11 @@ class Step:
     tool_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        # The attempts that failed before the response (retried), when there were any.
+        attempts = [asdict(a) for a in self.response.attempts]
         return {
             "iteration": self.iteration,
+            **({"attempts": attempts} if attempts else {}),
             "response": self.response.to_dict(),
             "thought": self.thought,
             "actions": [asdict(a) for a in self.actions],
@@ -127,6 +148,8 @@ Event = (
     | StepStarted
     | LlmRequested
     | TextDelta
+    | LlmRetrying
+    | LlmFailed
     | LlmResponded
     | ToolStarted
     | ToolFinished
@@ -196,6 +219,8 @@ class JsonLinesWriter:
                 self.write({"type": "step_started", "iteration": i, "max_iterations": n})
             case LlmResponded(iteration=i, response=response, seconds=seconds):
                 line = {"type": "llm_response", "iteration": i, **response.to_dict()}
+                if response.attempts:  # the failed attempts before it
+                    line["attempts"] = [asdict(a) for a in response.attempts]
                 self.write({**line, "seconds": round(seconds, 3)})
             case ToolStarted(iteration=i, action=action):
                 self.write({"type": "tool_started", "iteration": i, "tool": action.tool_name,
@@ -240,6 +265,11 @@ class TrajectoryRecorder:
             case StepFinished(step=step):
                 self._data["steps"].append(step.to_dict())
                 self.write()
+            case LlmFailed(iteration=i, error=error, attempts=attempts):
+                # No step: the call never answered. What it tried is kept beside the steps.
+                attempts_data = [asdict(a) for a in attempts]
+                self._data["failed_call"] = {"iteration": i, "error": error,
+                                             "attempts": attempts_data}  # fmt: skip
             case RunFinished(result=result):
                 self._data["result"] = result
                 self.write()

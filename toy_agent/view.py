@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from toy_agent.events import (
     Event,
     LlmResponded,
+    LlmRetrying,
     RunFinished,
     RunStarted,
     StepStarted,
@@ -31,7 +32,7 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
-from toy_agent.messages import visible
+from toy_agent.messages import FailedAttempt, visible
 from toy_agent.parsing import Action
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
@@ -209,6 +210,7 @@ class TerminalView:
         self._status: tuple[str, float] | None = None  # what runs, since when
         self._tool_format = "xml"
         self._thought = ThoughtText()
+        self._step = ""  # "step 2/10", for the live line
         self._streamed = False
         self._partial = ""  # the streamed thought's unfinished line, shown in the live region
         self._stream_lines = 0
@@ -223,9 +225,11 @@ class TerminalView:
             case RunStarted(settings=settings):
                 self._tool_format = str(settings.get("tool_format", "xml"))
             case StepStarted(iteration=i, max_iterations=n):
-                self._thought = ThoughtText(self._tool_format)
-                self._streamed, self._stream_lines, self._stream_gap = False, 0, False
-                self._set_status(f"step {i}/{n} thinking")
+                self._new_reply()
+                self._step = f"step {i}/{n}"
+                self._set_status(f"{self._step} thinking")
+            case LlmRetrying(attempt=attempt):
+                self._show_retry(attempt)
             case TextDelta(text=text):
                 self._streamed = True
                 self._stream(self._thought.feed(text))
@@ -276,6 +280,24 @@ class TerminalView:
         self._live.stop()
 
     # -- lines above the live line --------------------------------------------------------
+
+    def _new_reply(self) -> None:
+        self._thought = ThoughtText(self._tool_format)
+        self._streamed, self._stream_lines, self._stream_gap = False, 0, False
+
+    def _show_retry(self, attempt: FailedAttempt) -> None:
+        """The failed attempt's streamed text stays on screen, marked void, and the retry's
+        text starts on a line of its own: the two are never run together."""
+        from rich.text import Text
+
+        if self._streamed:
+            if self._partial:
+                self._stream_line(self._partial)
+                self._partial = ""
+            head = Text("  ↻ retrying, the text above is void: ", style="yellow")
+            self._print_line(self._fitted(_first_line(visible(attempt.error)), head=head))
+        self._new_reply()
+        self._set_status(f"{self._step} retrying")
 
     def _show_thought(self, text: str, seconds: float) -> None:
         from rich.text import Text
