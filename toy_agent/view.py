@@ -25,14 +25,17 @@ from toy_agent.events import (
     LlmResponded,
     RunFinished,
     RunStarted,
+    StepFinished,
     StepStarted,
     TextDelta,
     ToolFinished,
+    ToolRefused,
     ToolStarted,
     json_text,
 )
 from toy_agent.messages import visible
 from toy_agent.parsing import Action
+from toy_agent.permissions import Answer, parse_answer
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
 if TYPE_CHECKING:
@@ -213,6 +216,7 @@ class TerminalView:
         self._partial = ""  # the streamed thought's unfinished line, shown in the live region
         self._stream_lines = 0
         self._stream_gap = False
+        self._refused: tuple[Action, str, str] | None = None
         self._live = Live(
             console=self.console, get_renderable=self._live_line, refresh_per_second=10,
             transient=True,
@@ -233,9 +237,18 @@ class TerminalView:
                 self._show_thought(response.text, seconds)
             case ToolStarted(action=action):
                 self._set_status(f"running {describe_action(action)}")
+            case ToolRefused(action=action, by=by, reason=reason):
+                self._refused = (action, by, reason)
             case ToolFinished(observation=obs, seconds=seconds):
                 self._status = None
-                self._show_tool(obs.action, obs.content, obs.is_error, seconds)
+                if self._refused is not None and self._refused[0] is obs.action:
+                    self._show_refused(*self._refused)
+                else:
+                    self._show_tool(obs.action, obs.content, obs.is_error, seconds)
+                self._refused = None
+            case StepFinished(step=step) if step.parse_error:
+                self._show_note("reply not understood, the model was told: "
+                                f"{_first_line(visible(step.parse_error))}")  # fmt: skip
             case RunFinished():
                 self.close()
 
@@ -298,6 +311,20 @@ class TerminalView:
         took = Text(f" {seconds:.2f}s", style="dim")
         error = f" {_first_line(visible(content))}" if is_error else ""
         self._print_line(self._fitted(describe_action(action), head=mark, tail=took, after=error))
+
+    def _show_refused(self, action: Action, by: str, reason: str) -> None:
+        from rich.text import Text
+
+        mark = Text("  ⊘ ", style="yellow")
+        who = {"user": "declined by you", "rule": "refused by a rule", "mode": "not run"}[by]
+        after = f" {who}" + (f": {visible(reason)}" if reason else "")
+        self._print_line(self._fitted(describe_action(action), head=mark, after=after))
+
+    def _show_note(self, text: str) -> None:
+        """A calm line about the run itself (a reply the model must send again)."""
+        from rich.text import Text
+
+        self._print_line(self._fitted(text, head=Text("  · ", style="dim")))
 
     def _print_line(self, line: Text) -> None:
         self.console.print(line, no_wrap=True, overflow="ellipsis")  # print's own say, not line's
@@ -536,25 +563,27 @@ def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
 
 def make_confirm(
     tools: CodeRepositoryTools, ask: Callable[[str, str], str]
-) -> Callable[[Action], bool]:
-    """A --confirm hook: y (yes), n (no), a (yes to everything from now on).
+) -> Callable[[Action], Answer]:
+    """The confirm hook of --confirm and the permission modes that ask: y (yes), a (yes to
+    everything from now on), n (no), and after n the reason the model is given:
+    `n, use edit_file instead` (see permissions.parse_answer).
 
     `ask(preview, question)` shows what the action would do, asks, and returns the answer
     (EOFError: no answer, which declines): `TerminalView.ask` on a terminal."""
     approve_all = False
 
-    def confirm(action: Action) -> bool:
+    def confirm(action: Action) -> Answer:
         nonlocal approve_all
         if approve_all:
-            return True
+            return Answer(True)
         preview = visible(preview_action(action, tools))
-        question = f"Allow {describe_action(action)}? [y]es/[n]o/[a]ll: "
+        question = f"Allow {describe_action(action)}? [y]es/[n]o[, why]/[a]ll: "
         try:
-            answer = ask(preview, question).strip().lower()
+            answer = parse_answer(ask(preview, question))
         except EOFError:
-            return False
-        approve_all = answer in ("a", "all")
-        return approve_all or answer in ("y", "yes")
+            return Answer(False, unanswered=True)
+        approve_all = answer.always
+        return answer
 
     return confirm
 
