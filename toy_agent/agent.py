@@ -284,8 +284,8 @@ class ReactAgent:
         except ReplayDiverged as exc:
             return "replay_diverged", "", str(exc)
         except LlmError as exc:
-            logger.warning("LLM call failed: %s", exc)
-            logger.debug("LLM call failure", exc_info=True)
+            # The caller reports it, once (the CLI: one error line); the log keeps the details.
+            logger.debug("LLM call failed: %s", exc, exc_info=True)
             return "provider_error", "", str(exc)
 
     def _build_system_prompt(self) -> str:

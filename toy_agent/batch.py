@@ -530,7 +530,10 @@ def _run_agent(
                       lambda event: agent.cancel() if stop and stop.is_set() else None],
         )  # fmt: skip
         with stop.attached(agent) if stop else contextlib.nullcontext():
-            return agent.run_result(task.task)
+            result = agent.run_result(task.task)
+        if result.outcome == "provider_error":  # the agent leaves reporting it to its caller
+            logger.warning("LLM call failed: %s", result.error)
+        return result
 
 
 def build_llm(settings: RunSettings, credentials: Credentials | None = None) -> LlmClient:

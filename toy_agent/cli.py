@@ -603,7 +603,8 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         if view is not None:  # at once: the provider's SDK may take seconds to load
             view.start(run_banner(args.llm_provider, args.model, repo, tools, replay=args.replay,
                                   mcp=bool(args.mcp_server or args.mcp_config),
-                                  instructions=instructions.source))  # fmt: skip
+                                  instructions=instructions.source,
+                                  permissions=args.permissions))  # fmt: skip
         llm = _llm_client(args)
         started()
         mcp = _mcp_tools(args, redactor)
@@ -696,7 +697,8 @@ def _run_agent(
         lines.write({"type": "run_finished", **result})
     else:
         diffs = redactor.redact_obj(outcome.diffs)
-        summary = format_summary(result, diffs, show_diff=args.show_diff,
+        shown = {**result, "error": None} if outcome.outcome == "provider_error" else result
+        summary = format_summary(shown, diffs, show_diff=args.show_diff,
                                  color=use_color(sys.stdout))  # fmt: skip
         (view.show if view else print)(summary)  # the view wraps it to the terminal's width
     sys.stdout.flush()

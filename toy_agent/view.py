@@ -35,7 +35,7 @@ from toy_agent.events import (
 )
 from toy_agent.messages import visible
 from toy_agent.parsing import Action
-from toy_agent.permissions import Answer, parse_answer
+from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
 if TYPE_CHECKING:
@@ -450,26 +450,31 @@ def run_banner(
     replay: str | None = None,
     mcp: bool = False,
     instructions: str = "",
+    permissions: Permissions | None = None,
 ) -> str:
     """The first line on a terminal, printed before the provider's SDK loads (seconds, for
     some): `toy-agent · claude claude-sonnet-5-5 · ~/src/app · AGENTS.md · 7 tools · sandbox
     bwrap`. All of it is known from the flags; MCP servers are connected later, so only named.
-    `instructions` names the project's instructions file, when the prompt has one."""
+    `instructions` names the project's instructions file, when the prompt has one; a
+    permission mode other than auto is named too."""
     from toy_agent.llm import PROVIDER_CLASSES
     from toy_agent.routes import RouteTable
 
+    permissions = permissions or Permissions()
     if provider == "replay":
         model = Path(replay).name if replay else ""
     elif not model and provider in PROVIDER_CLASSES:
         model = PROVIDER_CLASSES[provider].default_model
-    count = len(RouteTable.build(tools).specs)
+    count = len(RouteTable.build(OfferedTools.of(tools, permissions)).specs)
+    commands = tools.allow_commands and not permissions.read_only
     parts = [
         "toy-agent",
         f"{provider} {model}".strip(),
         _short_path(repo),
         *([instructions] if instructions else []),
         f"{count} tools" + (" + MCP" if mcp else ""),
-        f"sandbox {tools.sandbox}" if tools.allow_commands else "no commands",
+        f"sandbox {tools.sandbox}" if commands else "no commands",
+        *([permissions.mode] if permissions.mode != "auto" else []),
     ]
     return visible(" · ".join(parts))
 
