@@ -457,4 +457,5 @@ def _read_only_hint(tool: Any) -> bool:
     """Whether the server annotates the tool readOnlyHint=true. Only a hint (a server can
     lie), but the server is one the user chose to start; unannotated tools count as changing."""
     annotations = getattr(tool, "annotations", None)
-    return getattr(annotations, "readOnlyHint", None) is True
+    hint = getattr(annotations, "read_only_hint", getattr(annotations, "readOnlyHint", None))
+    return hint is True  # the SDK's field (read_only_hint), or readOnlyHint in older ones
