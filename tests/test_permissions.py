@@ -429,3 +429,29 @@ def test_a_denied_command_is_an_event_and_an_observation_naming_the_rule(repo, t
     finished = next(e for e in events if e["type"] == "tool_finished")
     assert finished["content"].startswith("Refused: the command `curl -s http://example.invalid`")
     assert not (repo / "ran").exists()
+
+
+def test_at_the_confirm_prompt_a_no_with_a_reason_goes_to_the_model(repo, tmp_path):
+    from test_view import CSI, Terminal, toy_agent
+
+    recording = write_recording(
+        tmp_path / "r.json",
+        xml_action("write_file", path="hello.py", content="print('hello')\n"),
+        xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello"),
+        xml_action("task_complete", result="ok"),
+    )
+    trajectory = tmp_path / "t.json"
+    term = Terminal(toy_agent("--task", "fix", "--repo", str(repo), "--replay", str(recording),
+                              "--confirm", "--trajectory", str(trajectory)), tmp_path)  # fmt: skip
+    term.read_until("Allow write_file hello.py? [y]es/[n]o[, why]/[a]ll: ")
+    term.type("n, use edit_file instead\r")
+    term.read_until("Allow edit_file hello.py?")
+    term.type("y\r")
+    output = CSI.sub("", term.finish())
+
+    assert term.proc.returncode == 0, output
+    assert "⊘ write_file hello.py declined by you: use edit_file instead" in output
+    steps = json.loads(trajectory.read_text())["steps"]
+    observation = steps[0]["observations"][0]["content"]
+    assert "The user's reason: use edit_file instead" in observation
+    assert (repo / "hello.py").read_text() == "print('hello')\n"  # the edit it did instead
