@@ -251,3 +251,41 @@ def test_on_a_terminal_a_provider_failure_and_an_unparsable_reply_show_once_each
     assert term.proc.returncode == 3, screen
     assert screen.count("invalid x-api-key") == 1
     assert "toy-agent: error: claude API error 401: invalid x-api-key" in screen
+
+
+def test_every_line_and_object_follows_the_documented_schema(repo, tmp_path):
+    import jsonschema  # a dependency of mcp, so always there
+
+    schema = json.loads((ROOT / "docs" / "output.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    recording = write_recording(
+        tmp_path / "r.json",
+        "Prose first.",
+        xml_action("run_command", command="ls; curl -s http://example.invalid"),
+        xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello"),
+        xml_action("task_complete", result="done"),
+    )
+    args = ["--task", "fix", "--repo", str(repo), "--replay", str(recording), "--allow-commands",
+            "--deny-command", "curl*", "--sandbox", "off"]  # fmt: skip
+    lines = run_cli(*args, "--output", "stream-json").stdout.splitlines()
+    (repo / "hello.py").write_text("print('helo')\n")
+    objects = [json.loads(line) for line in lines]
+    objects.append(json.loads(run_cli(*args, "--output", "json").stdout))
+    objects.append(json.loads(run_cli("--mdoel", "x", "--output", "json").stdout))
+    for obj in objects:
+        validator.validate(obj)
+    types = {obj.get("type") for obj in objects}
+    assert types == {
+        "run_started",
+        "step_started",
+        "llm_response",
+        "tool_started",
+        "tool_refused",
+        "tool_finished",
+        "step_finished",
+        "run_finished",
+        None,
+    }
+    wrong = {**objects[0], "permission_mode": "yolo"}
+    assert not validator.is_valid(wrong)  # the schema can say no

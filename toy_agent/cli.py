@@ -1074,9 +1074,11 @@ def _fail(exc: Exception, code: int, debug: bool, *, json_output: str | None = N
     if json_output:
         from toy_agent.view import to_json
 
+        from toy_agent.events import OUTPUT_SCHEMA_VERSION
+
         kind = {"type": "run_finished"} if json_output == "stream-json" else {}
-        print(to_json({**kind, "success": False, "outcome": "usage_error", "error": str(exc),
-                       "exit_code": code}))  # fmt: skip
+        print(to_json({**kind, "schema_version": OUTPUT_SCHEMA_VERSION, "success": False,
+                       "outcome": "usage_error", "error": str(exc), "exit_code": code}))  # fmt: skip
     return code
 
 
