@@ -455,3 +455,14 @@ def test_at_the_confirm_prompt_a_no_with_a_reason_goes_to_the_model(repo, tmp_pa
     observation = steps[0]["observations"][0]["content"]
     assert "The user's reason: use edit_file instead" in observation
     assert (repo / "hello.py").read_text() == "print('hello')\n"  # the edit it did instead
+
+
+def test_command_rules_without_commands_on_are_named_in_a_warning(repo):
+    done = run_cli("--list-tools", "--repo", str(repo), "--allow-command", "pytest*")
+    assert done.returncode == 0
+    assert done.stderr == (
+        "toy-agent: warning: --allow-command and --deny-command apply to run_command, which "
+        "is off: add --allow-commands to offer it\n"
+    )
+    empty = run_cli("--list-tools", "--repo", str(repo), "--allow-commands", "--deny-command", " ")
+    assert empty.returncode == 2 and "need a non-empty PATTERN" in empty.stderr

@@ -470,6 +470,9 @@ def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Any:
         if not pattern.strip():
             raise UsageError("--allow-command and --deny-command need a non-empty PATTERN")
     rules = CommandRules(tuple(args.allow_command), tuple(args.deny_command))
+    if {"allow_command", "deny_command"} & given and not args.allow_commands:
+        print("toy-agent: warning: --allow-command and --deny-command apply to run_command, "
+              "which is off: add --allow-commands to offer it", file=sys.stderr)  # fmt: skip
     return Permissions(mode or DEFAULT_MODE, rules)
 
 
@@ -1072,13 +1075,13 @@ def _fail(exc: Exception, code: int, debug: bool, *, json_output: str | None = N
         logging.getLogger("toy_agent").exception("exiting with code %d", code)
     print(f"toy-agent: error: {visible(str(exc))}", file=sys.stderr)
     if json_output:
-        from toy_agent.view import to_json
-
         from toy_agent.events import OUTPUT_SCHEMA_VERSION
+        from toy_agent.view import to_json
 
         kind = {"type": "run_finished"} if json_output == "stream-json" else {}
         print(to_json({**kind, "schema_version": OUTPUT_SCHEMA_VERSION, "success": False,
-                       "outcome": "usage_error", "error": str(exc), "exit_code": code}))  # fmt: skip
+                       "outcome": "usage_error", "error": str(exc),
+                       "exit_code": code}))  # fmt: skip
     return code
 
 
