@@ -127,6 +127,39 @@ def test_splitting_gives_back_each_command_s_words_however_they_are_quoted(comma
     assert [list(c) for c in parsed.commands] == commands
 
 
+@settings(max_examples=300, deadline=None)
+@given(compound_lines(), st.sampled_from(["read-only", "ask", "edits", "auto"]))
+def test_each_mode_decides_a_command_line_by_its_rules(case, mode):
+    line, commands = case
+    decision = Permissions(mode, RULES).decide("run_command", {"command": line})
+    denied = any(c in DENIED for c in commands)
+    allowed = all(c in ALLOWED for c in commands)
+    if mode == "read-only" or denied:
+        expected = "deny"
+    elif mode == "auto" or allowed:
+        expected = "run"
+    else:
+        expected = "ask"
+    assert decision.verdict == expected, (mode, line)
+    if denied and mode != "read-only":
+        assert decision.rule in DENY and f"deny rule `{decision.rule}`" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("mode", "verdicts"),
+    [
+        ("read-only", {"write_file": "deny", "edit_file": "deny", "read_file": "run"}),
+        ("ask", {"write_file": "ask", "edit_file": "ask", "read_file": "run"}),
+        ("edits", {"write_file": "run", "edit_file": "run", "read_file": "run"}),
+        ("auto", {"write_file": "run", "edit_file": "run", "read_file": "run"}),
+    ],
+)
+def test_each_mode_decides_file_tools(mode, verdicts):
+    permissions = Permissions(mode, RULES)
+    assert {tool: permissions.decide(tool, {"path": "a"}).verdict for tool in verdicts} == verdicts
+    assert permissions.decide("mcp_tool", {}).verdict == "run"  # offered at all: it runs
+
+
 @pytest.mark.parametrize(
     ("rule", "command", "matches"),
     [
