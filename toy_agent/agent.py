@@ -44,7 +44,14 @@ from toy_agent.parsing import (
     get_format,
     nesting_depth,
 )
-from toy_agent.permissions import READ_ONLY_PROMPT, Answer, OfferedTools, Permissions, RefusedBy
+from toy_agent.permissions import (
+    CHANGING_TOOLS,
+    READ_ONLY_PROMPT,
+    Answer,
+    OfferedTools,
+    Permissions,
+    RefusedBy,
+)
 from toy_agent.pricing import CostLimitReached, CostMeter, price_for
 from toy_agent.redaction import Redactor
 from toy_agent.routes import RouteTable
@@ -60,7 +67,7 @@ Paths are relative to the repository root. Read before you change; never guess f
 contents. Prefer edit_file for changes, write_file for new files. If a tool fails, fix the \
 call instead of repeating it."""
 
-CONFIRM_TOOLS = frozenset({"write_file", "edit_file", "run_command"})  # what `ask` asks about
+CONFIRM_TOOLS = CHANGING_TOOLS  # what mode ask (--confirm) asks about
 REPEAT_LIMIT = 3
 LLM_POLL_SECONDS = 0.1
 DECLINED = (
