@@ -457,6 +457,7 @@ def test_a_denied_command_is_an_event_and_an_observation_naming_the_rule(repo, t
                    "--allow-commands", "--sandbox", "off", "--deny-command", "curl*",
                    "--allow-command", "touch*", "--output", "stream-json")  # fmt: skip
     events = stream(done)
+    assert done.returncode == 0, done.stderr
     refused = next(e for e in events if e["type"] == "tool_refused")
     assert refused["by"] == "rule" and "`curl*`" in refused["reason"]
     finished = next(e for e in events if e["type"] == "tool_finished")
@@ -499,3 +500,33 @@ def test_command_rules_without_commands_on_are_named_in_a_warning(repo):
     )
     empty = run_cli("--list-tools", "--repo", str(repo), "--allow-commands", "--deny-command", " ")
     assert empty.returncode == 2 and "need a non-empty PATTERN" in empty.stderr
+
+
+def test_on_a_terminal_edits_mode_asks_only_for_commands_and_shows_each_refusal(repo, tmp_path):
+    from test_view import CSI, Terminal, toy_agent
+
+    recording = write_recording(
+        tmp_path / "r.json",
+        xml_action("run_command", command="touch a; curl -s http://example.invalid"),
+        xml_action("write_file", path="b.txt", content="B"),
+        xml_action("run_command", command="touch c"),
+        xml_action("task_complete", result="ok"),
+    )
+    term = Terminal(toy_agent("--task", "go", "--repo", str(repo), "--replay", str(recording),
+                              "--allow-commands", "--sandbox", "off", "--deny-command", "curl*",
+                              "--permission-mode", "edits"), tmp_path, columns=200)  # fmt: skip
+    term.read_until("Allow run_command touch c? [y]es/[n]o[, why]/[a]ll: ")
+    term.type("n\r")
+    screen = CSI.sub("", term.finish())
+
+    assert term.proc.returncode == 0, screen
+    assert screen.count("Allow ") == 1  # the file change and the denied line never asked
+    assert "· edits" in screen.splitlines()[0]  # the first line names the mode
+    assert (
+        "⊘ run_command touch a; curl -s http://example.invalid refused: the command "
+        "`curl -s http://example.invalid` matches the user's deny rule `curl*`"
+    ) in screen
+    assert "✓ write_file b.txt" in screen and "⊘ run_command touch c declined by you" in screen
+    assert "tool errors: 2 (1 declined by you, 1 refused)" in screen
+    assert (repo / "b.txt").read_text() == "B"
+    assert not (repo / "a").exists() and not (repo / "c").exists()

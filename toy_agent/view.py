@@ -316,7 +316,7 @@ class TerminalView:
         from rich.text import Text
 
         mark = Text("  ⊘ ", style="yellow")
-        who = {"user": "declined by you", "rule": "refused by a rule", "mode": "not run"}[by]
+        who = {"user": "declined by you", "rule": "refused", "mode": "not run"}[by]
         after = f" {who}" + (f": {visible(reason)}" if reason else "")
         self._print_line(self._fitted(describe_action(action), head=mark, after=after))
 
@@ -525,7 +525,9 @@ def format_summary(
     if result.get("sandbox"):
         lines.append(f"sandbox: {result['sandbox']}")
     if result.get("tool_errors") or result.get("declined"):
-        declined = f" ({result['declined']} declined by you)" if result.get("declined") else ""
+        why = [f"{result['declined']} declined by you"] if result.get("declined") else []
+        why += [f"{result['refused']} refused"] if result.get("refused") else []
+        declined = f" ({', '.join(why)})" if why else ""
         lines.append(style(f"tool errors: {result.get('tool_errors', 0)}{declined}", "33"))
     if result.get("files_changed"):
         lines.append("files changed:")
