@@ -530,3 +530,11 @@ def test_on_a_terminal_edits_mode_asks_only_for_commands_and_shows_each_refusal(
     assert "tool errors: 2 (1 declined by you, 1 refused)" in screen
     assert (repo / "b.txt").read_text() == "B"
     assert not (repo / "a").exists() and not (repo / "c").exists()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab $()`'\"\\;&|<>{}\n*=-")), max_size=60))
+def test_any_line_at_all_is_decided_without_an_error(line):
+    verdict, rule, _ = RULES.check(line)
+    assert verdict in ("allow", "deny", "none") and (rule in DENY) == (verdict == "deny")
+    assert all(all(isinstance(w, str) for w in c) and c for c in split_commands(line).commands)

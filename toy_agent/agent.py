@@ -79,9 +79,9 @@ DECLINED_BECAUSE = (
     "Take it into account, and try something else or finish with task_complete."
 )
 UNANSWERED = (
-    "This action needs the user's approval ({mode} mode) and no answer could be read "
-    "(stdin is closed or not a terminal), so it was not run. Do without it, or finish with "
-    "task_complete and say what you would have done."
+    "This action needs the user's approval ({mode} mode) and no answer could be read (no "
+    "one is there to answer: stdin is closed, or this is a batch run), so it was not run. Do "
+    "without it, or finish with task_complete and say what you would have done."
 )
 REFUSED = (
     "Refused: {reason}. It was not run. Do not try to get around this; use another way, or "
@@ -265,6 +265,7 @@ class ReactAgent:
             "sandbox": self.tools.sandbox,
             "sandbox_policy": policy.describe() if (policy := self.tools.sandbox_policy) else None,
             "permission_mode": self.permissions.mode,
+            "command_rules": self.permissions.rules.to_dict(),
             "tools": self._routes.names,
         }
 

@@ -255,6 +255,9 @@ class CommandRules:
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
 
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"allow": list(self.allow), "deny": list(self.deny)}
+
     def check(self, line: str) -> tuple[Literal["allow", "deny", "none"], str, str]:
         """("deny", rule, the command it matched), ("allow", "", "") when every command of the
         line matches an allow rule, else ("none", "", "")."""
