@@ -538,3 +538,17 @@ def test_any_line_at_all_is_decided_without_an_error(line):
     verdict, rule, _ = RULES.check(line)
     assert verdict in ("allow", "deny", "none") and (rule in DENY) == (verdict == "deny")
     assert all(all(isinstance(w, str) for w in c) and c for c in split_commands(line).commands)
+
+
+def test_a_tool_that_is_not_offered_is_never_asked_about(repo):
+    def confirm(action: Action) -> bool:
+        raise AssertionError(f"asked about {action}")
+
+    llm = ScriptedLlm(
+        xml_action("run_command", command="touch ran"),  # commands are off
+        xml_action("task_complete", result="done"),
+    )
+    ReactAgent(llm, repo, confirm=confirm, permissions=Permissions("ask")).run("x")
+
+    assert "Unknown tool 'run_command'" in llm.requests[1]["messages"][-1].content
+    assert not (repo / "ran").exists()

@@ -412,6 +412,8 @@ class ReactAgent:
     def _refusal(self, action: Action) -> tuple[RefusedBy, str, str] | None:
         """None when the action may run; else who refused it, why, and the observation. The
         permissions decide; when they ask, the confirm hook's answer does."""
+        if action.tool_name not in self._routes.routes and not self.permissions.read_only:
+            return None  # not offered: no one is asked, the route table answers
         decision = self.permissions.decide(action.tool_name, action.parameters)
         if decision.verdict == "run":
             return None
