@@ -179,11 +179,11 @@ def log_event(event: Event) -> None:
             # The model is told and tries again: part of the run, not a problem of the user's.
             logger.info("Could not parse the LLM response: %s", step.parse_error)
         case RunFinished(result=result):
-            # A provider failure is the caller's to report, once (the CLI: one error line).
+            # How it ended is the caller's to report, once (the CLI: the summary, and a
+            # provider failure's error line, which the log does not repeat either).
             provider = result["outcome"] == "provider_error"
-            log = logger.info if result["success"] or provider else logger.warning
             error = f" ({result['error']})" if result.get("error") and not provider else ""
-            log(
+            logger.info(
                 "Run finished: %s after %d iterations, conversation length %d%s",
                 result["outcome"],
                 result["iterations"],
