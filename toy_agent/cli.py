@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_tools import McpTools
     from toy_agent.messages import Message
+    from toy_agent.permissions import Permissions
     from toy_agent.pricing import CostMeter
     from toy_agent.redaction import Redactor
     from toy_agent.sessions import Session, SessionRecorder, SessionStore
@@ -454,7 +455,7 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
     return args
 
 
-def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Any:
+def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Permissions:
     """The permission mode and command rules. --confirm is --permission-mode ask (it wins over
     a mode from the config file or the environment; with another mode on the command line it
     is a contradiction)."""
