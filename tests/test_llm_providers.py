@@ -167,7 +167,10 @@ def test_exhausted_retries_name_the_last_status(provider, server):
     with pytest.raises(LlmError) as caught:
         ask(make_client(provider, server, max_retries=2))
     assert caught.value.status == 503
-    assert str(caught.value) == f"{provider} API error 503: busy (gave up after 2 retries)"
+    assert str(caught.value) == (
+        f"{provider} API error 503: busy — try again later, or raise --max-retries "
+        "(gave up after 2 retries)"
+    )
     assert len(server.requests) == 3
 
 

@@ -45,6 +45,7 @@ from toy_agent.llm import (
 from toy_agent.mcp_config import McpError, McpServerConfig
 from toy_agent.mcp_tools import McpTools
 from toy_agent.messages import Usage
+from toy_agent.permissions import Permissions
 from toy_agent.pricing import meter_for
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
@@ -138,6 +139,8 @@ class RunSettings:
     max_cost: float | None = None  # per task, like --max-cost for one run
     price_input: float | None = None  # USD per million tokens, over the price table's
     price_output: float | None = None
+    # What would ask is refused (no one is there to answer), the model told why.
+    permissions: Permissions | None = None
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -549,11 +552,15 @@ def _run_agent(
             llm, tools=tools, max_iterations=task.max_iterations or settings.max_iterations,
             mcp_tools=mcp, tool_format=settings.tool_format,
             context_budget=settings.context_budget, redactor=redactor, cost=cost,
+            permissions=settings.permissions,
             on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
                       lambda event: agent.cancel() if stop and stop.is_set() else None],
         )  # fmt: skip
         with stop.attached(agent) if stop else contextlib.nullcontext():
-            return agent.run_result(task.task)
+            result = agent.run_result(task.task)
+        if result.outcome == "provider_error":  # the agent leaves reporting it to its caller
+            logger.warning("LLM call failed: %s", result.error)
+        return result
 
 
 def build_llm(settings: RunSettings, credentials: Credentials | None = None) -> LlmClient:

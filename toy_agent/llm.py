@@ -39,6 +39,7 @@ from toy_agent.messages import (
     ToolSpec,
     Usage,
 )
+from toy_agent.redaction import mask_key
 
 logger = logging.getLogger(__name__)
 
@@ -167,11 +168,38 @@ class ReplayLlmClient(LlmClient):
             r.content for r in sent.tool_results))  # fmt: skip
         for recorded in self._observations[step - 1]:
             if _normalise(recorded) not in now:
+                line, then, today = first_difference(_normalise(recorded), now)
                 raise ReplayDiverged(
                     f"the replay left the recording at step {step}: the tools answered "
-                    f"differently. Recorded: {_one_line(recorded, 300)!r}; now: "
-                    f"{_one_line(now, 300)!r} (--replay-lenient replays anyway)",
+                    f"differently, first in line {line} of the observation. Recorded: "
+                    f"{then!r}; now: {today!r} (--replay-lenient replays anyway)",
                 )
+
+
+def first_difference(recorded: str, now: str, context: int = 40) -> tuple[int, str, str]:
+    """Where `recorded` stops being found in `now`: its line number, and the line of each at
+    that point, cut to `context` characters either side of it (`…` marks a cut). `now` is
+    the whole message sent, so the point in it is where the longest start of `recorded`
+    that it holds ends."""
+    low, high = 0, len(recorded)
+    while low < high:  # the longest start of recorded found in now
+        middle = (low + high + 1) // 2
+        if recorded[:middle] in now:
+            low = middle
+        else:
+            high = middle - 1
+    at_now = now.find(recorded[:low]) + low if low else 0
+    line = recorded.count("\n", 0, low) + 1
+    return line, _around(recorded, low, context), _around(now, at_now, context)
+
+
+def _around(text: str, point: int, context: int) -> str:
+    """The line of `text` holding `point`, cut to `context` characters either side."""
+    start = text.rfind("\n", 0, point) + 1
+    end = text.find("\n", point)
+    end = len(text) if end < 0 else end
+    left, right = max(start, point - context), min(end, point + context)
+    return f"{'…' if left > start else ''}{text[left:right]}{'…' if right < end else ''}"
 
 
 _TIMING = re.compile(r"\b\d+(?:\.\d+)?s\b")
@@ -636,6 +664,8 @@ class _ProviderClient(LlmClient):
             404: f"check the model name ({self.model}) and the base URL ({self.base_url})",
         }
         message = failure.message
+        if failure.retryable and not failure.hint:  # the provider's trouble, not the settings'
+            hints.setdefault(failure.status or 0, "try again later, or raise --max-retries")
         if hint := failure.hint or hints.get(failure.status or 0):
             message += f" — {hint}"
         if retries:
@@ -643,7 +673,7 @@ class _ProviderClient(LlmClient):
         return LlmError(self.provider, self._redact(message), failure.status)
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._api_key, "***") if self._api_key else text
+        return mask_key(text, self._api_key)
 
 
 # --- Images: which models take them ----------------------------------------------------------

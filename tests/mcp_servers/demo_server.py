@@ -21,6 +21,7 @@ from typing import Annotated
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
+from mcp.types import ToolAnnotations
 from pydantic import Field
 
 
@@ -94,8 +95,9 @@ HOSTILE = [banner, verbose, wide]  # registered only when --only names them
 def build_server(only: set[str] | None, many: int = 0) -> MCPServer:
     server = MCPServer("demo", log_level="WARNING")
     for tool in TOOLS if only is None else [*TOOLS, *HOSTILE]:
-        if only is None or tool.__name__ in only:
-            server.tool()(tool)
+        if only is None or tool.__name__ in only:  # two say they change nothing
+            read_only = ToolAnnotations(readOnlyHint=True) if tool in (echo, add) else None
+            server.tool(annotations=read_only)(tool)
     for n in range(many):  # echo again, under other names
         server.tool(name=f"echo_{n:03d}")(echo)
     return server
