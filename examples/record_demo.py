@@ -82,7 +82,9 @@ class AuthoredReplies(LlmClient):
     def __init__(self, replies: list[str]):
         self.replies = list(replies)
 
-    def call_llm(self, system_prompt, messages, *, tools=None, on_text=None) -> LlmResponse:
+    def call_llm(
+        self, system_prompt, messages, *, tools=None, on_text=None, on_retry=None
+    ) -> LlmResponse:
         return LlmResponse(self.replies.pop(0))
 
 

@@ -16,11 +16,13 @@ so a test that sends more requests than it scripted fails fast instead of hangin
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -32,6 +34,7 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "anthropic_reply",
+    "cut_stream",
     "disconnect",
     "error_reply",
     "gemini_reply",
@@ -51,6 +54,7 @@ class Reply:
     delay: float = 0.0
     cut_after: int | None = None  # send only this many body bytes, then hang up
     trickle: float = 0.0  # send the body one byte at a time, this many seconds apart
+    chunked: bool = False  # Transfer-Encoding: chunked, one SSE event a chunk, as proxies relay
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -72,9 +76,13 @@ class RecordedRequest:
 
 
 class FakeProvider:
-    """A scriptable HTTP server: a queue of replies out, a list of recorded requests in."""
+    """A scriptable HTTP server: a queue of replies out, a list of recorded requests in.
 
-    def __init__(self) -> None:
+    `serves`, a path prefix, makes it a proxy that serves only those paths (a Gemini proxy
+    serving /v1beta): any other path gets a 404 and uses no reply."""
+
+    def __init__(self, *, serves: str = "/") -> None:
+        self.serves = serves
         self.requests: list[RecordedRequest] = []
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -103,6 +111,8 @@ class FakeProvider:
     def _next(self, request: RecordedRequest) -> Reply:
         with self._lock:
             self.requests.append(request)
+            if not request.path.startswith(self.serves):
+                return error_reply(404, f"fake proxy: only {self.serves} is served")
             if self._replies:
                 return self._replies.popleft()
         return error_reply(501, f"fake provider: no reply queued for {request.path}")
@@ -144,6 +154,9 @@ def _handler_for(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
             headers = {"Content-Type": "application/json", **reply.headers}
             for name, value in headers.items():
                 self.send_header(name, value)
+            if reply.chunked:
+                self._send_chunked(data, reply.cut_after)
+                return
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if reply.trickle:
@@ -156,6 +169,22 @@ def _handler_for(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
             if reply.cut_after is not None:
                 self.wfile.flush()
                 self.close_connection = True
+
+        def _send_chunked(self, data: bytes, cut_after: int | None) -> None:
+            """The body as chunks, one SSE event each, flushed one by one; with `cut_after`,
+            the socket is closed after that many bytes, with no final chunk: a cut stream."""
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            body = data[:cut_after]
+            for event in re.split(rb"(?<=\n\n)", body):
+                if event:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    self.wfile.flush()
+            if cut_after is None:
+                self.wfile.write(b"0\r\n\r\n")
+                return
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
 
         def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
             pass
@@ -171,6 +200,14 @@ def error_reply(status: int, message: str, *, retry_after: str | None = None) ->
     headers = {"Retry-After": retry_after} if retry_after is not None else {}
     body = {"type": "error", "error": {"type": "error", "code": status, "message": message}}
     return Reply(status, body, headers)
+
+
+def cut_stream(whole: Reply, *, after: bytes | None = None) -> Reply:
+    """`whole`, an SSE reply, relayed chunked the way proxies relay it, and cut by closing the
+    socket right after the event holding `after`; without `after`, before the first event."""
+    body = whole.encoded()
+    cut = 0 if after is None else body.index(b"\n\n", body.index(after)) + 2
+    return replace(whole, chunked=True, cut_after=cut)
 
 
 def disconnect() -> Reply:

@@ -41,7 +41,13 @@ class ScriptedLlm(LlmClient):
         self.requests: list[dict[str, Any]] = []
 
     def call_llm(
-        self, system_prompt: str, messages: Sequence[Message], *, tools=None, on_text=None
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        *,
+        tools=None,
+        on_text=None,
+        on_retry=None,
     ) -> LlmResponse:
         self.requests.append({"system": system_prompt, "messages": list(messages), "tools": tools})
         if not self.replies:
@@ -73,7 +79,9 @@ class BlockingLlm(LlmClient):
         self.called = threading.Event()
         self.release = threading.Event()
 
-    def call_llm(self, system_prompt, messages, *, tools=None, on_text=None) -> LlmResponse:
+    def call_llm(
+        self, system_prompt, messages, *, tools=None, on_text=None, on_retry=None
+    ) -> LlmResponse:
         self.called.set()
         if not self.release.wait(30):
             raise LlmError("blocking", "never released")

@@ -655,6 +655,7 @@ def test_a_mistyped_flag_is_one_line_with_a_suggestion_and_json_still_gets_an_ob
         "toy-agent: error: unrecognized arguments: --mdoel (did you mean --model?)"
     )
     assert json.loads(captured.out) == {
+        "schema_version": 1,
         "success": False,
         "outcome": "usage_error",
         "error": "unrecognized arguments: --mdoel (did you mean --model?)",

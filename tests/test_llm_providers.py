@@ -24,7 +24,7 @@ from toy_agent.llm import (
     OpenAICompatibleLlmClient,
     create_llm_client,
 )
-from toy_agent.messages import Message, ToolCall, ToolResult, Usage
+from toy_agent.messages import FailedAttempt, Message, ToolCall, ToolResult, Usage
 
 KEY = "sk-test-secret-1234"
 PROVIDERS = {
@@ -167,7 +167,10 @@ def test_exhausted_retries_name_the_last_status(provider, server):
     with pytest.raises(LlmError) as caught:
         ask(make_client(provider, server, max_retries=2))
     assert caught.value.status == 503
-    assert str(caught.value) == f"{provider} API error 503: busy (gave up after 2 retries)"
+    assert str(caught.value) == (
+        f"{provider} API error 503: busy — try again later, or raise --max-retries "
+        "(gave up after 2 retries)"
+    )
     assert len(server.requests) == 3
 
 
@@ -259,15 +262,20 @@ def test_streaming_is_retried_before_any_text_arrives(provider, server):
     assert deltas == ["a", "b"]
 
 
-def test_stream_cut_after_text_fails_without_retrying(provider, server):
+def test_a_stream_cut_after_text_is_retried_and_the_failed_attempt_recorded(provider, server):
     whole = reply(provider, ["first words", " and more"], stream=True)
     cut = whole.encoded().index(b"and more")  # hang up after the first delta went out
-    server.enqueue(Reply(200, whole.body, whole.headers, cut_after=cut), reply(provider, "again"))
+    server.enqueue(Reply(200, whole.body, whole.headers, cut_after=cut), whole)
     deltas: list[str] = []
-    with pytest.raises(LlmError, match="failed"):
-        ask(make_client(provider, server), on_text=deltas.append)
-    assert deltas == ["first words"]
-    assert len(server.requests) == 1  # a retry would show the user the same words twice
+    retries: list[FailedAttempt] = []
+    response = ask(make_client(provider, server), on_text=deltas.append, on_retry=retries.append)
+    assert response.text == "first words and more"
+    assert deltas == ["first words", "first words", " and more"]
+    assert response.attempts == tuple(retries)
+    [failed] = retries  # told before the retry's text, so the view can void the first words
+    assert failed.partial_text == "first words"
+    assert "connection to" in failed.error and "failed" in failed.error
+    assert len(server.requests) == 2
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -280,15 +288,17 @@ def test_timeout_bounds_the_whole_response_of_a_trickling_server(provider, serve
             on_text=(lambda _: None) if stream else None)  # fmt: skip
 
 
-def test_a_stream_that_ends_early_is_not_a_reply(provider, server):
+def test_a_stream_that_ends_early_is_not_a_reply_and_is_retried_once_only(provider, server):
     """The connection closes cleanly after some deltas but before the provider's last event:
-    no finish reason, so it is a cut connection, never a complete answer."""
+    no finish reason, so it is a cut connection, never a complete answer. Cut after text
+    twice, the call gives up although --max-retries allows more."""
     whole = reply(provider, ["first words", " and the end"], stream=True)
     body = whole.encoded()
     cut = body[: body.index(b"\n\n", body.index(b"first words")) + 2]  # up to the first delta
-    server.enqueue(Reply(200, cut, whole.headers), reply(provider, "again"))
-    with pytest.raises(LlmError, match="ended"):
-        ask(make_client(provider, server, max_retries=2), on_text=lambda _: None)
+    server.enqueue(*[Reply(200, cut, whole.headers)] * 2, reply(provider, "again"))
+    with pytest.raises(LlmError, match=r"ended .* \(gave up after 1 retry\)$"):
+        ask(make_client(provider, server, max_retries=3), on_text=lambda _: None)
+    assert len(server.requests) == 2
 
 
 def test_a_stream_cut_before_any_text_is_retried(provider, server):

@@ -119,7 +119,8 @@ def test_why_the_provider_failed_is_in_the_log(repo, tmp_path):
         done = cli("--task", "x", "--repo", str(repo), "--log-file", str(log),
                    env=server.env("claude"), text=True)  # fmt: skip
     assert done.returncode == 3
-    assert "WARNING LLM call failed: claude API error 401: invalid x-api-key" in done.stderr
+    error = "toy-agent: error: claude API error 401: invalid x-api-key — check ANTHROPIC_API_KEY"
+    assert error in done.stderr
     text = log.read_text()
     assert "LLM call failed" in text and "Traceback" in text  # the traceback at DEBUG
     assert "httpcore" not in text

@@ -106,7 +106,7 @@ def test_confirm_question_stays_visible_and_its_wait_is_not_tool_time(repo, tmp_
     )
     term = Terminal(toy_agent("--task", "write", "--repo", str(repo), "--replay", str(replay),
                               "--confirm"), tmp_path)  # fmt: skip
-    term.read_until("[a]ll: ")
+    term.read_until("/[a]ll: ")
     waiting = term.read(0.6)  # the person reads the diff
     term.type("y\r")
     output = term.finish()
@@ -114,7 +114,7 @@ def test_confirm_question_stays_visible_and_its_wait_is_not_tool_time(repo, tmp_
     assert term.proc.returncode == 0, output
     assert waiting == ""  # the live line is paused: nothing overwrites the question
     plain = CSI.sub("", output)
-    question = plain.index("Allow write_file a.txt? [y]es/[n]o/[a]ll: y")  # typed after it
+    question = plain.index("Allow write_file a.txt? [y]es/[n]o[, why]/[a]ll: y")  # typed after it
     assert plain.index("+A") < question
     seconds = float(re.search(r"✓ write_file a\.txt (\d+\.\d+)s", plain).group(1))
     assert seconds < 0.3  # the 0.6 s the question waited is not the tool's time
@@ -204,7 +204,8 @@ def test_every_line_fits_a_50_column_terminal_and_every_cut_is_marked(repo, tmp_
     assert "Then a second" in thought and thought.endswith("…")  # not just the first line
     tool = next(line for line in lines if "✗ read_file" in line)
     assert re.search(r"… \d+\.\d\ds ", tool) and tool.endswith("…")  # path and error cut
-    assert any(line.startswith("WARNING") for line in lines)
+    note = next(line for line in lines if "reply not understood" in line)
+    assert note.endswith("…") and not any(line.startswith("WARNING") for line in lines)
     plain = "".join(lines)
     assert plain.count("A long final answer.") == 8  # the result is wrapped, never cut
 

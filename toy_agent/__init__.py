@@ -35,6 +35,9 @@ _EXPORTS = {
     "Action": "toy_agent.parsing",
     "Observation": "toy_agent.parsing",
     "run_batch": "toy_agent.batch",
+    "Permissions": "toy_agent.permissions",
+    "CommandRules": "toy_agent.permissions",
+    "Answer": "toy_agent.permissions",
 }
 __all__ = ["__version__", *_EXPORTS]
 

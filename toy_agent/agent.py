@@ -25,8 +25,10 @@ from toy_agent.context import (
 from toy_agent.events import (
     ChangeTracker,
     Event,
+    LlmFailed,
     LlmRequested,
     LlmResponded,
+    LlmRetrying,
     RunFinished,
     RunStarted,
     Step,
@@ -36,6 +38,7 @@ from toy_agent.events import (
     TextDelta,
     ToolFinished,
     ToolProgress,
+    ToolRefused,
     ToolStarted,
     log_event,
 )
@@ -61,6 +64,14 @@ from toy_agent.parsing import (
     get_format,
     nesting_depth,
 )
+from toy_agent.permissions import (
+    CHANGING_TOOLS,
+    READ_ONLY_PROMPT,
+    Answer,
+    OfferedTools,
+    Permissions,
+    RefusedBy,
+)
 from toy_agent.pricing import CostLimitReached, CostMeter, price_for
 from toy_agent.redaction import Redactor
 from toy_agent.routes import RouteTable
@@ -76,15 +87,30 @@ Paths are relative to the repository root. Read before you change; never guess f
 contents. Prefer edit_file for changes, write_file for new files. If a tool fails, fix the \
 call instead of repeating it."""
 
-CONFIRM_TOOLS = frozenset({"write_file", "edit_file", "run_command"})
+CONFIRM_TOOLS = CHANGING_TOOLS  # what mode ask (--confirm) asks about
 REPEAT_LIMIT = 3
 LLM_POLL_SECONDS = 0.1
 DECLINED = (
     "The user declined this action; it was not run. Ask yourself why, and try something "
     "else or finish with task_complete."
 )
+DECLINED_BECAUSE = (
+    "The user declined this action; it was not run. The user's reason: {reason}\n"
+    "Take it into account, and try something else or finish with task_complete."
+)
+UNANSWERED = (
+    "This action needs the user's approval ({mode} mode) and no answer could be read (no "
+    "one is there to answer: stdin is closed, or this is a batch run), so it was not run. Do "
+    "without it, or finish with task_complete and say what you would have done."
+)
+REFUSED = (
+    "Refused: {reason}. It was not run. Do not try to get around this; use another way, or "
+    "finish with task_complete."
+)
 
-Confirm = Callable[[Action], bool]
+# A confirm hook: True or Answer(approved=True) runs the action; False or a declining Answer
+# (with the user's reason) does not.
+Confirm = Callable[[Action], "bool | Answer"]
 Outcome = Literal[
     "completed", "max_iterations", "cancelled", "provider_error", "replay_diverged", "cost_limit"
 ]
@@ -107,6 +133,7 @@ class RunResult:
     tool_errors: int = 0  # observations that were errors (declined ones included)
     declined: int = 0  # actions the user declined under --confirm
     cost_usd: float | None = None  # None: no price known for the model
+    refused: int = 0  # actions a deny rule or the permission mode refused
 
     @property
     def success(self) -> bool:
@@ -125,6 +152,7 @@ class RunResult:
             "files_changed": list(self.files_changed),
             "tool_errors": self.tool_errors,
             "declined": self.declined,
+            "refused": self.refused,
             "cost_usd": self.cost_usd,
         }
 
@@ -144,6 +172,7 @@ class _Run:
     repeats: int = 0
     tool_errors: int = 0
     declined: int = 0
+    refused: int = 0
     images: ImageBudget = field(default_factory=ImageBudget)  # the current step's
 
 
@@ -157,6 +186,8 @@ class ReactAgent:
     earlier conversation) it continues it with the new task.
     `instructions` (the project's AGENTS.md, the user's own) end the system prompt; `cost`
     prices each call and may stop a run before one (default: the model's price, no limit).
+    `permissions` say what is offered, what runs and what asks `confirm` first (default:
+    mode ask when a `confirm` hook is given, as before permission modes existed, else auto).
     """
 
     def __init__(
@@ -177,6 +208,7 @@ class ReactAgent:
         stream: bool = False,
         instructions: str = "",
         cost: CostMeter | None = None,
+        permissions: Permissions | None = None,
     ):
         if max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
@@ -190,6 +222,7 @@ class ReactAgent:
         self.format = get_format(tool_format) if isinstance(tool_format, str) else tool_format
         self.context_budget = context_budget
         self.confirm = confirm
+        self.permissions = permissions or Permissions("ask" if confirm else "auto")
         self.stream = stream
         self.instructions = instructions
         self.cost = cost or CostMeter(price_for(getattr(llm_client, "model", "") or ""))
@@ -230,6 +263,7 @@ class ReactAgent:
                     outcome, self.iteration, len(self.conversation_history), answer, error,
                     self.usage, time.monotonic() - started, tuple(changes.diff_stat()), diffs,
                     self._run.tool_errors, self._run.declined, self.cost.since(spent),
+                    self._run.refused,
                 )  # fmt: skip
                 self._emit(RunFinished(result.to_dict()))
                 return result
@@ -251,6 +285,8 @@ class ReactAgent:
             "allow_commands": self.tools.allow_commands,
             "sandbox": self.tools.sandbox,
             "sandbox_policy": policy.describe() if (policy := self.tools.sandbox_policy) else None,
+            "permission_mode": self.permissions.mode,
+            "command_rules": self.permissions.rules.to_dict(),
             "tools": self._routes.names,
             "image_types": sorted(self._image_types),
         }
@@ -279,12 +315,16 @@ class ReactAgent:
         except ReplayDiverged as exc:
             return "replay_diverged", "", str(exc)
         except LlmError as exc:
-            logger.warning("LLM call failed: %s", exc)
-            logger.debug("LLM call failure", exc_info=True)
+            # The caller reports it, once (the CLI: one error line); the log keeps the details.
+            logger.debug("LLM call failed: %s", exc, exc_info=True)
+            self._emit(LlmFailed(self.iteration, str(exc), exc.attempts))
             return "provider_error", "", str(exc)
 
     def _build_system_prompt(self) -> str:
-        prompt = f"{SYSTEM_PROMPT_INTRO}\n\n{self.format.prompt_section(self._routes.specs)}"
+        intro = SYSTEM_PROMPT_INTRO
+        if self.permissions.read_only:
+            intro = f"{intro}\n{READ_ONLY_PROMPT}"
+        prompt = f"{intro}\n\n{self.format.prompt_section(self._routes.specs)}"
         return f"{prompt}\n\n{self.instructions}" if self.instructions else prompt
 
     def _call_llm(self) -> LlmResponse:
@@ -294,12 +334,13 @@ class ReactAgent:
         self.cost.check(self.system_prompt, messages)
         self._emit(LlmRequested(self.iteration, messages))
         tools = list(self._routes.specs) if self.format.native_tools else None
-        on_text = (lambda text: self._emit(TextDelta(text))) if self.stream else None
+        streaming: dict[str, Any] = {}
+        if self.stream:  # a retry voids the text streamed so far: the view must hear of it
+            streaming["on_text"] = lambda text: self._emit(TextDelta(text))
+            streaming["on_retry"] = lambda attempt: self._emit(LlmRetrying(self.iteration, attempt))
         started = time.monotonic()
         response = self._cancellable(
-            lambda: self.llm_client.call_llm(
-                self.system_prompt, messages, tools=tools, on_text=on_text
-            )
+            lambda: self.llm_client.call_llm(self.system_prompt, messages, tools=tools, **streaming)
         )
         if isinstance(response, str):  # a client written to the seed spec returns text
             response = LlmResponse(response)
@@ -369,9 +410,14 @@ class ReactAgent:
         self._emit(ToolStarted(self.iteration, action))
         is_error, seconds = True, 0.0
         content: str | ToolOutput
-        if self.confirm and action.tool_name in CONFIRM_TOOLS and not self.confirm(action):
-            content = DECLINED
-            self._state.declined += 1
+        refusal = self._refusal(action)
+        if refusal is not None:
+            by, reason, content = refusal
+            if by == "user":
+                self._state.declined += 1
+            else:
+                self._state.refused += 1
+            self._emit(ToolRefused(self.iteration, action, by, reason))
         else:
             started = time.monotonic()
 
@@ -395,6 +441,32 @@ class ReactAgent:
         observation = Observation(action, content, is_error, images)
         self._emit(ToolFinished(self.iteration, observation, seconds))
         return observation, seconds
+
+    def _refusal(self, action: Action) -> tuple[RefusedBy, str, str] | None:
+        """None when the action may run; else who refused it, why, and the observation. The
+        permissions decide; when they ask, the confirm hook's answer does."""
+        if action.tool_name not in self._routes.routes and not self.permissions.read_only:
+            return None  # not offered: no one is asked, the route table answers
+        decision = self.permissions.decide(action.tool_name, action.parameters)
+        if decision.verdict == "run":
+            return None
+        if decision.verdict == "deny":
+            by: RefusedBy = "rule" if decision.rule else "mode"
+            return by, decision.reason, REFUSED.format(reason=decision.reason)
+        mode = self.permissions.mode
+        if self.confirm is None:
+            return "mode", f"{mode} mode needs an answer", UNANSWERED.format(mode=mode)
+        answer = self.confirm(action)
+        if not isinstance(answer, Answer):
+            answer = Answer(bool(answer))
+        if answer.approved:
+            return None
+        if answer.unanswered:
+            return "mode", f"{mode} mode needs an answer", UNANSWERED.format(mode=mode)
+        reason = " ".join(self.redactor.redact(wire_text(answer.reason)).split())
+        if not reason:
+            return "user", "", DECLINED
+        return "user", reason, DECLINED_BECAUSE.format(reason=reason)
 
     def _with_images(self, output: str | ToolOutput) -> tuple[str, tuple[Image, ...]]:
         """The observation's text and the images the model is sent (those it takes, within the
@@ -427,7 +499,10 @@ class ReactAgent:
     # -- helpers ------------------------------------------------------------------------
 
     def _new_run(self, mcp: McpTools | None) -> _Run:
-        routes = RouteTable.build(self.tools, [mcp] if mcp else [])
+        offered = OfferedTools.of
+        permissions = self.permissions
+        others = [offered(mcp, permissions)] if mcp else []
+        routes = RouteTable.build(offered(self.tools, permissions), others)
         changes = ChangeTracker(self.tools)
         return _Run(routes, [log_event, changes, *self._subscribers], changes)
 

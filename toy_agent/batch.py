@@ -45,6 +45,7 @@ from toy_agent.llm import (
 from toy_agent.mcp_config import McpError, McpServerConfig
 from toy_agent.mcp_tools import McpTools
 from toy_agent.messages import Usage
+from toy_agent.permissions import Permissions
 from toy_agent.pricing import meter_for
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
@@ -138,6 +139,8 @@ class RunSettings:
     max_cost: float | None = None  # per task, like --max-cost for one run
     price_input: float | None = None  # USD per million tokens, over the price table's
     price_output: float | None = None
+    # What would ask is refused (no one is there to answer), the model told why.
+    permissions: Permissions | None = None
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -549,11 +552,15 @@ def _run_agent(
             llm, tools=tools, max_iterations=task.max_iterations or settings.max_iterations,
             mcp_tools=mcp, tool_format=settings.tool_format,
             context_budget=settings.context_budget, redactor=redactor, cost=cost,
+            permissions=settings.permissions,
             on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
                       lambda event: agent.cancel() if stop and stop.is_set() else None],
         )  # fmt: skip
         with stop.attached(agent) if stop else contextlib.nullcontext():
-            return agent.run_result(task.task)
+            result = agent.run_result(task.task)
+        if result.outcome == "provider_error":  # the agent leaves reporting it to its caller
+            logger.warning("LLM call failed: %s", result.error)
+        return result
 
 
 def build_llm(settings: RunSettings, credentials: Credentials | None = None) -> LlmClient:
@@ -718,12 +725,16 @@ def _one_line(exc: BaseException) -> str:
 
 
 def provider_environment(settings: RunSettings) -> dict[str, str]:
-    """The key and base URL variables a worker's client reads, from this environment."""
+    """The key, base URL and API version variables a worker's client reads, from this
+    environment."""
     if settings.make_llm is not None or settings.provider not in PROVIDER_CLASSES:
         return {}
     facts = PROVIDER_CLASSES[settings.provider]
     key, url = resolve_settings(settings.provider, None, settings.base_url, os.environ)
-    return {facts.key_envs[0]: key, facts.base_url_env: url}
+    variables = {facts.key_envs[0]: key, facts.base_url_env: url}
+    if facts.api_version_env and os.environ.get(facts.api_version_env):
+        variables[facts.api_version_env] = os.environ[facts.api_version_env]
+    return variables
 
 
 # ---------------------------------------------------------------------------- the results

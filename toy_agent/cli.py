@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_tools import McpTools
     from toy_agent.messages import Message
+    from toy_agent.permissions import Permissions
     from toy_agent.pricing import CostMeter
     from toy_agent.redaction import Redactor
     from toy_agent.sessions import Session, SessionRecorder, SessionStore
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     from toy_agent.context import DEFAULT_CONTEXT_BUDGET
     from toy_agent.llm import DEFAULT_MODELS, PROVIDER_CLASSES
     from toy_agent.parsing import FORMAT_NAMES
+    from toy_agent.permissions import PERMISSION_MODES
     from toy_agent.sandbox import SANDBOX_MODES
 
     models = ", ".join(f"{p}: {m}" for p, m in DEFAULT_MODELS.items())
@@ -209,7 +211,30 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--confirm",
         action="store_true",
-        help="ask before each write_file, edit_file or run_command",
+        help="ask before each write_file, edit_file or run_command (= --permission-mode ask)",
+    )
+    add(
+        "--permission-mode",
+        choices=PERMISSION_MODES,
+        help="read-only: only tools that change nothing; ask: confirm every change and "
+        "command; edits: file changes run, commands ask; auto: everything the sandbox allows "
+        "runs (default: auto, or ask with --confirm)",
+    )
+    add(
+        "--allow-command",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="run_command lines whose every command matches a PATTERN (a prefix like "
+        "'npm test', or a glob like 'pytest*') run without asking (repeatable)",
+    )
+    add(
+        "--deny-command",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="refuse any run_command line with a command matching PATTERN; wins over "
+        "--allow-command (repeatable)",
     )
     add = parser.add_argument_group("MCP", "MCP servers whose tools are offered too").add_argument
     add(
@@ -401,6 +426,7 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
     for warning in settings.warnings:  # they may quote a .env or config file
         print(f"toy-agent: warning: {visible(warning)}", file=sys.stderr)
     args = settings.args
+    args.permissions = _permissions(args, settings.given)
     if args.demo:
         _use_demo(args)
     if args.task_text is not None:
@@ -429,6 +455,28 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
             )
         args.repo = recorded or args.repo
     return args
+
+
+def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Permissions:
+    """The permission mode and command rules. --confirm is --permission-mode ask (it wins over
+    a mode from the config file or the environment; with another mode on the command line it
+    is a contradiction)."""
+    from toy_agent.permissions import DEFAULT_MODE, CommandRules, Permissions
+
+    mode = args.permission_mode
+    if args.confirm:
+        if mode not in (None, "ask") and "permission_mode" in given:
+            raise UsageError(f"--confirm is --permission-mode ask: it contradicts "
+                             f"--permission-mode {mode}; give one of them")  # fmt: skip
+        mode = "ask"
+    for pattern in (*args.allow_command, *args.deny_command):
+        if not pattern.strip():
+            raise UsageError("--allow-command and --deny-command need a non-empty PATTERN")
+    rules = CommandRules(tuple(args.allow_command), tuple(args.deny_command))
+    if {"allow_command", "deny_command"} & given and not args.allow_commands:
+        print("toy-agent: warning: --allow-command and --deny-command apply to run_command, "
+              "which is off: add --allow-commands to offer it", file=sys.stderr)  # fmt: skip
+    return Permissions(mode or DEFAULT_MODE, rules)
 
 
 # Third-party packages toy_agent imports (by module name): one missing is a setup problem.
@@ -571,9 +619,10 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         if args.undo:
             return _undo(args, repo)
         task = None if _interactive(args) else _task(args.task)
-        if args.confirm and args.task == "-":
+        if args.permissions.may_ask(args.allow_commands) and args.task == "-":
+            flag = "--confirm" if args.confirm else f"--permission-mode {args.permissions.mode}"
             raise UsageError(
-                "--confirm reads answers from stdin, so the task cannot: pass it as --task TEXT"
+                f"{flag} reads answers from stdin, so the task cannot: pass it as --task TEXT"
             )
         _check_writable(args.trajectory, "--trajectory")
         tools = _local_tools(args, repo, redactor)
@@ -581,7 +630,8 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         if view is not None:  # at once: the provider's SDK may take seconds to load
             view.start(run_banner(args.llm_provider, args.model, repo, tools, replay=args.replay,
                                   mcp=bool(args.mcp_server or args.mcp_config),
-                                  instructions=instructions.source))  # fmt: skip
+                                  instructions=instructions.source,
+                                  permissions=args.permissions))  # fmt: skip
         llm = _llm_client(args)
         started()
         mcp = _mcp_tools(args, redactor)
@@ -609,7 +659,13 @@ def _run_agent(
 ) -> int:
     """One task, or (`task` None) the interactive session; either way saved as a session."""
     from toy_agent.agent import ReactAgent
-    from toy_agent.events import JsonLinesWriter, TrajectoryRecorder
+    from toy_agent.events import (
+        OUTPUT_SCHEMA_VERSION,
+        JsonLinesWriter,
+        TrajectoryRecorder,
+        run_diff,
+    )
+    from toy_agent.messages import visible
     from toy_agent.view import format_summary, make_confirm, to_json, use_color
 
     subscribers: list[Any] = []
@@ -624,7 +680,10 @@ def _run_agent(
         subscribers.append(recorder)
     sessions = _session_recorder(args, repo, tools, redactor, lambda: agent.conversation_history)
     subscribers.append(sessions)
-    confirm = make_confirm(tools, view.ask if view else _ask) if args.confirm else None
+    permissions = args.permissions
+    confirm = None
+    if permissions.may_ask(tools.allow_commands):
+        confirm = make_confirm(tools, view.ask if view else _ask)
     agent = ReactAgent(
         llm,
         repo,
@@ -640,23 +699,33 @@ def _run_agent(
         stream=args.stream and view is not None,
         instructions=instructions,
         cost=_cost_meter(args, llm),
+        permissions=permissions,
     )
+    lines.session = sessions.session.id
     if task is None:
         from toy_agent.interactive import Repl
 
         return Repl(agent, sessions, view, show_diff=args.show_diff).run()
     outcome = agent.run_result(sessions.task(task), history=sessions.conversation())
-    result = {**redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox,
+    diff, diff_cut = run_diff(redactor.redact_obj(outcome.diffs))
+    result = {"schema_version": OUTPUT_SCHEMA_VERSION,
+              **redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox,
+              "permission_mode": permissions.mode,
               "session": sessions.session.id, "provider": args.llm_provider,
               "model": getattr(llm, "model", None), "trajectory": args.trajectory,
-              "exit_code": OUTCOME_EXIT_CODES[outcome.outcome]}  # fmt: skip
+              "exit_code": OUTCOME_EXIT_CODES[outcome.outcome],
+              "diff": diff, "diff_truncated": diff_cut}  # fmt: skip
+    if outcome.outcome == "provider_error":  # once, here: the log does not repeat it
+        print(f"toy-agent: error: {visible(result['error'] or 'the provider failed')}",
+              file=sys.stderr)  # fmt: skip
     if args.output == "json":
         print(to_json(result))
     elif args.output == "stream-json":
         lines.write({"type": "run_finished", **result})
     else:
         diffs = redactor.redact_obj(outcome.diffs)
-        summary = format_summary(result, diffs, show_diff=args.show_diff,
+        shown = {**result, "error": None} if outcome.outcome == "provider_error" else result
+        summary = format_summary(shown, diffs, show_diff=args.show_diff,
                                  color=use_color(sys.stdout))  # fmt: skip
         (view.show if view else print)(summary)  # the view wraps it to the terminal's width
     sys.stdout.flush()
@@ -780,6 +849,9 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
     for flag in (flag for flag, given in single.items() if given):
         raise UsageError(f"{flag} is for a single run: with --tasks-file each line names its "
                          "repo and task, and patches and trajectories go to --out")  # fmt: skip
+    if args.permissions.mode == "ask":
+        raise UsageError("--permission-mode ask waits for your answer before every change, "
+                         "which a batch cannot give: use edits, auto or read-only")  # fmt: skip
     try:
         config = load_mcp_config(args.mcp_config) if args.mcp_config else []
     except McpError as exc:
@@ -796,6 +868,7 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         mcp_servers=(*args.mcp_server, *config),
         mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
+        permissions=args.permissions,
     )  # fmt: skip
     try:
         summary = run_batch(
@@ -828,9 +901,11 @@ def _batch_prices(args: argparse.Namespace) -> None:
 def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTools | None) -> int:
     import json
 
+    from toy_agent.permissions import OfferedTools
     from toy_agent.routes import RouteTable
 
-    specs = RouteTable.build(tools, [mcp] if mcp else []).specs
+    offered = [OfferedTools.of(mcp, args.permissions)] if mcp else []
+    specs = RouteTable.build(OfferedTools.of(tools, args.permissions), offered).specs
     if args.output == "json":
         print(json.dumps(specs, indent=2))
         return EXIT_COMPLETED
@@ -1016,10 +1091,12 @@ def _fail(exc: Exception, code: int, debug: bool, *, json_output: str | None = N
         logging.getLogger("toy_agent").exception("exiting with code %d", code)
     print(f"toy-agent: error: {visible(str(exc))}", file=sys.stderr)
     if json_output:
+        from toy_agent.events import OUTPUT_SCHEMA_VERSION
         from toy_agent.view import to_json
 
         kind = {"type": "run_finished"} if json_output == "stream-json" else {}
-        print(to_json({**kind, "success": False, "outcome": "usage_error", "error": str(exc),
+        print(to_json({**kind, "schema_version": OUTPUT_SCHEMA_VERSION, "success": False,
+                       "outcome": "usage_error", "error": str(exc),
                        "exit_code": code}))  # fmt: skip
     return code
 

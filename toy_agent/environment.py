@@ -18,6 +18,9 @@ logger = logging.getLogger(__name__)
 
 KEY_VARIABLES = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY")
 BASE_URL_VARIABLES = ("ANTHROPIC_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OPENAI_BASE_URL")
+# Where requests go: the base URLs, and the API version in their path (a .env that is not the
+# user's own sets neither: see load_dotenv_file).
+ENDPOINT_VARIABLES = (*BASE_URL_VARIABLES, "GOOGLE_GENAI_API_VERSION")
 OWN_PREFIX = "TOY_AGENT_"  # this project's own settings
 SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 # Variables a child keeps even though a part of the name looks secret: sockets and paths.
@@ -34,7 +37,7 @@ _LOADER_NAMES = frozenset(
 
 def is_agent_variable(name: str) -> bool:
     """The variables toy_agent itself reads: the only ones a `.env` file may set."""
-    return name in KEY_VARIABLES or name in BASE_URL_VARIABLES or name.startswith(OWN_PREFIX)
+    return name in KEY_VARIABLES or name in ENDPOINT_VARIABLES or name.startswith(OWN_PREFIX)
 
 
 def load_dotenv_file(

@@ -20,13 +20,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toy_agent.messages import LlmResponse, Message
+from toy_agent.messages import FailedAttempt, LlmResponse, Message
 from toy_agent.parsing import Action, Observation
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
 logger = logging.getLogger("toy_agent.agent")
 
 TRAJECTORY_FORMAT = "toy_agent.trajectory/1"
+# The version of --output json's object and of stream-json's lines (docs/cli.md): raised when a
+# field changes meaning or goes away, not when one is added.
+OUTPUT_SCHEMA_VERSION = 1
+MAX_OUTPUT_DIFF_CHARS = 100_000  # --output json's "diff": bounded, the rest named
 FILE_CHANGING_TOOLS = frozenset({"write_file", "edit_file"})
 
 
@@ -63,6 +67,24 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class LlmRetrying:
+    """A streamed call failed and is sent again: the text streamed so far is void."""
+
+    iteration: int
+    attempt: FailedAttempt
+
+
+@dataclass(frozen=True)
+class LlmFailed:
+    """The call of this step failed for good (retries exhausted or not retryable): the run
+    ends. `attempts` are its attempts, each with its error and the text it had streamed."""
+
+    iteration: int
+    error: str
+    attempts: tuple[FailedAttempt, ...]
+
+
+@dataclass(frozen=True)
 class LlmResponded:
     iteration: int
     response: LlmResponse
@@ -94,6 +116,18 @@ class ToolProgress:
 
 
 @dataclass(frozen=True)
+class ToolRefused:
+    """An action that did not run: the user declined it (`reason`: what they said), a deny
+    rule matched, or the permission mode does not allow it. ToolFinished follows with the
+    observation the model gets."""
+
+    iteration: int
+    action: Action
+    by: str  # "user", "rule" or "mode"
+    reason: str
+
+
+@dataclass(frozen=True)
 class ToolFinished:
     iteration: int
     observation: Observation
@@ -114,8 +148,11 @@ class Step:
     tool_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        # The attempts that failed before the response (retried), when there were any.
+        attempts = [asdict(a) for a in self.response.attempts]
         return {
             "iteration": self.iteration,
+            **({"attempts": attempts} if attempts else {}),
             "response": self.response.to_dict(),
             "thought": self.thought,
             "actions": [asdict(a) for a in self.actions],
@@ -145,9 +182,12 @@ Event = (
     | StepStarted
     | LlmRequested
     | TextDelta
+    | LlmRetrying
+    | LlmFailed
     | LlmResponded
     | ToolStarted
     | ToolProgress
+    | ToolRefused
     | ToolFinished
     | StepFinished
     | RunFinished
@@ -184,12 +224,17 @@ def log_event(event: Event) -> None:
                 name, size = obs.action.tool_name, len(obs.content)
                 logger.info("Tool %s succeeded in %.2fs (%d chars)", name, seconds, size)
             logger.debug("Observation:\n%s", obs.content)
+        case ToolRefused(action=action, by=by, reason=reason):
+            logger.info("Tool %s refused by the %s: %s", action.tool_name, by, reason or "no")
         case StepFinished(step=step) if step.parse_error:
-            logger.warning("Could not parse the LLM response: %s", step.parse_error)
+            # The model is told and tries again: part of the run, not a problem of the user's.
+            logger.info("Could not parse the LLM response: %s", step.parse_error)
         case RunFinished(result=result):
-            log = logger.info if result["success"] else logger.warning
-            error = f" ({result['error']})" if result.get("error") else ""
-            log(
+            # How it ended is the caller's to report, once (the CLI: the summary, and a
+            # provider failure's error line, which the log does not repeat either).
+            provider = result["outcome"] == "provider_error"
+            error = f" ({result['error']})" if result.get("error") and not provider else ""
+            logger.info(
                 "Run finished: %s after %d iterations, conversation length %d%s",
                 result["outcome"],
                 result["iterations"],
@@ -202,20 +247,26 @@ def log_event(event: Event) -> None:
 class JsonLinesWriter:
     """`--output stream-json`: one JSON object per line as the run goes, flushed per line so
     `| jq` follows it live. Every line has a "type": run_started, step_started, llm_response,
-    tool_started, tool_progress, tool_finished; the caller writes the last, run_finished,
-    with the result."""
+    tool_started, tool_refused, tool_progress, tool_finished, step_finished (every step, an
+    unparsable reply too); the caller writes the last, run_finished, with the result. The
+    schema: docs/cli.md.
+    `session` is the run's session id, for run_started."""
 
     stream: Any
     redact: Callable[[Any], Any] = lambda obj: obj
+    session: str | None = None
 
     def __call__(self, event: Event) -> None:
         match event:
             case RunStarted(task=task, settings=settings):
-                self.write({"type": "run_started", "task": task, **settings})
+                self.write({"type": "run_started", "schema_version": OUTPUT_SCHEMA_VERSION,
+                            "session": self.session, "task": task, **settings})  # fmt: skip
             case StepStarted(iteration=i, max_iterations=n):
                 self.write({"type": "step_started", "iteration": i, "max_iterations": n})
             case LlmResponded(iteration=i, response=response, seconds=seconds):
                 line = {"type": "llm_response", "iteration": i, **response.to_dict()}
+                if response.attempts:  # the failed attempts before it
+                    line["attempts"] = [asdict(a) for a in response.attempts]
                 self.write({**line, "seconds": round(seconds, 3)})
             case ToolStarted(iteration=i, action=action):
                 self.write({"type": "tool_started", "iteration": i, "tool": action.tool_name,
@@ -224,11 +275,21 @@ class JsonLinesWriter:
                 self.write({"type": "tool_progress", "iteration": i, "tool": tool,
                             "progress": done, "total": total,
                             "message": event.message})  # fmt: skip
+            case ToolRefused(iteration=i, action=action, by=by, reason=reason):
+                self.write({"type": "tool_refused", "iteration": i, "tool": action.tool_name,
+                            "by": by, "reason": reason})  # fmt: skip
             case ToolFinished(iteration=i, observation=obs, seconds=seconds):
                 self.write({"type": "tool_finished", "iteration": i,
                             "tool": obs.action.tool_name, "content": obs.content,
                             "is_error": obs.is_error, "seconds": round(seconds, 3)}
                            | _image_references(obs))  # fmt: skip
+            case StepFinished(step=step):
+                self.write({"type": "step_finished", "iteration": step.iteration,
+                            "thought": step.thought,
+                            "tools": [a.tool_name for a in step.actions],
+                            "parse_error": step.parse_error or None,
+                            "llm_seconds": round(step.llm_seconds, 3),
+                            "tool_seconds": round(step.tool_seconds, 3)})  # fmt: skip
 
     def write(self, obj: dict[str, Any]) -> None:
         self.stream.write(json_text(self.redact(obj), indent=None) + "\n")
@@ -264,6 +325,11 @@ class TrajectoryRecorder:
             case StepFinished(step=step):
                 self._data["steps"].append(step.to_dict())
                 self.write()
+            case LlmFailed(iteration=i, error=error, attempts=attempts):
+                # No step: the call never answered. What it tried is kept beside the steps.
+                attempts_data = [asdict(a) for a in attempts]
+                self._data["failed_call"] = {"iteration": i, "error": error,
+                                             "attempts": attempts_data}  # fmt: skip
             case RunFinished(result=result):
                 self._data["result"] = result
                 self.write()
@@ -278,6 +344,17 @@ class TrajectoryRecorder:
             logger.debug("trajectory write failed", exc_info=True)
         else:
             self.error = None
+
+
+def run_diff(diffs: dict[str, str], limit: int = MAX_OUTPUT_DIFF_CHARS) -> tuple[str, bool]:
+    """The run's unified diff, every changed file's in turn, and whether it was cut: at most
+    `limit` characters, cut at a line's end with a last line saying how much is left out."""
+    text = "".join(diff if diff.endswith("\n") else diff + "\n" for diff in diffs.values())
+    if len(text) <= limit:
+        return text, False
+    cut = text.rfind("\n", 0, limit) + 1
+    left = text[cut:]
+    return f"{text[:cut]}[... diff cut: {len(left):,} more characters ...]\n", True
 
 
 def json_text(obj: Any, indent: int | None = 2) -> str:

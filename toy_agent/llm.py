@@ -28,15 +28,18 @@ from pathlib import Path
 from typing import Any
 
 from toy_agent.messages import (
+    FailedAttempt,
     Image,
     LlmResponse,
     Message,
+    RetryCallback,
     StopReason,
     TextCallback,
     ToolCall,
     ToolSpec,
     Usage,
 )
+from toy_agent.redaction import mask_key
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +47,11 @@ logger = logging.getLogger(__name__)
 class LlmError(Exception):
     """The provider failed in a way the agent cannot recover from (exit code 3).
 
-    `status` is the HTTP status when there was one; the message names the fix.
+    `status` is the HTTP status when there was one; the message names the fix. `attempts`:
+    each attempt of the call that failed, the last one included, when the client records them.
     """
+
+    attempts: tuple[FailedAttempt, ...] = ()
 
     def __init__(self, provider: str, message: str, status: int | None = None):
         self.provider = provider
@@ -64,7 +70,9 @@ class LlmClient(ABC):
     Implementations convert `messages` to their provider's wire format, call it (retrying
     transient failures), and return the text, any native tool calls, usage and stop reason.
     `tools` is given only in native tool-calling mode. `on_text` receives text deltas when
-    the caller wants streaming; clients that cannot stream may ignore it.
+    the caller wants streaming; clients that cannot stream may ignore it. `on_retry`, given
+    only with `on_text`, hears that an attempt failed and another starts: the text streamed
+    so far is void. Clients that never retry may ignore it.
     """
 
     provider: str = "llm"
@@ -84,6 +92,7 @@ class LlmClient(ABC):
         *,
         tools: Sequence[ToolSpec] | None = None,
         on_text: TextCallback | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> LlmResponse: ...
 
 
@@ -138,6 +147,7 @@ class ReplayLlmClient(LlmClient):
         *,
         tools: Sequence[ToolSpec] | None = None,
         on_text: TextCallback | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> LlmResponse:
         if self._next >= len(self._responses):
             raise LlmError(
@@ -158,11 +168,38 @@ class ReplayLlmClient(LlmClient):
             r.content for r in sent.tool_results))  # fmt: skip
         for recorded in self._observations[step - 1]:
             if _normalise(recorded) not in now:
+                line, then, today = first_difference(_normalise(recorded), now)
                 raise ReplayDiverged(
                     f"the replay left the recording at step {step}: the tools answered "
-                    f"differently. Recorded: {_one_line(recorded, 300)!r}; now: "
-                    f"{_one_line(now, 300)!r} (--replay-lenient replays anyway)",
+                    f"differently, first in line {line} of the observation. Recorded: "
+                    f"{then!r}; now: {today!r} (--replay-lenient replays anyway)",
                 )
+
+
+def first_difference(recorded: str, now: str, context: int = 40) -> tuple[int, str, str]:
+    """Where `recorded` stops being found in `now`: its line number, and the line of each at
+    that point, cut to `context` characters either side of it (`…` marks a cut). `now` is
+    the whole message sent, so the point in it is where the longest start of `recorded`
+    that it holds ends."""
+    low, high = 0, len(recorded)
+    while low < high:  # the longest start of recorded found in now
+        middle = (low + high + 1) // 2
+        if recorded[:middle] in now:
+            low = middle
+        else:
+            high = middle - 1
+    at_now = now.find(recorded[:low]) + low if low else 0
+    line = recorded.count("\n", 0, low) + 1
+    return line, _around(recorded, low, context), _around(now, at_now, context)
+
+
+def _around(text: str, point: int, context: int) -> str:
+    """The line of `text` holding `point`, cut to `context` characters either side."""
+    start = text.rfind("\n", 0, point) + 1
+    end = text.find("\n", point)
+    end = len(text) if end < 0 else end
+    left, right = max(start, point - context), min(end, point + context)
+    return f"{'…' if left > start else ''}{text[left:right]}{'…' if right < end else ''}"
 
 
 _TIMING = re.compile(r"\b\d+(?:\.\d+)?s\b")
@@ -283,7 +320,9 @@ def create_llm_client(
         raise LlmConfigError(f"unknown LLM provider {provider!r}: use one of {names}")
     key, url = resolve_settings(provider, None, base_url, environ)
     client = PROVIDER_CLASSES[provider]
-    return client(key, model, base_url=url, max_retries=max_retries, timeout=timeout)
+    return client(
+        key, model, base_url=url, max_retries=max_retries, timeout=timeout, environ=environ
+    )
 
 
 # --- retries and errors ---------------------------------------------------------------------
@@ -415,13 +454,17 @@ def _tool_fields(tool: ToolSpec) -> tuple[str, str, dict[str, Any]]:
 # --- the shared client ----------------------------------------------------------------------
 
 
+def _attempt_error(failure: _Failure) -> str:
+    return f"HTTP {failure.status}: {failure.message}" if failure.status else failure.message
+
+
 class _ProviderClient(LlmClient):
     """Retries, error messages and logging shared by the SDK-backed clients.
 
     Each subclass states its provider's facts: `provider` (the --llm-provider name),
     `default_model`, `key_envs` (the key variables, first preferred), `base_url_env` and
-    `default_base_url`. `api_key` and `base_url` default to those variables;
-    `create_llm_client` resolves them from an explicit `environ` instead.
+    `default_base_url`. `api_key` and `base_url` default to those variables, read from
+    `environ` (the process environment unless given), like any other setting a provider has.
 
     The SDKs' own retries are off (max_retries=0): anthropic and openai neither cap a long
     Retry-After nor log at WARNING, and google-genai ignores Retry-After; one loop here gives
@@ -433,6 +476,7 @@ class _ProviderClient(LlmClient):
     key_envs: tuple[str, ...] = ()
     base_url_env = ""
     default_base_url = ""
+    api_version_env = ""  # a variable choosing the API version, where the provider has one
     retry_base_delay = 1.0  # seconds of backoff before the first retry; tests set 0
     _parse: Callable[[dict[str, Any]], LlmResponse]  # one of the from_*_response functions
 
@@ -445,9 +489,11 @@ class _ProviderClient(LlmClient):
         max_retries: int = 4,
         timeout: float = 120.0,
         max_tokens: int = 8192,
+        environ: Mapping[str, str] | None = None,
     ):
+        self._environ = os.environ if environ is None else environ
         self._api_key, self.base_url = resolve_settings(
-            self.provider, api_key, base_url, os.environ
+            self.provider, api_key, base_url, self._environ
         )
         self.model = model or self.default_model
         self.max_retries, self.timeout, self.max_tokens = max(0, max_retries), timeout, max_tokens
@@ -475,6 +521,21 @@ class _ProviderClient(LlmClient):
     def _failure(self, exc: Exception) -> _Failure | None:
         """The SDK's own exception types as a `_Failure`; None for anything else."""
 
+    def _whole_reply(self, response: Any, on_text: TextCallback) -> dict[str, Any] | None:
+        """The complete reply, when a proxy answered a streamed request with one JSON message
+        instead of an event stream (LiteLLM does for some models): the SDK would find no
+        events in it and we would take it for a cut stream. Its text goes to `on_text` whole.
+        None when `response` (an httpx response, body unread) is an event stream."""
+        content_type = response.headers.get("content-type", "")
+        if content_type.split(";")[0].strip().lower() != "application/json":
+            return None
+        data = json.loads(response.read())
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        if text := self._parse(data).text:
+            on_text(text)
+        return data
+
     def call_llm(
         self,
         system_prompt: str,
@@ -482,11 +543,14 @@ class _ProviderClient(LlmClient):
         *,
         tools: Sequence[ToolSpec] | None = None,
         on_text: TextCallback | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> LlmResponse:
         shape = (self.provider, self.model, self.max_tokens, len(messages), len(tools or ()))
         logger.debug("%s request: model=%s max_tokens=%d messages=%d tools=%d", *shape)
         started = time.monotonic()
-        data = self._send_with_retries(system_prompt, messages, tools or (), on_text)
+        data, attempts = self._send_with_retries(
+            system_prompt, messages, tools or (), on_text, on_retry if on_text else None
+        )
         try:
             logger.debug("%s response: %s", self.provider, json.dumps(data, default=str))
             response = self._parse(data)
@@ -501,7 +565,7 @@ class _ProviderClient(LlmClient):
             *(self.provider, self.model, u.input_tokens, u.cached_tokens, u.output_tokens),
             *(response.stop_reason, time.monotonic() - started),
         )
-        return response
+        return replace(response, attempts=attempts)
 
     def _send_with_retries(
         self,
@@ -509,22 +573,30 @@ class _ProviderClient(LlmClient):
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         on_text: TextCallback | None,
-    ) -> dict[str, Any]:
-        streamed = False  # once text reached the caller, a retry would show it twice
-        attempt = 0
+        on_retry: RetryCallback | None,
+    ) -> tuple[dict[str, Any], tuple[FailedAttempt, ...]]:
+        """The reply, and the attempts that failed before it. Transient failures are retried
+        up to `max_retries` times, with backoff. A stream that fails after it returned text
+        is retried once at most: the model wrote (and was paid for) that text, and a proxy
+        that cuts one long reply tends to cut the next."""
+        failed: list[FailedAttempt] = []
+        live = 0  # the attempt whose text is passed on; -1 once it failed
+        streamed: list[str] = []  # the text the live attempt passed on
 
         def emit(delta: str, of_attempt: int) -> None:
-            nonlocal streamed
-            if of_attempt == attempt and on_text is not None:  # late text of an abandoned
-                streamed = True  # attempt is dropped
+            if of_attempt == live and on_text is not None:  # late text of an abandoned
+                streamed.append(delta)  # attempt (past the deadline) is dropped
                 on_text(delta)
 
+        retried_after_text = False
         for attempt in range(self.max_retries + 1):
+            live, streamed = attempt, []
             sink = functools.partial(emit, of_attempt=attempt) if on_text else None
             try:
-                return self._within_deadline(
+                data = self._within_deadline(
                     functools.partial(self._send, system_prompt, messages, tools, sink)
                 )
+                return data, tuple(failed)
             except Exception as exc:
                 failure = (
                     self._failure(exc)
@@ -533,14 +605,29 @@ class _ProviderClient(LlmClient):
                 )
                 if failure is None:
                     raise
-                if not failure.retryable or attempt == self.max_retries or streamed:
-                    raise self._error(failure, attempt) from exc
+                live = -1  # first: no text of this attempt may follow
+                partial = "".join(streamed)
+                failed.append(
+                    FailedAttempt(self._redact(_attempt_error(failure)), self._redact(partial))
+                )
+                if (
+                    not failure.retryable
+                    or attempt == self.max_retries
+                    or (partial and retried_after_text)
+                ):
+                    error = self._error(failure, attempt)
+                    error.attempts = tuple(failed)
+                    raise error from exc
+                retried_after_text = retried_after_text or bool(partial)
                 delay = retry_delay(attempt, failure.retry_after, self.retry_base_delay)
                 logger.warning(
-                    "%s API error %s: %s; retry %d/%d in %.1fs",
+                    "%s API error %s: %s; retry %d/%d in %.1fs%s",
                     *(self.provider, failure.status or "(no response)"),
                     *(self._redact(failure.message), attempt + 1, self.max_retries, delay),
+                    f" (after {len(partial)} characters of reply)" if partial else "",
                 )
+                if on_retry is not None:
+                    on_retry(failed[-1])
                 time.sleep(delay)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -577,6 +664,8 @@ class _ProviderClient(LlmClient):
             404: f"check the model name ({self.model}) and the base URL ({self.base_url})",
         }
         message = failure.message
+        if failure.retryable and not failure.hint:  # the provider's trouble, not the settings'
+            hints.setdefault(failure.status or 0, "try again later, or raise --max-retries")
         if hint := failure.hint or hints.get(failure.status or 0):
             message += f" — {hint}"
         if retries:
@@ -584,7 +673,7 @@ class _ProviderClient(LlmClient):
         return LlmError(self.provider, self._redact(message), failure.status)
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._api_key, "***") if self._api_key else text
+        return mask_key(text, self._api_key)
 
 
 # --- Images: which models take them ----------------------------------------------------------
@@ -735,6 +824,8 @@ class ClaudeLlmClient(_ProviderClient):
         if on_text is None:
             return self._sdk.messages.create(**request).to_dict()
         with self._sdk.messages.stream(**request) as stream:
+            if (whole := self._whole_reply(stream.response, on_text)) is not None:
+                return whole
             for delta in stream.text_stream:
                 on_text(delta)
             try:
@@ -753,6 +844,7 @@ class ClaudeLlmClient(_ProviderClient):
 
 # --- Gemini (google-genai generate_content) -------------------------------------------------
 
+GEMINI_API_VERSION_ENV = "GOOGLE_GENAI_API_VERSION"  # google-genai's own variable
 _GEMINI_SAFETY = ("SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY")
 _GEMINI_STOPS: dict[str | None, StopReason] = {"STOP": "end", "MAX_TOKENS": "max_tokens"}
 _GEMINI_STOPS.update(dict.fromkeys(_GEMINI_SAFETY, "safety"))
@@ -798,6 +890,18 @@ def to_gemini_contents(messages: Sequence[Message]) -> list[dict[str, Any]]:
         else:
             out.append({"role": role, "parts": parts})
     return out
+
+
+def gemini_api_version(base_url: str, environ: Mapping[str, str]) -> str | None:
+    """The version in the request path (`/v1beta/models/...`): GOOGLE_GENAI_API_VERSION when
+    set ("beta" is v1beta, as google-genai reads it); else, behind a custom base URL, v1beta,
+    the version proxies (LiteLLM, API gateways) serve, where the SDK would ask for v1. None
+    leaves google-genai's own default for Google's URL."""
+    version = environ.get(GEMINI_API_VERSION_ENV, "").strip()
+    if version:
+        return "v1beta" if version == "beta" else version
+    custom = base_url.rstrip("/") != GeminiLlmClient.default_base_url.rstrip("/")
+    return "v1beta" if custom else None
 
 
 def _gemini_parts(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -862,13 +966,16 @@ class GeminiLlmClient(_ProviderClient):
     key_envs = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
     base_url_env = "GOOGLE_GEMINI_BASE_URL"
     default_base_url = "https://generativelanguage.googleapis.com/"
+    api_version_env = GEMINI_API_VERSION_ENV
     _parse = staticmethod(from_gemini_response)
 
     def _make_sdk(self) -> Any:
         from google import genai
 
         http_options = genai.types.HttpOptions(
-            base_url=self.base_url, timeout=int(self.timeout * 1000)
+            base_url=self.base_url,
+            timeout=int(self.timeout * 1000),
+            api_version=gemini_api_version(self.base_url, self._environ),
         )
         return genai.Client(api_key=self._api_key, vertexai=False, http_options=http_options)
 
@@ -1070,6 +1177,8 @@ class OpenAICompatibleLlmClient(_ProviderClient):
         if on_text is None:
             return create(**request).to_dict()
         stream = create(**request, stream=True, stream_options={"include_usage": True})
+        if (whole := self._whole_reply(stream.response, on_text)) is not None:
+            return whole
         data = merge_openai_chunks((chunk.to_dict() for chunk in stream), on_text)
         if data["choices"][0]["finish_reason"] is None:
             raise _StreamCut("the stream ended without a finish_reason")

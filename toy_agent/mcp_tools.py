@@ -514,6 +514,8 @@ class McpTools:
                         "description": description,
                         "parameters": tool.input_schema,
                         "server": server.config.name,
+                        # the server's word that the tool changes nothing (read-only runs)
+                        "read_only": _read_only_hint(tool),
                     }
                 )
                 if name != tool.name:
@@ -801,3 +803,11 @@ def _within_limits(label: str, tools: list[Any]) -> list[Any]:
         else:
             kept.append(tool)
     return kept
+
+
+def _read_only_hint(tool: Any) -> bool:
+    """Whether the server annotates the tool readOnlyHint=true. Only a hint (a server can
+    lie), but the server is one the user chose to start; unannotated tools count as changing."""
+    annotations = getattr(tool, "annotations", None)
+    hint = getattr(annotations, "read_only_hint", getattr(annotations, "readOnlyHint", None))
+    return hint is True  # the SDK's field (read_only_hint), or readOnlyHint in older ones

@@ -218,6 +218,17 @@ class Message:
         )
 
 
+@dataclass(frozen=True)
+class FailedAttempt:
+    """An attempt at one LLM call that failed and was retried: why, and the text it had
+    streamed before it failed (void: the retry starts the reply again)."""
+
+    error: str
+    partial_text: str = ""
+
+
+RetryCallback = Callable[[FailedAttempt], None]
+
 # Why a response ended, normalised across providers.
 StopReason = Literal["end", "tool_use", "max_tokens", "safety", "other"]
 
@@ -230,6 +241,7 @@ class LlmResponse:
     stop_reason: StopReason = "end"
     model: str = ""
     seconds: float = 0.0  # how long the call took; set by the agent, not recorded
+    attempts: tuple[FailedAttempt, ...] = ()  # the failed attempts before this reply
 
     def to_dict(self) -> dict[str, Any]:
         return {

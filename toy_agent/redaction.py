@@ -155,6 +155,18 @@ def is_secret_variable(name: str, value: str) -> bool:
         return True
 
 
+def mask_key(text: str, key: str, mask: str = "***") -> str:
+    """`text` with the API key `key` masked, for a provider's error message (which may echo
+    the key). A key under MIN_SECRET_LENGTH characters (`OPENAI_API_KEY=x`, common with local
+    servers that ignore it) is masked only where it stands as a whole token, never inside
+    words: masking every `x` would garble the message and protect nothing."""
+    if not key:
+        return text
+    if len(key) >= MIN_SECRET_LENGTH:
+        return text.replace(key, mask)
+    return re.sub(rf"(?<![\w.\-/]){re.escape(key)}(?![\w\-/]|\.\w)", mask, text)
+
+
 class Redactor:
     """Replaces secrets in text with [REDACTED], in one pass of one compiled regex."""
 

@@ -23,17 +23,21 @@ from typing import TYPE_CHECKING, Any, TextIO
 from toy_agent.events import (
     Event,
     LlmResponded,
+    LlmRetrying,
     RunFinished,
     RunStarted,
+    StepFinished,
     StepStarted,
     TextDelta,
     ToolFinished,
     ToolProgress,
+    ToolRefused,
     ToolStarted,
     json_text,
 )
-from toy_agent.messages import visible
+from toy_agent.messages import FailedAttempt, visible
 from toy_agent.parsing import Action
+from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
 if TYPE_CHECKING:
@@ -211,10 +215,12 @@ class TerminalView:
         self._tool: Action | None = None  # the tool call running (its progress joins it)
         self._tool_format = "xml"
         self._thought = ThoughtText()
+        self._step = ""  # "step 2/10", for the live line
         self._streamed = False
         self._partial = ""  # the streamed thought's unfinished line, shown in the live region
         self._stream_lines = 0
         self._stream_gap = False
+        self._refused: tuple[Action, str, str] | None = None
         self._live = Live(
             console=self.console, get_renderable=self._live_line, refresh_per_second=10,
             transient=True,
@@ -225,9 +231,11 @@ class TerminalView:
             case RunStarted(settings=settings):
                 self._tool_format = str(settings.get("tool_format", "xml"))
             case StepStarted(iteration=i, max_iterations=n):
-                self._thought = ThoughtText(self._tool_format)
-                self._streamed, self._stream_lines, self._stream_gap = False, 0, False
-                self._set_status(f"step {i}/{n} thinking")
+                self._new_reply()
+                self._step = f"step {i}/{n}"
+                self._set_status(f"{self._step} thinking")
+            case LlmRetrying(attempt=attempt):
+                self._show_retry(attempt)
             case TextDelta(text=text):
                 self._streamed = True
                 self._stream(self._thought.feed(text))
@@ -241,9 +249,18 @@ class TerminalView:
                 label = f"running {describe_action(self._tool)}" if self._tool else ""
                 self._status = (f"{label} · {visible(event.text)}", since)
                 self._live.refresh()
+            case ToolRefused(action=action, by=by, reason=reason):
+                self._refused = (action, by, reason)
             case ToolFinished(observation=obs, seconds=seconds):
                 self._status = None
-                self._show_tool(obs.action, obs.content, obs.is_error, seconds)
+                if self._refused is not None and self._refused[0] is obs.action:
+                    self._show_refused(*self._refused)
+                else:
+                    self._show_tool(obs.action, obs.content, obs.is_error, seconds)
+                self._refused = None
+            case StepFinished(step=step) if step.parse_error:
+                self._show_note("reply not understood, the model was told: "
+                                f"{_first_line(visible(step.parse_error))}")  # fmt: skip
             case RunFinished():
                 self.close()
 
@@ -285,6 +302,24 @@ class TerminalView:
 
     # -- lines above the live line --------------------------------------------------------
 
+    def _new_reply(self) -> None:
+        self._thought = ThoughtText(self._tool_format)
+        self._streamed, self._stream_lines, self._stream_gap = False, 0, False
+
+    def _show_retry(self, attempt: FailedAttempt) -> None:
+        """The failed attempt's streamed text stays on screen, marked void, and the retry's
+        text starts on a line of its own: the two are never run together."""
+        from rich.text import Text
+
+        if self._streamed:
+            if self._partial:
+                self._stream_line(self._partial)
+                self._partial = ""
+            head = Text("  ↻ retrying, the text above is void: ", style="yellow")
+            self._print_line(self._fitted(_first_line(visible(attempt.error)), head=head))
+        self._new_reply()
+        self._set_status(f"{self._step} retrying")
+
     def _show_thought(self, text: str, seconds: float) -> None:
         from rich.text import Text
 
@@ -306,6 +341,20 @@ class TerminalView:
         took = Text(f" {seconds:.2f}s", style="dim")
         error = f" {_first_line(visible(content))}" if is_error else ""
         self._print_line(self._fitted(describe_action(action), head=mark, tail=took, after=error))
+
+    def _show_refused(self, action: Action, by: str, reason: str) -> None:
+        from rich.text import Text
+
+        mark = Text("  ⊘ ", style="yellow")
+        who = {"user": "declined by you", "rule": "refused", "mode": "not run"}[by]
+        after = f" {who}" + (f": {visible(reason)}" if reason else "")
+        self._print_line(self._fitted(describe_action(action), head=mark, after=after))
+
+    def _show_note(self, text: str) -> None:
+        """A calm line about the run itself (a reply the model must send again)."""
+        from rich.text import Text
+
+        self._print_line(self._fitted(text, head=Text("  · ", style="dim")))
 
     def _print_line(self, line: Text) -> None:
         self.console.print(line, no_wrap=True, overflow="ellipsis")  # print's own say, not line's
@@ -431,26 +480,31 @@ def run_banner(
     replay: str | None = None,
     mcp: bool = False,
     instructions: str = "",
+    permissions: Permissions | None = None,
 ) -> str:
     """The first line on a terminal, printed before the provider's SDK loads (seconds, for
     some): `toy-agent · claude claude-sonnet-5-5 · ~/src/app · AGENTS.md · 7 tools · sandbox
     bwrap`. All of it is known from the flags; MCP servers are connected later, so only named.
-    `instructions` names the project's instructions file, when the prompt has one."""
+    `instructions` names the project's instructions file, when the prompt has one; a
+    permission mode other than auto is named too."""
     from toy_agent.llm import PROVIDER_CLASSES
     from toy_agent.routes import RouteTable
 
+    permissions = permissions or Permissions()
     if provider == "replay":
         model = Path(replay).name if replay else ""
     elif not model and provider in PROVIDER_CLASSES:
         model = PROVIDER_CLASSES[provider].default_model
-    count = len(RouteTable.build(tools).specs)
+    count = len(RouteTable.build(OfferedTools.of(tools, permissions)).specs)
+    commands = tools.allow_commands and not permissions.read_only
     parts = [
         "toy-agent",
         f"{provider} {model}".strip(),
         _short_path(repo),
         *([instructions] if instructions else []),
         f"{count} tools" + (" + MCP" if mcp else ""),
-        f"sandbox {tools.sandbox}" if tools.allow_commands else "no commands",
+        f"sandbox {tools.sandbox}" if commands else "no commands",
+        *([permissions.mode] if permissions.mode != "auto" else []),
     ]
     return visible(" · ".join(parts))
 
@@ -501,7 +555,9 @@ def format_summary(
     if result.get("sandbox"):
         lines.append(f"sandbox: {result['sandbox']}")
     if result.get("tool_errors") or result.get("declined"):
-        declined = f" ({result['declined']} declined by you)" if result.get("declined") else ""
+        why = [f"{result['declined']} declined by you"] if result.get("declined") else []
+        why += [f"{result['refused']} refused"] if result.get("refused") else []
+        declined = f" ({', '.join(why)})" if why else ""
         lines.append(style(f"tool errors: {result.get('tool_errors', 0)}{declined}", "33"))
     if result.get("files_changed"):
         lines.append("files changed:")
@@ -544,25 +600,27 @@ def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
 
 def make_confirm(
     tools: CodeRepositoryTools, ask: Callable[[str, str], str]
-) -> Callable[[Action], bool]:
-    """A --confirm hook: y (yes), n (no), a (yes to everything from now on).
+) -> Callable[[Action], Answer]:
+    """The confirm hook of --confirm and the permission modes that ask: y (yes), a (yes to
+    everything from now on), n (no), and after n the reason the model is given:
+    `n, use edit_file instead` (see permissions.parse_answer).
 
     `ask(preview, question)` shows what the action would do, asks, and returns the answer
     (EOFError: no answer, which declines): `TerminalView.ask` on a terminal."""
     approve_all = False
 
-    def confirm(action: Action) -> bool:
+    def confirm(action: Action) -> Answer:
         nonlocal approve_all
         if approve_all:
-            return True
+            return Answer(True)
         preview = visible(preview_action(action, tools))
-        question = f"Allow {describe_action(action)}? [y]es/[n]o/[a]ll: "
+        question = f"Allow {describe_action(action)}? [y]es/[n]o[, why]/[a]ll: "
         try:
-            answer = ask(preview, question).strip().lower()
+            answer = parse_answer(ask(preview, question))
         except EOFError:
-            return False
-        approve_all = answer in ("a", "all")
-        return approve_all or answer in ("y", "yes")
+            return Answer(False, unanswered=True)
+        approve_all = answer.always
+        return answer
 
     return confirm
 

@@ -24,6 +24,7 @@ STARTED = time.time()  # before the SDK's import, which takes a while (--times-f
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
 from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
 from mcp.server.mcpserver.utilities.types import Image  # noqa: E402
+from mcp.types import ToolAnnotations  # noqa: E402
 from pydantic import Field  # noqa: E402
 
 
@@ -112,8 +113,9 @@ NOTIFYING = [steps, shout]
 def build_server(only: set[str] | None, many: int = 0) -> MCPServer:
     server = MCPServer("demo", log_level="WARNING")
     for tool in TOOLS if only is None else [*TOOLS, *HOSTILE, *NOTIFYING]:
-        if only is None or tool.__name__ in only:
-            server.tool()(tool)
+        if only is None or tool.__name__ in only:  # two say they change nothing
+            read_only = ToolAnnotations(readOnlyHint=True) if tool in (echo, add) else None
+            server.tool(annotations=read_only)(tool)
     for n in range(many):  # echo again, under other names
         server.tool(name=f"echo_{n:03d}")(echo)
     return server
