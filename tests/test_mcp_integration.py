@@ -216,6 +216,12 @@ def test_stream_json_carries_an_mcp_tools_progress(repo, tmp_path, capsys):
     ]  # fmt: skip
     kinds = [line["type"] for line in lines]
     assert kinds.index("tool_started") < kinds.index("tool_progress") < kinds.index("tool_finished")
+    import jsonschema  # a dependency of mcp
+
+    schema = json.loads((Path(__file__).parent.parent / "docs" / "output.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    for line in lines:
+        validator.validate(line)  # tool_progress is in the documented schema
 
 
 def test_a_replay_without_task_replays_the_recorded_task(repo, tmp_path, capsys):
