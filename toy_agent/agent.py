@@ -212,7 +212,7 @@ class ReactAgent:
                     self.usage, time.monotonic() - started, tuple(changes.diff_stat()), diffs,
                     self._run.tool_errors, self._run.declined, self.cost.since(spent),
                 )  # fmt: skip
-                self._emit(RunFinished(result.to_dict()))
+                self._emit(RunFinished(result.to_dict(), diffs))
                 return result
             finally:
                 self._run = None

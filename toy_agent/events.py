@@ -111,6 +111,7 @@ class StepFinished:
 @dataclass(frozen=True)
 class RunFinished:
     result: dict[str, Any]
+    diffs: dict[str, str] = field(default_factory=dict)  # path -> unified diff, as in RunResult
 
 
 Event = (
@@ -230,8 +231,9 @@ class TrajectoryRecorder:
             case StepFinished(step=step):
                 self._data["steps"].append(step.to_dict())
                 self.write()
-            case RunFinished(result=result):
+            case RunFinished(result=result, diffs=diffs):
                 self._data["result"] = result
+                self._data["diffs"] = diffs  # what `toy-agent report` shows as the run's diff
                 self.write()
 
     def write(self) -> None:
