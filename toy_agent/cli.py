@@ -352,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     the garbage collector paused, see _collector_paused) and return its exit code."""
     as_process = argv is None
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:  # `toy-agent report PATH...`: a command of its own
+        from toy_agent.report import main as report
+
+        return report(argv[1:])
     debug = "DEBUG" in argv
     stopped_by: list[int] = []
     with _stop_signals_interrupt(stopped_by), _collector_paused(as_process) as started:
