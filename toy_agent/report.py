@@ -57,7 +57,9 @@ CHART_WIDTH, CHART_HEIGHT, CHART_LEFT, CHART_BOTTOM = 1000, 200, 64, 8
 _REPEAT = re.compile(r"Warning: you have called (\S+) with the same parameters (\d+) times")
 _SANDBOX_NOTE = "[Note: commands run in a bubblewrap sandbox"
 _DECLINED = "The user declined this action; it was not run."
-_REFUSED = re.compile(r"\brefus(?:ed|ing)\b", re.IGNORECASE)
+_REFUSED = re.compile(
+    r"\brefus(?:ed|ing)\b|is outside the repository|leads outside|off limits", re.IGNORECASE
+)  # the tools' refusals: a path outside the repository, .git/, a symlink escape
 _CUT = re.compile(r"\[\.\.\. [\d,]+ (?:characters cut here|bytes \([\d,]+ lines\) of output cut)")
 
 
@@ -438,7 +440,8 @@ def load_batch(folder: Path, redactor: Redactor, links: _Links, label: str) -> B
     prefix = f"{label.lower()}-" if label else ""
     notes: list[str] = []
     runs = []
-    for index, record in enumerate(records.values(), 1):
+    ordered = sorted(records.values(), key=lambda r: _natural(r["id"]))
+    for index, record in enumerate(ordered, 1):
         run = _batch_run(folder, record, f"{prefix}run-{index}", redactor, links, notes)
         runs.append(_with(run, back=f"{prefix}batch"))
     return BatchView(
@@ -864,6 +867,11 @@ def _clean(redactor: Redactor, text: str, cap: int) -> str:
         text = (f"{text[:half]}\n[... {cut:,} characters cut here for this report; the "
                 f"trajectory has them all ...]\n{text[-half:]}")  # fmt: skip
     return visible(redactor.redact(text))
+
+
+def _natural(text: str) -> list[Any]:
+    """A sort key that puts t2 before t10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 def _paths(files: Any, redactor: Redactor) -> tuple[str, ...]:
