@@ -363,8 +363,8 @@ def test_the_run_page_shows_the_timeline_warnings_and_coloured_diff(
     assert {"repeat", "parse", "refused"} <= set(tags)
     assert page.find("details", class_="obs")  # observations fold
     diff = page.find("pre", class_="diff")[0]
-    assert [s.text for s in page.find("span", class_="del")] == ["-print('helo')"]
-    assert [s.text for s in page.find("span", class_="add")] == ["+print('hello')"]
+    assert [s.text.rstrip() for s in page.find("span", class_="del")] == ["-print('helo')"]
+    assert [s.text.rstrip() for s in page.find("span", class_="add")] == ["+print('hello')"]
     assert "hello.py" in run.text and diff.text
 
 
@@ -424,7 +424,7 @@ def test_a_saved_session_gets_a_page_of_its_runs_and_diff(
     assert session.id in page.by_id("session").text
     run = page.by_id("run-1")
     assert "fix the greeting" in run.text and "edit_file" in run.text
-    assert [s.text for s in page.find("span", class_="add")] == ["+print('hello')"]
+    assert [s.text.rstrip() for s in page.find("span", class_="add")] == ["+print('hello')"]
 
 
 # ------------------------------------------------------------------------- safe to open

@@ -51,7 +51,8 @@ class Caps:
 RUN_CAPS = Caps(text=20_000, diff=400_000)
 BATCH_CAPS = Caps(text=2_000, diff=40_000)
 FOLD_CHARS, FOLD_LINES = 400, 8  # an observation longer than this starts folded
-CHART_WIDTH, CHART_HEIGHT, CHART_LEFT, CHART_BOTTOM = 1000, 200, 64, 8
+CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_LEFT, CHART_BOTTOM = 1000, 170, 12, 64, 8
+MAX_BAR_STEP = 40  # a few tasks get slim bars, not a wall
 
 # What the agent writes into an observation or a parse error, by the rule that wrote it.
 _REPEAT = re.compile(r"Warning: you have called (\S+) with the same parameters (\d+) times")
@@ -972,7 +973,7 @@ def _bar_chart(
     if top <= 0:
         return None
     plot = CHART_WIDTH - CHART_LEFT
-    step = plot / len(runs)
+    step = min(plot / len(runs), MAX_BAR_STEP)
     gap = step * 0.15 if step >= 4 else 0.0
     bars = []
     for i, (run, parts) in enumerate(zip(runs, segments, strict=True)):
@@ -981,14 +982,14 @@ def _bar_chart(
         for kind, value in parts:
             if value <= 0:
                 continue
-            h = value / top * (CHART_HEIGHT - 4)
+            h = value / top * (CHART_HEIGHT - CHART_TOP)
             y -= h
             label = f"{run.name}: {show(total)}" + (f" ({kind} {show(value)})" if len(parts) > 1
                                                     else "")  # fmt: skip
             bars.append(Bar(round(CHART_LEFT + i * step, 2), round(y, 2),
                             round(max(step - gap, 0.5), 2), round(h, 2), kind, label,
                             f"#{run.anchor}"))  # fmt: skip
-    ticks = tuple((round(CHART_HEIGHT - f * (CHART_HEIGHT - 4), 2), show(top * f))
+    ticks = tuple((round(CHART_HEIGHT - f * (CHART_HEIGHT - CHART_TOP), 2), show(top * f))
                   for f in (0.0, 0.5, 1.0))  # fmt: skip
     return Chart(title, tuple(bars), ticks, legend)
 
