@@ -24,12 +24,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 from urllib.parse import quote
 
 from toy_agent import __version__
 from toy_agent.messages import visible
-from toy_agent.redaction import Redactor
+from toy_agent.redaction import REDACTED, Redactor, is_secret_variable
 
 RESULTS_FILE = "results.jsonl"  # as toy_agent.batch writes them (not imported: it is heavy)
 TRAJECTORY_FORMAT = "toy_agent.trajectory/1"
@@ -40,16 +40,17 @@ TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # batch ids name file
 @dataclass(frozen=True)
 class Caps:
     """How much of each text one page keeps. A single run keeps about what its trajectory
-    has; each run of a batch much less (a thousand of them must open in a browser in
-    seconds), with a link to its trajectory and patch for the rest."""
+    has; each run of a batch much less (a thousand runs of thirty steps must open in a
+    browser in seconds), and links to its trajectory and patch files for the rest."""
 
-    text: int  # a thought, an observation, an action's parameters
+    text: int  # a thought, an action's parameters, the task, the answer
+    observation: int
     diff: int  # a run's whole diff
     line: int = 1_000  # one line of a diff
 
 
-RUN_CAPS = Caps(text=20_000, diff=400_000)
-BATCH_CAPS = Caps(text=2_000, diff=40_000)
+RUN_CAPS = Caps(text=20_000, observation=20_000, diff=400_000)
+BATCH_CAPS = Caps(text=800, observation=500, diff=20_000)
 FOLD_CHARS, FOLD_LINES = 400, 8  # an observation longer than this starts folded
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_LEFT, CHART_BOTTOM = 1000, 170, 12, 64, 8
 MAX_BAR_STEP = 40  # a few tasks get slim bars, not a wall
@@ -61,7 +62,39 @@ _DECLINED = "The user declined this action; it was not run."
 _REFUSED = re.compile(
     r"\brefus(?:ed|ing)\b|is outside the repository|leads outside|off limits", re.IGNORECASE
 )  # the tools' refusals: a path outside the repository, .git/, a symlink escape
-_CUT = re.compile(r"\[\.\.\. [\d,]+ (?:characters cut here|bytes \([\d,]+ lines\) of output cut)")
+_CUT = re.compile(
+    r"\[\.\.\. [\d,]+ (?:characters cut here to fit|bytes \([\d,]+ lines\) of output cut)"
+)
+
+
+class Redacts(Protocol):
+    def redact(self, text: str) -> str: ...
+
+
+class KnownSecrets:
+    """The secrets of this environment (its keys and secret-looking variables, by the
+    redactor's own rule), as literals: fast enough for every text of a thousand runs.
+
+    It is what the report adds to text toy-agent already wrote through the whole redactor
+    (trajectories, session files, results): that text kept no secret of the environment
+    that wrote it, and this removes those of the one reading it. The whole redactor, whose
+    rules read code at about half a megabyte a second, goes over what toy-agent did not
+    write (a patch, a session's diff)."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None):
+        environ = os.environ if environ is None else environ
+        values = {v for name, v in environ.items() if is_secret_variable(name, v)}
+        ordered = sorted(values, key=len, reverse=True)  # a secret holding another, whole
+        self._regex = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+    def redact(self, text: str) -> str:
+        return self._regex.sub(REDACTED, text) if self._regex and text else text
+
+
+@dataclass(frozen=True)
+class Scrub:
+    known: Redacts  # for what toy-agent wrote through its redactor
+    full: Redacts  # for the rest
 
 
 class ReportError(Exception):
@@ -94,6 +127,7 @@ class ObservationView:
     lines: int
     folded: bool
     summary: str  # its first line, for the folded view
+    warnings: tuple[tuple[str, str], ...] = ()  # (kind, text), found in the whole text
 
 
 @dataclass(frozen=True)
@@ -359,26 +393,26 @@ def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
 # ------------------------------------------------------------------------------- loading
 def load_report(paths: Sequence[Path], out: Path) -> Report:
     """What `paths` hold, as the views the template shows. Raises ReportError."""
-    redactor = Redactor()
+    scrub = Scrub(KnownSecrets(), Redactor())
     links = _Links(out.parent)
     if len(paths) == 2:
         for path in paths:
             if not path.is_dir():
                 raise ReportError(f"{path}: comparing needs two batch --out folders")
-        a = load_batch(paths[0], redactor, links, "A")
-        b = load_batch(paths[1], redactor, links, "B")
+        a = load_batch(paths[0], scrub, links, "A")
+        b = load_batch(paths[1], scrub, links, "B")
         return Report("compare", f"{paths[0].name} vs {paths[1].name}",
                       comparison=compare(a, b))  # fmt: skip
     path = paths[0]
     if path.is_dir():
-        batch = load_batch(path, redactor, links, "")
+        batch = load_batch(path, scrub, links, "")
         return Report("batch", f"batch {path.resolve().name}", batch=batch)
     data = _read_json(path)
     if isinstance(data, dict) and data.get("format") == TRAJECTORY_FORMAT:
-        run = run_view(data, "run", "run", redactor, RUN_CAPS)
+        run = run_view(data, "run", "run", scrub.known, RUN_CAPS)
         return Report("run", f"run: {_first_line(run.task, 80)}", run=run)
     if isinstance(data, dict) and data.get("format") == SESSION_FORMAT:
-        session = session_view(data, path, redactor)
+        session = session_view(data, path, scrub)
         return Report("session", f"session {session.id}", session=session)
     raise ReportError(f"{path} is not a toy_agent trajectory, session or batch --out folder")
 
@@ -412,7 +446,7 @@ class _Links:
         return "./" + quote(relative.replace(os.sep, "/"), safe="/._-")
 
 
-def load_batch(folder: Path, redactor: Redactor, links: _Links, label: str) -> BatchView:
+def load_batch(folder: Path, scrub: Scrub, links: _Links, label: str) -> BatchView:
     """A batch's results.jsonl, each task with its trajectory and patch when they exist."""
     if not folder.is_dir():
         raise ReportError(f"{folder}: no such folder")
@@ -443,7 +477,7 @@ def load_batch(folder: Path, redactor: Redactor, links: _Links, label: str) -> B
     runs = []
     ordered = sorted(records.values(), key=lambda r: _natural(r["id"]))
     for index, record in enumerate(ordered, 1):
-        run = _batch_run(folder, record, f"{prefix}run-{index}", redactor, links, notes)
+        run = _batch_run(folder, record, f"{prefix}run-{index}", scrub, links, notes)
         runs.append(_with(run, back=f"{prefix}batch"))
     return BatchView(
         f"{prefix}batch", label, visible(str(folder)), tuple(runs), _charts(runs, prefix),
@@ -455,10 +489,11 @@ def _batch_run(
     folder: Path,
     record: dict[str, Any],
     anchor: str,
-    redactor: Redactor,
+    scrub: Scrub,
     links: _Links,
     notes: list[str],
 ) -> RunView:
+    redactor = scrub.known
     task_id = record["id"]
     safe_id = TASK_ID.fullmatch(task_id) is not None
     trajectory_file = folder / "trajectories" / f"{task_id}.json"
@@ -490,7 +525,7 @@ def _batch_run(
             run_notes.append(f"cannot read {patch_file}: {exc.strerror or exc}")
     check = record.get("check")
     usage = _dict(record.get("usage"))
-    diffs, diff_note = _diff_views(redactor, _split_patch(patch), BATCH_CAPS)
+    diffs, diff_note = _diff_views(scrub.full, _split_patch(patch), BATCH_CAPS)
     if not patch:
         diff_note = "no changes" if not record.get("files_changed") else "no patch file"
     return _with(
@@ -514,7 +549,7 @@ def _batch_run(
     )
 
 
-def _check(check: dict[str, Any], redactor: Redactor) -> CheckView:
+def _check(check: dict[str, Any], redactor: Redacts) -> CheckView:
     code = check.get("exit_code")
     return CheckView(check.get("passed") is True, code if isinstance(code, int) else None,
                      _clean(redactor, str(check.get("output_tail") or ""), 4_000))  # fmt: skip
@@ -524,7 +559,7 @@ def run_view(
     data: dict[str, Any],
     anchor: str,
     name: str,
-    redactor: Redactor,
+    redactor: Redacts,
     caps: Caps,
     record: Mapping[str, Any] | None = None,
 ) -> RunView:
@@ -582,7 +617,7 @@ def run_view(
     )
 
 
-def _step(data: dict[str, Any], number: int, redactor: Redactor, caps: Caps) -> StepView:
+def _step(data: dict[str, Any], number: int, redactor: Redacts, caps: Caps) -> StepView:
     response = _dict(data.get("response"))
     usage = _dict(response.get("usage"))
     iteration = _int(data.get("iteration"), number)
@@ -635,35 +670,43 @@ def _params_text(params: Any) -> str:
     return "\n".join(lines)
 
 
-def _observation(data: dict[str, Any], redactor: Redactor, caps: Caps) -> ObservationView:
+def _observation(data: dict[str, Any], redactor: Redacts, caps: Caps) -> ObservationView:
     raw = str(data.get("content") or "")
-    content = _clean(redactor, raw, caps.text)
+    content = _clean(redactor, raw, caps.observation)
+    tool = _clean(redactor, str(data.get("tool_name") or "?"), 200)
+    is_error = data.get("is_error") is True
     lines = raw.count("\n") + 1
     folded = len(raw) > FOLD_CHARS or lines > FOLD_LINES
-    return ObservationView(_clean(redactor, str(data.get("tool_name") or "?"), 200), content,
-                           data.get("is_error") is True, len(raw), lines, folded,
-                           _first_line(content, 160))  # fmt: skip
+    found = _found(raw, content, tool, is_error)
+    return ObservationView(tool, content, is_error, len(raw), lines, folded,
+                           _first_line(content, 160), found)  # fmt: skip
+
+
+def _found(raw: str, shown: str, tool: str, is_error: bool) -> tuple[tuple[str, str], ...]:
+    """What the agent's rules wrote into an observation: the repeat guard's warning, the
+    sandbox's note, a refusal, a declined action, a cut to the context budget."""
+    found = []
+    repeat = _REPEAT.search(raw)
+    if repeat:
+        found.append(("repeat", f"repeat guard: {repeat[1]} called with the same parameters "
+                      f"{repeat[2]} times in a row"))  # fmt: skip
+    if _SANDBOX_NOTE in raw:
+        found.append(("sandbox", "the sandbox refused something the command did"))
+    if raw.startswith(_DECLINED):
+        found.append(("declined", f"{tool}: declined by the user"))
+    elif is_error:
+        kind = "refused" if _REFUSED.search(raw) else "error"
+        found.append((kind, f"{tool}: {_first_line(shown, 240)}"))
+    if _CUT.search(raw):
+        found.append(("cut", f"{tool}: output cut to fit the context budget"))
+    return tuple(found)
 
 
 def _observation_warnings(obs: ObservationView, iteration: int) -> list[Warn]:
-    found = []
-    repeat = _REPEAT.search(obs.content)
-    if repeat:
-        found.append(Warn("repeat", f"repeat guard: {repeat[1]} called with the same "
-                          f"parameters {repeat[2]} times in a row", iteration))  # fmt: skip
-    if _SANDBOX_NOTE in obs.content:
-        found.append(Warn("sandbox", "the sandbox refused something the command did", iteration))
-    if obs.content.startswith(_DECLINED):
-        found.append(Warn("declined", f"{obs.tool}: declined by the user", iteration))
-    elif obs.is_error:
-        kind = "refused" if _REFUSED.search(obs.content) else "error"
-        found.append(Warn(kind, f"{obs.tool}: {_first_line(obs.content, 240)}", iteration))
-    if _CUT.search(obs.content):
-        found.append(Warn("cut", f"{obs.tool}: output cut to fit the context budget", iteration))
-    return found
+    return [Warn(kind, text, iteration) for kind, text in obs.warnings]
 
 
-def session_view(data: dict[str, Any], path: Path, redactor: Redactor) -> SessionView:
+def session_view(data: dict[str, Any], path: Path, scrub: Scrub) -> SessionView:
     """A saved session: its runs, each with the part of the conversation it added. A session
     keeps no timings nor per-step tokens; the diff is the session's own (`--diff`), and only
     for a session of this user's store (a file from elsewhere names any folder)."""
@@ -671,6 +714,7 @@ def session_view(data: dict[str, Any], path: Path, redactor: Redactor) -> Sessio
     from toy_agent.parsing import ParseError, get_format
     from toy_agent.sessions import Session, SessionError, SessionStore, session_diff
 
+    redactor = scrub.known
     messages, runs = data.get("messages"), data.get("runs")
     if not isinstance(messages, list) or not isinstance(data.get("repo"), str):
         raise ReportError(f'{path} is not a toy_agent session: it needs "repo" and "messages"')
@@ -726,7 +770,7 @@ def session_view(data: dict[str, Any], path: Path, redactor: Redactor) -> Sessio
         try:
             session = Session.from_dict(data, path.stem)
             text = session_diff(store, session)
-            diffs, note = _diff_views(redactor, _split_patch(text), RUN_CAPS)
+            diffs, note = _diff_views(scrub.full, _split_patch(text), RUN_CAPS)
             note = note or ("" if diffs else "no file changed since the session's first edit")
         except (SessionError, OSError, ValueError) as exc:
             note = f"the diff cannot be computed: {exc}"
@@ -743,7 +787,7 @@ def session_view(data: dict[str, Any], path: Path, redactor: Redactor) -> Sessio
 
 
 def _session_step(
-    message: Any, reply: Any, number: int, fmt: Any, redactor: Redactor, response: Any, error: Any
+    message: Any, reply: Any, number: int, fmt: Any, redactor: Redacts, response: Any, error: Any
 ) -> StepView:
     """One assistant message of a session and the observation that answered it."""
     caps = RUN_CAPS
@@ -819,7 +863,7 @@ def _split_patch(text: str) -> list[tuple[str, str]]:
 
 
 def _diff_views(
-    redactor: Redactor, parts: Iterable[tuple[str, str]], caps: Caps
+    redactor: Redacts, parts: Iterable[tuple[str, str]], caps: Caps
 ) -> tuple[tuple[FileDiff, ...], str]:
     """Each file's diff as classed lines, the whole cut at `caps.diff` characters; the note
     says when it was cut."""
@@ -859,14 +903,13 @@ def _line_kind(line: str) -> str:
     return "ctx"
 
 
-def _clean(redactor: Redactor, text: str, cap: int) -> str:
+def _clean(redactor: Redacts, text: str, cap: int) -> str:
     """Text for the page: cut (head and tail), secrets redacted, control characters shown as
     escapes (they could hide or reorder text: bidi overrides)."""
     if len(text) > cap:
         half = cap // 2
         cut = len(text) - 2 * half
-        text = (f"{text[:half]}\n[... {cut:,} characters cut here for this report; the "
-                f"trajectory has them all ...]\n{text[-half:]}")  # fmt: skip
+        text = f"{text[:half]}\n[... {cut:,} characters cut for this report ...]\n{text[-half:]}"
     return visible(redactor.redact(text))
 
 
@@ -875,7 +918,7 @@ def _natural(text: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
-def _paths(files: Any, redactor: Redactor) -> tuple[str, ...]:
+def _paths(files: Any, redactor: Redacts) -> tuple[str, ...]:
     """The paths of a `files_changed` list ({"path", "added", "removed"} each)."""
     if not isinstance(files, list):
         return ()

@@ -78,7 +78,37 @@
     apply();
   }
 
+  // A run page of a batch comes as the text of a <noscript> (see the template): the page's
+  // own markup, every value in it escaped when the page was written. It becomes the page
+  // when the address names it, or something in it (a step: #run-3-s5).
+  var pages = Array.prototype.slice.call(document.querySelectorAll("section.page"));
+
+  function expand(page) {
+    var lazy = page.querySelector(":scope > noscript.lazy");
+    if (!lazy) return false;
+    var template = document.createElement("template");
+    template.innerHTML = lazy.textContent;
+    page.replaceChild(template.content, lazy);
+    return true;
+  }
+
+  function route() {
+    var id = location.hash.slice(1);
+    if (!id) return;
+    var page = pages.filter(function (p) {
+      return id === p.id || id.indexOf(p.id + "-") === 0;
+    })[0];
+    if (page && expand(page) && id !== page.id) {
+      history.replaceState(null, "", "#");
+      location.replace("#" + id);  // the step exists now: make it the :target
+    }
+  }
+
+  window.addEventListener("hashchange", route);
+  route();
   Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), sortable);
   Array.prototype.forEach.call(document.querySelectorAll("table[data-filter]"), filterable);
-  document.documentElement.setAttribute("data-ready", "1");
+  var root = document.documentElement;
+  root.setAttribute("data-ready-ms", String(Math.round(performance.now())));  // see bench/
+  root.setAttribute("data-ready", "1");
 })();
