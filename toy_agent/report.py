@@ -354,9 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str]) -> int:
     """`toy-agent report ...`: 0 when the page was written, 2 for a bad input (one line on
     stderr), 130 when interrupted."""
-    debug = "--debug" in argv  # no logging setup here: --debug shows a traceback
     try:
-        args = build_parser().parse_args([a for a in argv if a != "--debug"])
+        args = build_parser().parse_args(list(argv))
         if len(args.paths) > 2:
             raise ReportError("give one PATH, or two batch folders to compare")
         out = Path(args.output)
@@ -366,8 +365,6 @@ def main(argv: Sequence[str]) -> int:
         except OSError as exc:
             raise ReportError(f"cannot write {out}: {exc.strerror or exc}") from None
     except ReportError as exc:
-        if debug:
-            raise
         print(f"toy-agent: error: {visible(str(exc))}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:
