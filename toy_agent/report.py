@@ -521,6 +521,8 @@ def _batch_run(
         except OSError as exc:
             run_notes.append(f"cannot read {patch_file}: {exc.strerror or exc}")
     check = record.get("check")
+    if isinstance(check, dict) and check.get("sandbox_note"):
+        run_notes.append(_clean(redactor, f"the check: {check['sandbox_note']}", 2_000))
     usage = _dict(record.get("usage"))
     diffs, diff_note = _diff_views(scrub.full, _split_patch(patch), BATCH_CAPS)
     if not patch:
