@@ -358,12 +358,7 @@ def main(argv: Sequence[str]) -> int:
         args = build_parser().parse_args(list(argv))
         if len(args.paths) > 2:
             raise ReportError("give one PATH, or two batch folders to compare")
-        out = Path(args.output)
-        html = render(load_report([Path(p) for p in args.paths], out), out)
-        try:
-            out.write_text(html, encoding="utf-8")
-        except OSError as exc:
-            raise ReportError(f"cannot write {out}: {exc.strerror or exc}") from None
+        out = write_report(args.paths, args.output)
     except ReportError as exc:
         print(f"toy-agent: error: {visible(str(exc))}", file=sys.stderr)
         return 2
@@ -381,9 +376,15 @@ def main(argv: Sequence[str]) -> int:
 
 
 def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
-    """The Python API: write the report of `paths` (see `main`) to `out`; raises ReportError."""
+    """Write the report of `paths` (one, or two batch folders to compare) to `out`, and
+    return its path. Raises ReportError for an input it cannot read or a file it cannot
+    write."""
     out = Path(out)
-    out.write_text(render(load_report([Path(p) for p in paths], out), out), encoding="utf-8")
+    html = render(load_report([Path(p) for p in paths], out))
+    try:
+        out.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot write {out}: {exc.strerror or exc}") from None
     return out
 
 
@@ -398,7 +399,8 @@ def load_report(paths: Sequence[Path], out: Path) -> Report:
                 raise ReportError(f"{path}: comparing needs two batch --out folders")
         a = load_batch(paths[0], scrub, links, "A")
         b = load_batch(paths[1], scrub, links, "B")
-        return Report("compare", f"{paths[0].name} vs {paths[1].name}",
+        names = f"{paths[0].resolve().name} vs {paths[1].resolve().name}"
+        return Report("compare", names,
                       comparison=compare(a, b))  # fmt: skip
     path = paths[0]
     if path.is_dir():
@@ -437,7 +439,7 @@ class _Links:
         self.folder = folder.resolve()
 
     def to(self, target: Path) -> str:
-        if not target.is_file():
+        if not _plain_file(target):
             return ""
         relative = os.path.relpath(target.resolve(), self.folder)
         return "./" + quote(relative.replace(os.sep, "/"), safe="/._-")
@@ -497,7 +499,7 @@ def _batch_run(
     patch_file = folder / "patches" / f"{task_id}.diff"
     data: Any = None
     run_notes: list[str] = []
-    if safe_id and trajectory_file.is_file():
+    if safe_id and _plain_file(trajectory_file):
         try:
             data = _read_json(trajectory_file)
             if not isinstance(data, dict) or data.get("format") != TRAJECTORY_FORMAT:
@@ -513,7 +515,7 @@ def _batch_run(
         run = RunView(anchor, name, "", "", False, "")
         run_notes.append("no trajectory was recorded for this task")
     patch = ""
-    if safe_id and patch_file.is_file():
+    if safe_id and _plain_file(patch_file):
         try:
             with patch_file.open("rb") as f:
                 raw = f.read(BATCH_CAPS.diff + 1)
@@ -912,6 +914,12 @@ def _clean(redactor: Redacts, text: str, cap: int) -> str:
     return visible(redactor.redact(text))
 
 
+def _plain_file(path: Path) -> bool:
+    """A batch folder may come from anyone: its patch or trajectory must not be a link to
+    some file of yours for the page to show."""
+    return path.is_file() and not path.is_symlink()
+
+
 def _natural(text: str) -> list[Any]:
     """A sort key that puts t2 before t10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
@@ -1071,7 +1079,7 @@ def percent(part: int, whole: int) -> str:
 
 
 # ---------------------------------------------------------------------------------- render
-def render(report: Report, out: Path | None = None) -> str:
+def render(report: Report) -> str:
     """The page. The style and script are the package's own files, allowed by their sha256 in
     the page's Content-Security-Policy; everything else is escaped by jinja2."""
     import jinja2
