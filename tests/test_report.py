@@ -545,3 +545,31 @@ def test_the_trajectory_records_the_runs_diff(hostile_repo: Path, tmp_path: Path
     ReactAgent(llm, hostile_repo, on_event=TrajectoryRecorder(trajectory)).run("[d] go")
     diffs = json.loads(trajectory.read_text())["diffs"]
     assert list(diffs) == ["hello.py"] and "+print('hi')" in diffs["hello.py"]
+
+
+def test_the_secrets_of_this_environment_are_redacted_from_a_trajectory_written_elsewhere(
+    hostile_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "s3cr3t-Value-0f-this-machine"
+    llm = MarkerLlm({"e": [reply("write_file", f"Writing {secret}", path="x.txt",
+                                 content=secret), done(secret)]})  # fmt: skip
+    trajectory = tmp_path / "t.json"  # written where the value was no secret: kept as is
+    ReactAgent(llm, hostile_repo, on_event=TrajectoryRecorder(trajectory)).run("[e] go")
+    assert secret in trajectory.read_text()
+    monkeypatch.setenv("DEPLOY_TOKEN", secret)
+    assert report(str(trajectory), "-o", str(tmp_path / "r.html")) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert secret not in page and page.count("[REDACTED]") >= 3  # thought, content, answer
+
+
+def test_a_batch_folder_cannot_make_the_page_show_a_file_it_links_to(
+    batches: tuple[Path, Path], tmp_path: Path
+) -> None:
+    out = batches[0]
+    private = tmp_path / "private.txt"
+    private.write_text("diff --git a/x b/x\n+the private words\n")
+    (out / "patches" / "fix.diff").unlink()
+    (out / "patches" / "fix.diff").symlink_to(private)
+    assert report(str(out), "-o", str(tmp_path / "r.html")) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "the private words" not in page and "patches/fix.diff" not in page
