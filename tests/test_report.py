@@ -482,6 +482,9 @@ def test_hostile_payloads_run_nowhere_in_the_comparison(
          'it has no "steps" list'),
         (lambda d: [str(_write(d / "s.json", '{"format": "toy_agent.session/1"}'))],
          'it needs "repo" and "messages"'),
+        (lambda d: [str(_write(d / "s.json", '{"format": "toy_agent.session/1", "repo": "/",'
+                                             ' "messages": ["text"]}'))],
+         "is not a toy_agent session"),
     ],
 )  # fmt: skip
 def test_a_bad_input_is_one_line_on_stderr_and_exit_2(
@@ -493,6 +496,22 @@ def test_a_bad_input_is_one_line_on_stderr_and_exit_2(
     assert err.startswith("toy-agent: error: ") and err.count("\n") == 1, err
     assert message in err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_trajectory_of_odd_shapes_still_gets_a_page(tmp_path: Path) -> None:
+    odd = {
+        "format": "toy_agent.trajectory/1",
+        "task": ["not", "text"],
+        "steps": [
+            5,
+            {"actions": "x", "observations": 7, "response": []},
+            {"iteration": "two", "observations": [{"content": None, "is_error": "yes"}]},
+        ],
+    }
+    trajectory = _write(tmp_path / "t.json", json.dumps(odd))
+    assert report(str(trajectory), "-o", str(tmp_path / "r.html")) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "the trajectory has no result" in page and page.count('class="step"') == 3
 
 
 def test_an_unwritable_output_is_a_usage_error(

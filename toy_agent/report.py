@@ -510,7 +510,7 @@ def _batch_run(
             notes.append(str(exc))
     name = _clean(redactor, task_id, 200)
     if data is not None:
-        run = run_view(data, anchor, name, redactor, BATCH_CAPS, record)
+        run = run_view(data, anchor, name, redactor, BATCH_CAPS)
     else:
         run = RunView(anchor, name, "", "", False, "")
         run_notes.append("no trajectory was recorded for this task")
@@ -562,7 +562,6 @@ def run_view(
     name: str,
     redactor: Redacts,
     caps: Caps,
-    record: Mapping[str, Any] | None = None,
 ) -> RunView:
     """A trajectory's run. Raises ReportError when it is not one."""
     steps_data = data.get("steps")
@@ -623,12 +622,12 @@ def _step(data: dict[str, Any], number: int, redactor: Redacts, caps: Caps) -> S
     usage = _dict(response.get("usage"))
     iteration = _int(data.get("iteration"), number)
     actions = []
-    for action in data.get("actions") or ():
+    for action in _list(data.get("actions")):
         action = _dict(action)
         text = _params_text(action.get("parameters"))
         actions.append(ActionView(_clean(redactor, str(action.get("tool_name") or "?"), 200),
                                   _clean(redactor, text, caps.text)))  # fmt: skip
-    observations = [_observation(_dict(o), redactor, caps) for o in data.get("observations") or ()]
+    observations = [_observation(_dict(o), redactor, caps) for o in _list(data.get("observations"))]
     parse_error = _clean(redactor, str(data.get("parse_error") or ""), caps.text)
     warnings: list[Warn] = []
     stop = response.get("stop_reason")
@@ -939,6 +938,10 @@ def _first_line(text: str, cap: int) -> str:
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _int(value: Any, default: int) -> int:
