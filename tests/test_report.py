@@ -592,3 +592,22 @@ def test_a_batch_folder_cannot_make_the_page_show_a_file_it_links_to(
     assert report(str(out), "-o", str(tmp_path / "r.html")) == 0
     page = (tmp_path / "r.html").read_text()
     assert "the private words" not in page and "patches/fix.diff" not in page
+
+
+def test_the_sandbox_refusing_a_command_is_a_warning_at_its_step(
+    hostile_repo: Path, tmp_path: Path
+) -> None:
+    from toy_agent.sandbox import bwrap_problem
+
+    problem = bwrap_problem()
+    if problem is not None:
+        pytest.skip(f"bubblewrap cannot sandbox here ({problem}); CI installs it")
+    llm = MarkerLlm({"w": [reply("run_command", "Write outside.", command="touch /usr/x"),
+                           done()]})  # fmt: skip
+    tools = CodeRepositoryTools(hostile_repo, allow_commands=True, sandbox="bwrap")
+    trajectory = tmp_path / "t.json"
+    ReactAgent(llm, tools=tools, on_event=TrajectoryRecorder(trajectory)).run("[w] go")
+    assert report(str(trajectory), "-o", str(tmp_path / "r.html")) == 0
+    warnings = (tmp_path / "r.html").read_text().split('<ul class="warnings">')[1]
+    warnings = warnings.split("</ul>")[0]
+    assert 'href="#run-s1"' in warnings and "the sandbox refused something" in warnings
