@@ -9,8 +9,10 @@ it looked at under its tmp_path (`*.png`).
 
 from __future__ import annotations
 
+import fcntl
 import html as html_lib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -251,6 +253,77 @@ def assert_no_payload_ran(page: Page) -> None:
         assert "style" not in element.attrs, element  # the CSP allows no inline style
 
 
+class Devtools:
+    """Chromium driven through its DevTools protocol on a pipe (`--remote-debugging-pipe`:
+    JSON messages ending in NUL on file descriptors 3 and 4), to click and read the page as
+    a user's browser has it."""
+
+    def __init__(self, tmp_path: Path):
+        profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
+        ours_r, theirs_w = os.pipe()
+        theirs_r, ours_w = os.pipe()
+
+        def on_3_and_4() -> None:  # in the child: high copies first, so none is clobbered
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (theirs_r, theirs_w)]
+            os.dup2(high[0], 3)
+            os.dup2(high[1], 4)
+
+        self.proc = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=on_3_and_4, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # type: ignore[list-item]  # fmt: skip
+        os.close(theirs_r)
+        os.close(theirs_w)
+        self.writer, self.reader = os.fdopen(ours_w, "wb"), os.fdopen(ours_r, "rb")
+        self.sent, self.pending = 0, b""
+        page = next(t for t in self.call("Target.getTargets")["targetInfos"]
+                    if t["type"] == "page")  # fmt: skip
+        self.session = self.call("Target.attachToTarget", targetId=page["targetId"],
+                                 flatten=True)["sessionId"]  # fmt: skip
+        self.call("Page.enable", session=self.session)
+
+    def call(self, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
+        self.sent += 1
+        message = {"id": self.sent, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        self.writer.write(json.dumps(message).encode() + b"\0")
+        self.writer.flush()
+        while True:
+            answer = self.receive()
+            if answer.get("id") == self.sent:
+                assert "error" not in answer, answer
+                return answer["result"]
+
+    def receive(self) -> dict[str, Any]:
+        while b"\0" not in self.pending:
+            chunk = self.reader.read1(1 << 16)
+            assert chunk, "chromium closed its end of the pipe"
+            self.pending += chunk
+        raw, self.pending = self.pending.split(b"\0", 1)
+        return json.loads(raw)
+
+    def open(self, page: Path) -> None:
+        self.call("Page.navigate", session=self.session, url=page.resolve().as_uri())
+        while self.receive().get("method") != "Page.loadEventFired":
+            pass
+
+    def js(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", session=self.session, expression=expression,
+                           returnByValue=True, awaitPromise=True)  # fmt: skip
+        assert "exceptionDetails" not in result, result
+        return result["result"].get("value")
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(30)
+        self.writer.close()
+        self.reader.close()
+
+
 # ---------------------------------------------------------------------------- the pages
 @needs_browser
 def test_the_batch_page_lists_every_task_with_outcomes_totals_and_charts(
@@ -314,6 +387,43 @@ def test_the_batch_page_lists_every_task_with_outcomes_totals_and_charts(
     lazy = [n.within[-1] for n in step.find("noscript")]
     assert "run-3" not in lazy and {"run-1", "run-2", "run-4"} <= set(lazy)
     assert "repeat" in step.by_id("run-3-s3").text
+
+
+@needs_browser
+def test_the_batch_table_sorts_filters_and_opens_run_pages_in_the_browser(
+    batches: tuple[Path, Path], tmp_path: Path
+) -> None:
+    html = tmp_path / "batch.html"
+    assert report(str(batches[0]), "-o", str(html)) == 0
+    rows = ("Array.from(document.querySelectorAll('#batch table.tasks tbody tr'))"
+            ".filter(r => !r.hidden).map(r => r.cells[0].textContent)")  # fmt: skip
+    shown = "getComputedStyle(document.getElementById('{}')).display"
+    browser = Devtools(tmp_path)
+    try:
+        browser.open(html)
+        assert browser.js("document.documentElement.dataset.ready") == "1"
+        assert browser.js(rows) == ["evil", "fix", "loop", "odd"]
+        cost = "document.querySelectorAll('#batch table.tasks th button.sort')[5]"
+        assert browser.js(f"{cost}.textContent") == "cost"
+        browser.js(f"{cost}.click()")
+        assert browser.js(rows) == ["fix", "loop", "odd", "evil"]  # ties keep their order
+        browser.js(f"{cost}.click()")
+        assert browser.js(rows) == ["evil", "odd", "loop", "fix"]
+        browser.js("var s = document.querySelector('#batch select'); s.value = "
+                   "'max_iterations'; s.dispatchEvent(new Event('change'))")  # fmt: skip
+        assert browser.js(rows) == ["loop"]
+        assert browser.js("document.querySelector('#batch .shown').textContent") == "1 of 4 shown"
+        assert browser.js(shown.format("batch")) == "block"
+        assert browser.js(shown.format("run-3")) == "none"
+        browser.js("location.hash = '#run-3-s3'")  # a warning's link: a step of a run page
+        assert browser.js("document.querySelector(':target').id") == "run-3-s3"
+        assert browser.js(shown.format("run-3")) == "block"
+        assert browser.js(shown.format("batch")) == "none"
+        assert "3 times in a row" in browser.js("document.getElementById('run-3-s3').textContent")
+        browser.js("location.hash = '#batch'")
+        assert browser.js(shown.format("run-3")) == "none"
+    finally:
+        browser.close()
 
 
 @needs_browser
