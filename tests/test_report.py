@@ -528,10 +528,10 @@ def test_a_saved_session_gets_a_page_of_its_runs_and_diff(
     tools = CodeRepositoryTools(hostile_repo, redactor=redactor)
     llm = MarkerLlm({"s": [reply("edit_file", "Fix.", path="hello.py", old_str="helo",
                                  new_str="hello"), done("fixed")]})  # fmt: skip
-    agent = ReactAgent(llm, tools=tools, redactor=redactor)
-    recorder = SessionRecorder(store, session, tools, lambda: agent.conversation_history,
-                               redactor.redact_obj)  # fmt: skip
-    agent._subscribers.append(recorder)
+    recorder = SessionRecorder(
+        store, session, tools, lambda: agent.conversation_history, redactor.redact_obj
+    )  # fmt: skip (as the CLI wires it)
+    agent = ReactAgent(llm, tools=tools, redactor=redactor, on_event=recorder)
     agent.run_result("[s] fix the greeting")
     html = tmp_path / "session.html"
     assert report(str(store.path(session)), "-o", str(html)) == 0
