@@ -28,13 +28,13 @@ from typing import Any, NoReturn, Protocol
 from urllib.parse import quote
 
 from toy_agent import __version__
-from toy_agent.messages import visible
+from toy_agent.agent import DECLINED
+from toy_agent.batch import RESULTS_FILE, TASK_ID
+from toy_agent.events import TRAJECTORY_FORMAT
+from toy_agent.messages import LlmResponse, Message, visible
+from toy_agent.parsing import ActionFormat, ParseError, get_format
 from toy_agent.redaction import REDACTED, Redactor, is_secret_variable
-
-RESULTS_FILE = "results.jsonl"  # as toy_agent.batch writes them (not imported: it is heavy)
-TRAJECTORY_FORMAT = "toy_agent.trajectory/1"
-SESSION_FORMAT = "toy_agent.session/1"
-TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # batch ids name files
+from toy_agent.sessions import SESSION_FORMAT
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,6 @@ MAX_BAR_STEP = 40  # a few tasks get slim bars, not a wall
 # What the agent writes into an observation or a parse error, by the rule that wrote it.
 _REPEAT = re.compile(r"Warning: you have called (\S+) with the same parameters (\d+) times")
 _SANDBOX_NOTE = "[Note: commands run in a bubblewrap sandbox"
-_DECLINED = "The user declined this action; it was not run."
 _REFUSED = re.compile(
     r"\brefus(?:ed|ing)\b|is outside the repository|leads outside|off limits", re.IGNORECASE
 )  # the tools' refusals: a path outside the repository, .git/, a symlink escape
@@ -692,7 +691,7 @@ def _found(raw: str, shown: str, tool: str, is_error: bool) -> tuple[tuple[str, 
                       f"{repeat[2]} times in a row"))  # fmt: skip
     if _SANDBOX_NOTE in raw:
         found.append(("sandbox", "the sandbox refused something the command did"))
-    if raw.startswith(_DECLINED):
+    if raw.startswith(DECLINED):
         found.append(("declined", f"{tool}: declined by the user"))
     elif is_error:
         kind = "refused" if _REFUSED.search(raw) else "error"
@@ -710,8 +709,6 @@ def session_view(data: dict[str, Any], path: Path, scrub: Scrub) -> SessionView:
     """A saved session: its runs, each with the part of the conversation it added. A session
     keeps no timings nor per-step tokens; the diff is the session's own (`--diff`), and only
     for a session of this user's store (a file from elsewhere names any folder)."""
-    from toy_agent.messages import LlmResponse, Message
-    from toy_agent.parsing import ParseError, get_format
     from toy_agent.sessions import Session, SessionError, SessionStore, session_diff
 
     redactor = scrub.known
@@ -742,8 +739,7 @@ def session_view(data: dict[str, Any], path: Path, scrub: Scrub) -> SessionView:
         for at, message in enumerate(chunk):
             if message.role == "assistant":
                 reply = chunk[at + 1] if at + 1 < len(chunk) else None
-                steps.append(_session_step(message, reply, len(steps) + 1, fmt, redactor,
-                                           LlmResponse, ParseError))  # fmt: skip
+                steps.append(_session_step(message, reply, len(steps) + 1, fmt, redactor))
         usage = _dict(run.get("usage"))
         outcome = str(run.get("outcome") or "unknown")
         views.append(RunView(
@@ -787,14 +783,14 @@ def session_view(data: dict[str, Any], path: Path, scrub: Scrub) -> SessionView:
 
 
 def _session_step(
-    message: Any, reply: Any, number: int, fmt: Any, redactor: Redacts, response: Any, error: Any
+    message: Message, reply: Message | None, number: int, fmt: ActionFormat, redactor: Redacts
 ) -> StepView:
     """One assistant message of a session and the observation that answered it."""
     caps = RUN_CAPS
     try:
-        parsed = fmt.parse(response(message.content, tool_calls=message.tool_calls))
+        parsed = fmt.parse(LlmResponse(message.content, tool_calls=message.tool_calls))
         thought, actions, parse_error = parsed.thought, parsed.actions, ""
-    except error as exc:
+    except ParseError as exc:
         thought, actions, parse_error = "", (), str(exc)
     action_views = tuple(
         ActionView(_clean(redactor, a.tool_name, 200),
@@ -1098,7 +1094,7 @@ def render(report: Report) -> str:
     env.globals.update(percent=percent)
     template = env.from_string((templates / "report.html.j2").read_text(encoding="utf-8"))
     policy = (f"default-src 'none'; style-src '{_sha256(css)}'; script-src '{_sha256(script)}'; "
-              "img-src data:; base-uri 'none'; form-action 'none'")  # fmt: skip
+              "base-uri 'none'; form-action 'none'")  # fmt: skip
     return template.render(report=report, css=Markup(css), script=Markup(script),
                            policy=policy, version=__version__)  # fmt: skip
 
