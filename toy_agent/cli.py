@@ -54,6 +54,7 @@ examples:
   toy-agent -r ~/src/app -m gpt-5-mini "add type hints" # the provider follows the model
   toy-agent --task - < task.md --output json          # scripted: one JSON object on stdout
   toy-agent --replay run.json --repo /tmp/copy        # replay a recorded run, offline
+  toy-agent report runs/out -o report.html            # an HTML page of a run or a batch
   toy-agent                                           # on a terminal: an interactive session
 
 environment:
