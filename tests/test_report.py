@@ -616,12 +616,15 @@ def test_a_trajectory_of_odd_shapes_still_gets_a_page(tmp_path: Path) -> None:
             5,
             {"actions": "x", "observations": 7, "response": []},
             {"iteration": "two", "observations": [{"content": None, "is_error": "yes"}]},
+            {"observations": [{"content": "a chart", "images": [
+                {"mime_type": "image/png", "bytes": 2048, "sha256": "ab"}, "junk"]}]},
         ],
-    }
+    }  # fmt: skip
     trajectory = _write(tmp_path / "t.json", json.dumps(odd))
     assert report(str(trajectory), "-o", str(tmp_path / "r.html")) == 0
     page = (tmp_path / "r.html").read_text()
-    assert "the trajectory has no result" in page and page.count('class="step"') == 3
+    assert "the trajectory has no result" in page and page.count('class="step"') == 4
+    assert "an image: image/png, 2.0k bytes" in page and "an image: image, 0 bytes" in page
 
 
 def test_an_unwritable_output_is_a_usage_error(

@@ -127,6 +127,7 @@ class ObservationView:
     folded: bool
     summary: str  # its first line, for the folded view
     warnings: tuple[tuple[str, str], ...] = ()  # (kind, text), found in the whole text
+    images: tuple[str, ...] = ()  # what each image the tool returned was (a record keeps no data)
 
 
 @dataclass(frozen=True)
@@ -677,8 +678,13 @@ def _observation(data: dict[str, Any], redactor: Redacts, caps: Caps) -> Observa
     lines = raw.count("\n") + 1
     folded = len(raw) > FOLD_CHARS or lines > FOLD_LINES
     found = _found(raw, content, tool, is_error)
+    images = tuple(
+        _clean(redactor, f"{_dict(i).get('mime_type') or 'image'}, "
+               f"{count(_int(_dict(i).get('bytes'), 0))} bytes", 200)
+        for i in _list(data.get("images"))[:100]
+    )  # fmt: skip
     return ObservationView(tool, content, is_error, len(raw), lines, folded,
-                           _first_line(content, 160), found)  # fmt: skip
+                           _first_line(content, 160), found, images)  # fmt: skip
 
 
 def _found(raw: str, shown: str, tool: str, is_error: bool) -> tuple[tuple[str, str], ...]:
