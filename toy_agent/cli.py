@@ -55,6 +55,7 @@ examples:
   toy-agent -r ~/src/app -m gpt-5-mini "add type hints" # the provider follows the model
   toy-agent --task - < task.md --output json          # scripted: one JSON object on stdout
   toy-agent --replay run.json --repo /tmp/copy        # replay a recorded run, offline
+  toy-agent report runs/out -o report.html            # an HTML page of a run or a batch
   toy-agent                                           # on a terminal: an interactive session
 
 environment:
@@ -385,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     the garbage collector paused, see _collector_paused) and return its exit code."""
     as_process = argv is None
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["report"]:  # `toy-agent report PATH...`: a command of its own
+        from toy_agent.report import main as report
+
+        return report(argv[1:])
     debug = "DEBUG" in argv
     stopped_by: list[int] = []
     with _stop_signals_interrupt(stopped_by), _collector_paused(as_process) as started:
