@@ -471,7 +471,7 @@ def _pick_session(args: argparse.Namespace, given: frozenset[str]) -> str:
 # Third-party packages toy_agent imports (by module name): one missing is a setup problem.
 _DEPENDENCIES = frozenset(
     {"anthropic", "google", "openai", "mcp", "mcp_types", "dotenv", "rich",
-     "httpx", "pydantic", "anyio", "tomli"}
+     "httpx", "pydantic", "anyio", "tomli", "prompt_toolkit"}
 )  # fmt: skip
 
 
