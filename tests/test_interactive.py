@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
-from fakes import xml_action
+from fakes import write_replay, xml_action
 
 from toy_agent.messages import Usage
 
@@ -49,6 +49,12 @@ def repo(tmp_path):
 
 def sessions_dir(home: Path) -> Path:
     return home / "state" / "toy-agent" / "sessions"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "main.py"), *args], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "NO_COLOR": "1", **(env or {})},
+                          stdin=subprocess.DEVNULL)  # fmt: skip
 
 
 def saved_sessions(home: Path) -> list[dict]:
@@ -120,7 +126,10 @@ class Tmux:
             if dead == "1" and status:  # the status comes a moment after the end of output
                 return int(status)
             time.sleep(0.1)
-        raise AssertionError(f"toy-agent did not exit; the screen:\n{self.screen}")
+        pid = self.tmux("display", "-p", "-t", "t", "#{pane_pid}").strip()
+        ps = subprocess.run(["ps", "-o", "pid,stat,wchan:20,args", "--ppid", pid, "-p", pid],
+                            capture_output=True, text=True).stdout
+        raise AssertionError(f"toy-agent did not exit; the screen:\n{self.screen}\n{ps}")
 
     def close(self) -> None:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, timeout=30)
@@ -269,3 +278,156 @@ def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
 
     [session] = saved_sessions(home)
     assert [r["task"] for r in session["runs"]] == ["a slow task", "typed while it ran"]
+
+
+# --- the commands -----------------------------------------------------------------------------
+
+
+def test_help_lists_every_command_and_an_unknown_one_names_them(home, repo, terminal):
+    with FakeProvider() as server:
+        term = terminal(["--repo", str(repo)], server.env("claude"))
+        term.prompt()
+        term.type("/help")
+        term.keys("Enter")
+        screen = term.expect("/exit")
+        for command in ("/diff", "/undo", "/cost", "/model NAME", "/compact", "/sessions",
+                        "/clear", "/help"):  # fmt: skip
+            assert f"\n  {command} " in screen
+        term.prompt()
+        term.type("/frobnicate")
+        term.keys("Enter")
+        screen = term.expect("unknown command /frobnicate: the commands are /diff, /undo")
+        assert "/sessions, /clear, /help, /exit" in screen
+        term.prompt()
+        term.keys("C-d")
+        assert term.exit_code() == 0
+    assert server.requests == []  # no command reached the model
+
+
+def test_cost_adds_up_the_tokens_and_dollars_of_the_session(home, repo, terminal):
+    usage = Usage(1000, 200)
+    with FakeProvider() as server:
+        server.enqueue(
+            anthropic_reply(xml_action("read_file", path="hello.py"), usage=usage),
+            anthropic_reply(xml_action("task_complete", result="Read it."), usage=usage),
+        )
+        term = terminal(["--repo", str(repo)], server.env("claude"))
+        term.prompt()
+        term.type("/cost")
+        term.keys("Enter")
+        term.expect("this session: 0 tasks, 0 in, 0 out tokens, $0")
+        term.type("read hello.py")
+        term.keys("Enter")
+        term.expect("Read it.")
+        term.prompt()
+        term.type("/cost")
+        term.keys("Enter")
+        # claude-sonnet-5-5: $3 per million input tokens, $15 per million output tokens
+        term.expect("this session: 1 task, 2,000 in, 400 out tokens, $0.0120 "
+                    "(model claude-sonnet-5-5)")  # fmt: skip
+        term.prompt()
+        term.keys("C-d")
+        assert term.exit_code() == 0
+
+
+def test_model_switches_the_next_tasks_to_a_model_and_the_provider_its_name_implies(
+    home, repo, terminal
+):
+    with FakeProvider() as claude, FakeProvider() as openai:
+        claude.enqueue(done("From Claude."))
+        openai.enqueue(openai_reply(xml_action("task_complete", result="From GPT."),
+                                    model="gpt-5-mini"))  # fmt: skip
+        term = terminal(["--repo", str(repo)], {**claude.env("claude"), **openai.env("openai")})
+        term.prompt()
+        term.type("first task")
+        term.keys("Enter")
+        term.expect("From Claude.")
+        for typed, said in [
+            ("/model gemini-2.5-pro", "/model gemini-2.5-pro: GEMINI_API_KEY (or GOOGLE_API_KEY) "
+             "is not set"),
+            ("/model rm -rf", "/model rm -rf: not a model name"),
+            ("/model", "model claude-sonnet-5-5 (claude)"),
+            ("/model gpt-5-mini", "model gpt-5-mini (openai) for the next tasks"),
+        ]:  # fmt: skip
+            term.prompt()
+            term.type(typed)
+            term.keys("Enter")
+            term.expect(said)
+        term.prompt()
+        term.type("second task")
+        term.keys("Enter")
+        term.expect("From GPT.")
+        term.prompt()
+        term.keys("C-d")
+        assert term.exit_code() == 0
+
+    assert len(claude.requests) == 1
+    [request] = openai.requests
+    assert request.body["model"] == "gpt-5-mini"
+    assert "first task" in json.dumps(request.body)  # the conversation went along
+    [session] = saved_sessions(home)
+    assert session["settings"]["model"] == "gpt-5-mini"
+
+
+def test_compact_replaces_the_older_steps_by_the_models_summary(home, repo, terminal):
+    (repo / "big.py").write_text("x = 1\n" * 2000)  # 12,000 characters read three times
+    summary = "Read big.py three times: it sets x = 1, 2000 times."
+    with FakeProvider() as server:
+        server.enqueue(
+            *[anthropic_reply(xml_action("read_file", path="big.py")) for _ in range(3)],
+            done("Read it thrice."),
+            anthropic_reply(summary),
+            done("Still here."),
+        )
+        term = terminal(["--repo", str(repo)], server.env("claude"))
+        term.prompt()
+        term.type("read big.py three times")
+        term.keys("Enter")
+        term.expect("Read it thrice.")
+        term.prompt()
+        term.type("/compact")
+        term.keys("Enter")
+        screen = term.expect("saved")
+        term.prompt()
+        term.type("go on")
+        term.keys("Enter")
+        term.expect("Still here.")
+        term.prompt()
+        term.keys("C-d")
+        assert term.exit_code() == 0
+
+    assert "compacted 8 messages into 6" in screen
+    summary_request = server.requests[4].body
+    assert "summarise" in json.dumps(summary_request["system"])
+    assert "read big.py three times" in json.dumps(summary_request["messages"])
+    after = json.dumps(server.requests[5].body["messages"])
+    assert summary in after and "read big.py three times" in after
+    assert after.count("x = 1") < 2 * 2000  # the first read went into the summary
+    [session] = saved_sessions(home)
+    [record] = session["compactions"]
+    assert record["messages_before"] == 8 and record["messages_after"] == 6
+    saved = record["tokens_before"] - record["tokens_after"]
+    assert saved > 1000 and f"{saved:,} saved" in screen
+    assert record["usage"] == {"input_tokens": 10, "output_tokens": 5, "cached_tokens": 0}
+    assert session["usage"]["input_tokens"] == 6 * 10  # the summary's call counts too
+
+
+def test_sessions_lists_the_recent_sessions(home, repo, terminal, tmp_path):
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
+    for task in ("an earlier task\nwith a second line", "the latest task"):
+        assert run_cli("--repo", str(repo), "--replay", str(replay), "--task", task).returncode == 0
+    with FakeProvider() as server:
+        term = terminal(["--repo", str(repo)], server.env("claude"))
+        term.prompt()
+        term.type("/sessions")
+        term.keys("Enter")
+        screen = term.expect("an earlier task")
+        term.prompt()
+        term.keys("C-d")
+        assert term.exit_code() == 0
+    listing = screen[screen.index("/sessions") :]
+    assert listing.index("the latest task") < listing.index("an earlier task")
+    assert "with a second line" not in listing
+    assert listing.count("completed") == 2
+    ids = [s["id"] for s in saved_sessions(home) if s["runs"]]
+    assert len(ids) == 2 and all(i in listing for i in ids)
