@@ -72,10 +72,14 @@ class Tmux:
             pytest.skip("tmux is not installed (apt-get install tmux): the prompt's paste, "
                         "history and Ctrl-C tests need a real terminal emulator")  # fmt: skip
         self.socket = str(tmp_path / f"tmux-{next(Tmux.count)}.sock")  # one server each
+        # The shell waits for toy-agent and writes its exit code (tmux may be slow to reap
+        # it); it only traps Ctrl-C, so toy-agent gets it as from a shell prompt.
+        self.status = tmp_path / f"exit-code-{next(Tmux.count)}"
         command = shlex.join([sys.executable, str(ROOT / "main.py"), *args])
+        script = f"trap true INT; {command}; echo $? > {shlex.quote(str(self.status))}"
         environ = {**os.environ, "NO_COLOR": "1", **env}
         environ.pop("TMUX", None)
-        self.tmux("new-session", "-d", "-s", "t", "-x", "150", "-y", "50", command, ";",
+        self.tmux("new-session", "-d", "-s", "t", "-x", "150", "-y", "50", script, ";",
                   "set-option", "-t", "t", "remain-on-exit", "on", env=environ)  # fmt: skip
 
     def tmux(self, *args: str, env: dict[str, str] | None = None) -> str:
@@ -119,17 +123,11 @@ class Tmux:
 
     def exit_code(self, timeout: float = 30) -> int:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            state = "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}"
-            dead, status, signal = self.tmux("display", "-p", "-t", "t", state).strip().split(":")
-            assert not signal, f"killed by signal {signal}; the screen:\n{self.screen}"
-            if dead == "1" and status:  # the status comes a moment after the end of output
-                return int(status)
+        while not self.status.exists() or not self.status.read_text().strip():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"toy-agent did not exit; the screen:\n{self.screen}")
             time.sleep(0.1)
-        pid = self.tmux("display", "-p", "-t", "t", "#{pane_pid}").strip()
-        ps = subprocess.run(["ps", "-o", "pid,stat,wchan:20,args", "--ppid", pid, "-p", pid],
-                            capture_output=True, text=True).stdout
-        raise AssertionError(f"toy-agent did not exit; the screen:\n{self.screen}\n{ps}")
+        return int(self.status.read_text())
 
     def close(self) -> None:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, timeout=30)
@@ -197,9 +195,7 @@ def test_a_trailing_backslash_or_alt_enter_starts_a_new_line(home, repo, termina
     assert [run["task"] for run in session["runs"]] == ["first line\nsecond line\nthird line"]
 
 
-def test_up_recalls_the_task_of_an_earlier_session_and_the_history_is_private(
-    home, repo, terminal
-):
+def test_up_recalls_the_task_of_an_earlier_session_and_the_history_is_private(home, repo, terminal):
     with FakeProvider() as server:
         server.enqueue(done("First."), done("Again."))
         term = terminal(["--repo", str(repo)], server.env("claude"))
