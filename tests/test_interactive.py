@@ -427,3 +427,124 @@ def test_sessions_lists_the_recent_sessions(home, repo, terminal, tmp_path):
     assert listing.count("completed") == 2
     ids = [s["id"] for s in saved_sessions(home) if s["runs"]]
     assert len(ids) == 2 and all(i in listing for i in ids)
+
+
+# --- finding a session again ------------------------------------------------------------------
+
+
+def two_sessions(home: Path, tmp_path: Path, repo: Path) -> list[dict]:
+    """A session in another repository, then one in `repo`: their saved files, oldest first."""
+    other = tmp_path / "other"
+    other.mkdir()
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
+    for where, task in ((other, "tidy the other repository"), (repo, "fix the greeting")):
+        assert (
+            run_cli("--repo", str(where), "--replay", str(replay), "--task", task).returncode == 0
+        )
+        time.sleep(0.05)  # distinct file times: the listing is newest first
+    return sorted(saved_sessions(home), key=lambda s: s["created_at"] + s["runs"][0]["task"])
+
+
+def test_resume_without_an_id_picks_a_session_from_a_list_on_a_terminal(
+    home, repo, tmp_path, terminal
+):
+    sessions = two_sessions(home, tmp_path, repo)
+    other = next(s for s in sessions if s["repo"] != str(repo))
+    with FakeProvider() as server:
+        term = terminal(["--resume"], server.env("claude"))
+        screen = term.expect("resume which session? 1-2 (Enter: none):")
+        assert screen.index("fix the greeting") < screen.index("tidy the other repository")
+        term.type("7")
+        term.keys("Enter")
+        term.expect("type a number from 1 to 2")
+        term.type("2")
+        term.keys("Enter")
+        term.expect(f"session {other['id']} (2 messages so far)")
+        term.prompt()
+        term.keys("C-d")
+        assert term.exit_code() == 0
+    assert server.requests == []
+
+
+def test_resume_without_an_id_and_without_a_terminal_lists_the_sessions_and_exits_2(
+    home, repo, tmp_path
+):
+    sessions = two_sessions(home, tmp_path, repo)
+    proc = run_cli("--resume")
+    assert proc.returncode == 2 and proc.stdout == ""
+    for session in sessions:
+        assert session["id"] in proc.stderr
+    assert "tidy the other repository" in proc.stderr and "completed" in proc.stderr
+    assert proc.stderr.strip().endswith("pass --resume ID, with an id from the list above")
+    mine = run_cli("--resume", "--repo", str(repo))  # --repo: only its sessions
+    assert mine.returncode == 2 and "fix the greeting" in mine.stderr
+    assert "tidy the other" not in mine.stderr
+
+
+def test_the_sessions_command_lists_shows_and_deletes(home, repo, tmp_path):
+    older, newer = two_sessions(home, tmp_path, repo)
+    listed = run_cli("sessions")
+    assert listed.returncode == 0 and listed.stderr == ""
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["id", "updated", "outcome", "repository", "task"]
+    assert newer["id"] in lines[1] and older["id"] in lines[2]
+    as_json = [
+        json.loads(line) for line in run_cli("sessions", "list", "--json").stdout.splitlines()
+    ]
+    assert [s["id"] for s in as_json] == [newer["id"], older["id"]]
+    assert as_json[0] | {"updated_at": ""} == {
+        "id": newer["id"], "updated_at": "", "repo": str(repo.resolve()),
+        "task": "fix the greeting", "tasks": 1, "outcome": "completed"}  # fmt: skip
+
+    shown = run_cli("sessions", "show", newer["id"])
+    assert shown.returncode == 0
+    assert f"repo      {repo.resolve()}" in shown.stdout
+    assert "task 1: [completed] fix the greeting" in shown.stdout
+    assert (
+        json.loads(run_cli("sessions", "show", newer["id"], "--json").stdout)["id"] == newer["id"]
+    )
+
+    (sessions_dir(home) / "undo").mkdir(exist_ok=True)
+    undo = sessions_dir(home) / "undo" / f"{newer['id']}.json"
+    undo.write_text("{}")
+    deleted = run_cli("sessions", "delete", newer["id"], "no-such-session")
+    assert deleted.returncode == 2
+    assert deleted.stdout == f"deleted {newer['id']}\n"
+    assert (
+        deleted.stderr == f"toy-agent: error: no session no-such-session in {sessions_dir(home)}\n"
+    )
+    assert not undo.exists()
+    assert [s["id"] for s in saved_sessions(home)] == [older["id"]]
+
+    for bad in (["sessions", "show", "../../etc/passwd"], ["sessions", "frob"]):
+        proc = run_cli(*bad)
+        assert proc.returncode == 2 and proc.stderr.startswith("toy-agent: error: ")
+        assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_demo_run_is_not_stored_among_the_sessions(home):
+    proc = run_cli("--demo")
+    assert proc.returncode == 0, proc.stderr
+    assert not sessions_dir(home).exists() or saved_sessions(home) == []
+
+
+def test_old_sessions_are_pruned_with_their_undo_data_by_the_configured_rule(home, repo, tmp_path):
+    store = sessions_dir(home)
+    (store / "undo").mkdir(parents=True)
+    day = 86400
+    ages = {"a-recent": 0.5 * day, "b-old": 3 * day, "c-older": 4 * day, "d-oldest": 5 * day}
+    for name, age in ages.items():
+        for path in (store / f"{name}.json", store / "undo" / f"{name}.json"):
+            path.write_text("{}")
+            os.utime(path, (time.time() - age, time.time() - age))
+    config = home / "config" / "toy-agent" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("sessions_keep = 2\nsessions_keep_days = 3.5\n")
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
+    proc = run_cli("--repo", str(repo), "--replay", str(replay), "--task", "anything")
+    assert proc.returncode == 0, proc.stderr
+
+    # kept: the newest two (the new session and a-recent), and any saved in the last 3.5 days
+    [new] = [s["id"] for s in saved_sessions(home) if s != {}]
+    assert {p.stem for p in store.glob("*.json")} == {new, "a-recent", "b-old"}
+    assert {p.stem for p in (store / "undo").glob("*.json")} == {"a-recent", "b-old"}

@@ -540,7 +540,7 @@ def sessions_command(argv: Sequence[str], out: TextIO | None = None) -> int:
         infos = recent_sessions(store, repo, max(0, getattr(args, "limit", 20)))
         if getattr(args, "json", False):
             for info in infos:
-                print(json_text(info.to_dict()), file=out)
+                print(json_text(info.to_dict(), indent=None), file=out)
         else:
             print(format_sessions(infos) if infos else f"no sessions in {store.root}", file=out)
         return 0
