@@ -294,6 +294,7 @@ def _terminal_prompt(warn: Callable[[str], None]) -> Callable[[str], str]:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory, History, InMemoryHistory
     from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+    from prompt_toolkit.output import create_output
 
     bindings = KeyBindings()
 
@@ -322,8 +323,11 @@ def _terminal_prompt(warn: Callable[[str], None]) -> Callable[[str], str]:
     except OSError as exc:
         warn(f"toy-agent: warning: no history across sessions: {exc.strerror or exc}")
         history = InMemoryHistory()
+    output = create_output()
+    if hasattr(output, "enable_cpr"):  # no cursor-position query: a terminal that does not
+        output.enable_cpr = False  # answer it costs a wait and a warning, and we need no menus
     session: PromptSession[str] = PromptSession(
-        history=history, key_bindings=bindings, multiline=True,
+        history=history, key_bindings=bindings, multiline=True, output=output,
         prompt_continuation=lambda width, line, wrap: "." * (width - 1) + " ",
     )  # fmt: skip
     return session.prompt
