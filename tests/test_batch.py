@@ -513,6 +513,70 @@ def test_a_repository_whose_git_config_runs_programs_runs_none_of_them(
     assert sorted(p.name for p in ran.iterdir()) == []
 
 
+@pytest.mark.parametrize("kind", ["url", "worktree"])
+def test_a_command_that_moves_the_work_tree_cannot_put_files_outside_the_copy_in_the_patch(
+    sources: dict[str, Path], tmp_path: Path, kind: str
+) -> None:
+    """The attack: a command (unsandboxed here, so it can write .git) runs `git config
+    core.worktree` pointing at the home folder. The driver's own git calls name the copy's git
+    folder and work tree as they were made, so the patch holds only the copy's files."""
+    from toy_agent import run_batch
+
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text("aws_secret_access_key = MARKER-SECRET\n")
+    repo = f"file://{sources['repo']}" if kind == "url" else str(sources["repo"])
+    move = f"git config core.worktree {home}"
+    tasks = [{"id": "t", "repo": repo, "task": "x"}]
+    settings = RunSettings(
+        make_llm=lambda: ScriptedLlm(xml_action("run_command", command=move),
+                                     xml_action("write_file", path="new.txt", content="n\n"),
+                                     done()),
+        allow_commands=True, sandbox="off",
+    )  # fmt: skip
+    summary = run_batch(tasks, tmp_path / "out", settings)
+    record = summary.records[0]
+    assert record["outcome"] == "completed", record
+    assert [f["path"] for f in record["files_changed"]] == ["new.txt"]
+    patch = (tmp_path / "out" / record["patch"]).read_text()
+    assert "MARKER-SECRET" not in patch and ".aws" not in patch
+
+
+def test_a_ray_that_cannot_be_imported_or_reached_is_one_line_and_exit_2(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    """A broken install (`import ray` raising a protobuf TypeError) and a cluster that cannot
+    be reached: each is one line naming the cause, exit 2, and the usage-error JSON."""
+    tasks = write_tasks(tmp_path / "tasks.jsonl", TASKS[:1])
+    broken = tmp_path / "broken"
+    (broken / "ray").mkdir(parents=True)
+    (broken / "ray" / "__init__.py").write_text(
+        "raise TypeError('Descriptors cannot be created directly.')\n"
+    )
+    unreachable = tmp_path / "unreachable"
+    (unreachable / "ray").mkdir(parents=True)
+    (unreachable / "ray" / "__init__.py").write_text(
+        "def is_initialized():\n    return False\n"
+        "def init(**options):\n    raise ConnectionError('Could not connect to 10.0.0.9:6379')\n"
+    )
+    for fake, cause in ((broken, "importing ray failed (TypeError: Descriptors cannot be "
+                         "created directly.)"),
+                        (unreachable, "could not start or reach the Ray cluster at "
+                         "10.0.0.9:6379 (ConnectionError: Could not connect")):  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(fake), "ANTHROPIC_API_KEY": "sk-ant-test-key"}
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "main.py"), "--tasks-file", str(tasks), "--out",
+             str(tmp_path / "out"), "--executor", "ray", "--ray-address", "10.0.0.9:6379",
+             "--output", "json"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and cause in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+        reply = json.loads(done.stdout)
+        assert reply["outcome"] == "usage_error" and reply["exit_code"] == 2
+
+
 def test_a_plain_folder_with_a_fifo_and_a_socket_is_copied_without_reading_them(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

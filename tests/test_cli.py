@@ -595,11 +595,11 @@ def test_a_malformed_replay_file_is_a_usage_error(recording, repo, tmp_path, cap
     assert len(err.strip().splitlines()) == 1
 
 
-def test_the_readme_flag_table_lists_exactly_the_parsers_flags():
+def test_the_reference_flag_table_lists_exactly_the_parsers_flags():
     from toy_agent.cli import build_parser
 
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
+    reference = (ROOT / "docs" / "cli.md").read_text()
+    table = reference.split("\n## Flags\n", 1)[1].split("\n## ", 1)[0]
     documented = set()
     for row in table.splitlines():
         if row.startswith("| `"):

@@ -30,7 +30,8 @@ def test_the_installed_wheel_runs_the_demo_from_any_folder(tmp_path):
     # the dependencies come from this environment; the package itself only from the wheel
     (target_site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                    "install", "-q", "--no-deps", "--no-index", str(wheel)],
+                    "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
+                    str(wheel)],
                    check=True, capture_output=True, timeout=300)  # fmt: skip
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -165,7 +165,7 @@ def test_cli_auto_without_bwrap_warns_once_and_the_command_gets_no_secret(
 @needs_bwrap
 def test_list_tools_and_the_summary_name_the_sandbox(repo: Path, tmp_path: Path, capsys) -> None:
     assert main(["--list-tools", "--repo", str(repo), "--allow-commands"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "sandbox: bwrap"
+    assert capsys.readouterr().out.splitlines()[-1].startswith("sandbox: bwrap (hides ")
     assert main(["--list-tools", "--repo", str(repo), "--sandbox", "off"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "sandbox: off"
 

@@ -541,3 +541,14 @@ def test_the_walk_puts_every_name_a_pattern_could_ignore_to_the_patterns(
     each = {n for n in names if _gitignored(prefix + n, n in dirs, specs)}
     block = "\0" + "\0".join(files) + "\0"
     assert _ignored_names(block, set(), dirs, prefix, specs) == each
+
+
+def test_a_hit_cut_in_the_middle_of_a_key_shows_no_part_of_it(tmp_path: Path) -> None:
+    """search shows at most 200 characters of a line: the whole line is redacted first, so a
+    key that straddles the cut leaves not even its head behind."""
+    key = "sk-ant-api03-" + "Q7" * 40
+    for name, lead in (("a.txt", "y" * 190 + " "), ("b.txt", "y" * 185 + " token: ")):
+        (tmp_path / name).write_text(f"{lead}{key}\n")
+    out = CodeRepositoryTools(tmp_path).execute("search_in_files", {"pattern": "yyyy"})
+    assert "2 matches" in out
+    assert "sk-ant" not in out and "Q7Q7" not in out

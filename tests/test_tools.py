@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -187,6 +189,52 @@ def test_list_files_of_an_empty_folder_says_so(tools: CodeRepositoryTools, repo:
     assert tools.list_files("empty") == (
         "empty: 0 files, 0 directories. Nothing to list (empty, or everything in it is ignored)."
     )
+
+
+def as_another_user(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in this interpreter as the user nobody when we are root (who reads every
+    folder whatever its mode), else as ourselves."""
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("as root, needs setpriv (util-linux) to read as another user")
+        prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+        if subprocess.run([*prefix, sys.executable, "-c", "import toy_agent"],
+                          capture_output=True).returncode != 0:  # fmt: skip
+            pytest.skip("the user nobody cannot run this interpreter or import toy_agent")
+    return subprocess.run([*prefix, sys.executable, "-c", code, *args], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+
+
+def test_a_folder_that_cannot_be_read_is_named_never_listed_as_empty() -> None:
+    repo = Path(tempfile.mkdtemp(prefix="toy-agent-locked-", dir="/tmp"))
+    try:
+        repo.chmod(0o755)
+        for name in ("open/a.txt", "locked/secret.txt"):
+            write(repo, name, "needle\n")
+        (repo / "open").chmod(0o755)
+        (repo / "locked").chmod(0)
+        done = as_another_user(textwrap.dedent("""
+            import sys
+            from toy_agent.tools import CodeRepositoryTools, ToolError
+            tools = CodeRepositoryTools(sys.argv[1])
+            for name, params in [("list_files", {}), ("search_in_files", {"pattern": "needle"}),
+                                 ("list_files", {"path": "locked"})]:
+                try:
+                    print(tools.execute(name, params), end="\\n----\\n")
+                except ToolError as exc:
+                    print("ERROR", exc, end="\\n----\\n")
+        """), str(repo))  # fmt: skip
+    finally:
+        (repo / "locked").chmod(0o755)
+        shutil.rmtree(repo)
+    assert done.returncode == 0, done.stderr
+    note = "[Cannot be read (permission denied), so not listed or searched: locked/.]"
+    listing, search, locked, _ = done.stdout.split("\n----\n")
+    assert listing.splitlines()[1:] == ["locked/", "open/", "open/a.txt", note]
+    assert search.startswith("1 match in 1 file") and search.endswith(note)
+    assert locked == "ERROR locked cannot be read: permission denied."
 
 
 def test_list_files_on_a_file_or_missing_path_is_an_error(tools: CodeRepositoryTools) -> None:

@@ -231,6 +231,7 @@ class ReactAgent:
             "context_budget": self.context_budget,
             "allow_commands": self.tools.allow_commands,
             "sandbox": self.tools.sandbox,
+            "sandbox_policy": policy.describe() if (policy := self.tools.sandbox_policy) else None,
             "tools": self._routes.names,
         }
 

@@ -47,7 +47,12 @@ from toy_agent.mcp_tools import McpTools
 from toy_agent.messages import Usage
 from toy_agent.pricing import meter_for
 from toy_agent.redaction import Redactor
-from toy_agent.sandbox import SandboxUnavailable, kill_live_groups, resolve_sandbox
+from toy_agent.sandbox import (
+    SandboxUnavailable,
+    kill_live_groups,
+    resolve_sandbox,
+    sandbox_note,
+)
 from toy_agent.search import file_kind
 from toy_agent.tools import CodeRepositoryTools, run_shell
 
@@ -78,6 +83,8 @@ RECORD_KEYS = (
 )  # fmt: skip
 DEFAULT_CHECK_TIMEOUT = 600.0
 CHECK_TAIL_CHARS = 2_000
+GIT_TIMEOUT = 300  # seconds for each git call on a copy (a walk of a huge tree included)
+CLONE_TIMEOUT = 1800  # for a clone or a worktree checkout of a big repository
 POLL_SECONDS = 0.5  # how often the driver wakes to redraw the progress line
 DRAIN_SECONDS = 30.0  # after Ctrl-C, how long running tasks get to wind down
 INSTALL_RAY = 'pip install "toy-agent[ray]"'
@@ -124,6 +131,7 @@ class RunSettings:
     allow_commands: bool = False
     sandbox: str = "auto"
     sandbox_network: bool = False
+    sandbox_read: tuple[str, ...] = ()  # --sandbox-read: folders sandboxed commands may read
     mcp_servers: tuple[str | McpServerConfig, ...] = ()
     mcp_timeout: float = 30.0
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
@@ -257,17 +265,24 @@ def prepare_copy(task: Task, scratch: Path) -> Copy:
     meta.mkdir(parents=True, exist_ok=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     env = {"GIT_INDEX_FILE": str(meta / "index")}
+    # Every later git call on the copy names its git folder and work tree, as they are now:
+    # a command can rewrite the copy's .git (core.worktree=~ would put the home folder in
+    # the patch), and git would follow it.
     if is_git_url(task.repo):
-        _git("clone", "--quiet", "--no-checkout", "--", task.repo, str(dest))
-        _git("checkout", "--quiet", "--detach", task.rev or "HEAD", cwd=dest)
-        commit = _git_text("rev-parse", "HEAD", cwd=dest)
+        _git("clone", "--quiet", "--no-checkout", "--", task.repo, str(dest),
+             timeout=CLONE_TIMEOUT)  # fmt: skip
+        env |= {"GIT_DIR": str(dest / ".git"), "GIT_WORK_TREE": str(dest)}
+        _git("checkout", "--quiet", "--detach", task.rev or "HEAD", cwd=dest, env=env)
+        commit = _git_text("rev-parse", "HEAD", cwd=dest, env=env)
         return Copy(dest, commit, env, base_commit=commit)
     source = Path(task.repo)
     if is_git_checkout(source):
         with _source_lock(source):
             _git("worktree", "add", "--detach", "--quiet", str(dest), task.rev or "HEAD",
-                 cwd=source)  # fmt: skip
-        commit = _git_text("rev-parse", "HEAD", cwd=dest)
+                 cwd=source, timeout=CLONE_TIMEOUT)  # fmt: skip
+        git_dir = _git_text("rev-parse", "--absolute-git-dir", cwd=dest)
+        env |= {"GIT_DIR": git_dir, "GIT_WORK_TREE": str(dest)}
+        commit = _git_text("rev-parse", "HEAD", cwd=dest, env=env)
         common = Path(_git_text("rev-parse", "--git-common-dir", cwd=source))
         (meta / "objects").mkdir()
         env |= {"GIT_OBJECT_DIRECTORY": str(meta / "objects"),
@@ -341,17 +356,25 @@ _SAFE_SETTINGS = (
 )  # fmt: skip
 
 
-def _git(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> bytes:
-    """git, with no prompts and nothing of the repository's run (see _SAFE_SETTINGS); its
-    last error line becomes a GitError."""
+def _git(
+    *args: str,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = GIT_TIMEOUT,
+) -> bytes:
+    """git, with no prompts and nothing of the repository's run (see _SAFE_SETTINGS), stopped
+    after `timeout` seconds; its last error line becomes a GitError."""
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
     settings = [*_SAFE_SETTINGS, *(_filter_settings(cwd, full_env) if cwd is not None else ())]
     # As -c (any git), and a name -c cannot carry ("=" in it) as GIT_CONFIG_* (git 2.31+).
     options = [f"{key}={value}" for key, value in settings if "=" not in key]
     full_env |= _config_environment(full_env, [(k, v) for k, v in settings if "=" in k])
     argv = ["git", *itertools.chain.from_iterable(("-c", option) for option in options), *args]
-    done = subprocess.run(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
-                          capture_output=True)  # fmt: skip
+    try:
+        done = subprocess.run(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=timeout)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git {args[0]} did not finish in {timeout:g}s") from None
     if done.returncode != 0:
         lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
         raise GitError(f"git {args[0]} failed: {lines[-1] if lines else done.returncode}")
@@ -362,10 +385,13 @@ def _filter_settings(cwd: Path, env: Mapping[str, str]) -> list[tuple[str, str]]
     """Settings that turn off every filter driver the configuration seen from `cwd` defines:
     a driver's smudge command runs on checkout and its clean command on add, for the files a
     .gitattributes (the repository's, or one the agent wrote) assigns to it."""
-    done = subprocess.run(
-        ["git", "config", "--null", "--name-only", "--get-regexp", r"^filter\."],
-        cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-    )  # fmt: skip
+    try:
+        done = subprocess.run(
+            ["git", "config", "--null", "--name-only", "--get-regexp", r"^filter\."],
+            cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git config did not finish in {GIT_TIMEOUT}s") from None
     names = os.fsdecode(done.stdout).split("\0")
     drivers = sorted(
         {name[len("filter.") : name.rindex(".")] for name in names if name.count(".") > 1}
@@ -450,6 +476,7 @@ def run_task(
         tools = CodeRepositoryTools(
             copy.path, allow_commands=settings.allow_commands, redactor=redactor,
             sandbox=settings.sandbox, sandbox_network=settings.sandbox_network,
+            sandbox_read=settings.sandbox_read,
         )  # fmt: skip
         trajectory_file = meta / "trajectory.json"
         run = _run_agent(task, settings, tools, redactor, trajectory_file, stop, credentials)
@@ -546,14 +573,18 @@ def run_check(command: str, tools: CodeRepositoryTools, timeout: float) -> dict[
     """The task's check in its copy, sandboxed like run_command (no secrets in its
     environment; in bubblewrap when the sandbox is on), killed after `timeout` seconds."""
     code, output, timed_out = run_shell(
-        command, tools.repo_path, math.ceil(timeout), sandbox=tools.sandbox,
-        network=tools.sandbox_network,
-    )  # fmt: skip
+        command, tools.repo_path, math.ceil(timeout), policy=tools.sandbox_policy
+    )
     tail = tools.redactor.redact(output)[-CHECK_TAIL_CHARS:]
     if timed_out:
         tail += f"\n[the check timed out after {timeout:g}s and was killed]"
         return {"passed": False, "exit_code": None, "output_tail": tail}
-    return {"passed": code == 0, "exit_code": code, "output_tail": tail}
+    check: dict[str, Any] = {"passed": code == 0, "exit_code": code, "output_tail": tail}
+    policy = tools.sandbox_policy
+    note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
+    if note:
+        check["sandbox_note"] = tools.redactor.redact(note)
+    return check
 
 
 # ------------------------------------------------------------------------------- executors
@@ -621,15 +652,23 @@ class RayExecutor:
             import ray
         except ImportError:
             raise BatchError(f"--executor ray needs the ray package: {INSTALL_RAY}") from None
+        except Exception as exc:  # a broken install: a grpc or protobuf mismatch is common
+            raise BatchError(f"--executor ray: importing ray failed ({_one_line(exc)}); "
+                             f"reinstall it: {INSTALL_RAY}") from None  # fmt: skip
         self._ray = ray
         self._settings, self._scratch = settings, scratch
         cluster = address or os.environ.get("RAY_ADDRESS")
         self._started_here = not ray.is_initialized()
-        if self._started_here and cluster:
-            ray.init(address=cluster, logging_level=logging.WARNING)
-        elif self._started_here:
-            ray.init(address="local", num_cpus=workers, include_dashboard=False,
-                     logging_level=logging.WARNING)  # fmt: skip
+        try:
+            if self._started_here and cluster:
+                ray.init(address=cluster, logging_level=logging.WARNING)
+            elif self._started_here:
+                ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                         logging_level=logging.WARNING)  # fmt: skip
+        except Exception as exc:  # ConnectionError, TimeoutError, RuntimeError, ray's own
+            where = f"the Ray cluster at {cluster}" if cluster else "a local Ray instance"
+            message = f"--executor ray: could not start or reach {where} ({_one_line(exc)})"
+            raise BatchError(f"{message}; check --ray-address or RAY_ADDRESS") from None
         self._credentials = Credentials(provider_environment(settings))
         self._runtime_env: dict[str, Any] = {}
         if cluster:  # the workers may not have toy_agent (this version of it) installed
@@ -670,6 +709,12 @@ class RayExecutor:
     def close(self) -> None:
         if self._started_here:
             self._ray.shutdown()
+
+
+def _one_line(exc: BaseException) -> str:
+    """`Type: the last line of the message`, for an error from a library we do not control."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[-1].strip()}" if lines else type(exc).__name__
 
 
 def provider_environment(settings: RunSettings) -> dict[str, str]:

@@ -201,6 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
         "works, else off with a warning (default: auto)",
     )
     add(
+        "--sandbox-read",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a folder sandboxed commands may read (repeatable); your home is hidden except the "
+        "install folders of the programs on your PATH",
+    )
+    add(
         "--sandbox-network",
         action="store_true",
         help="let sandboxed commands use the network (default: no network at all)",
@@ -836,7 +844,8 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         replay_lenient=args.replay_lenient, max_iterations=args.max_iterations,
         tool_format=args.tool_format, context_budget=args.context_budget,
         allow_commands=args.allow_commands, sandbox=args.sandbox,
-        sandbox_network=args.sandbox_network, mcp_servers=(*args.mcp_server, *config),
+        sandbox_network=args.sandbox_network, sandbox_read=tuple(args.sandbox_read),
+        mcp_servers=(*args.mcp_server, *config),
         mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
     )  # fmt: skip
@@ -886,7 +895,8 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
         description = (spec.get("description") or "").strip()
         print(visible(f"{spec['name']}({params})"))
         print(visible(f"    {description.splitlines()[0] if description else ''}"))
-    print(f"sandbox: {tools.sandbox}")
+    policy = tools.sandbox_policy
+    print(f"sandbox: {policy.describe() if policy else tools.sandbox}")
     return EXIT_COMPLETED
 
 
@@ -903,6 +913,7 @@ def _local_tools(args: argparse.Namespace, repo: Path, redactor: Redactor) -> Co
             redactor=redactor,
             sandbox=args.sandbox,
             sandbox_network=args.sandbox_network,
+            sandbox_read=args.sandbox_read,
         )
     except SandboxUnavailable as exc:
         raise UsageError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from exc

@@ -169,17 +169,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def _dotenv_settings(
     dotenv: Path | None, repo: Path, environ: Mapping[str, str], warnings: list[str]
 ) -> dict[str, str]:
-    """The TOY_AGENT_ lines of `dotenv` that are not exported already; none from a .env inside
-    the repository (named in one warning)."""
+    """The TOY_AGENT_ lines of `dotenv` that are not exported already; none from a .env that
+    is not the user's own (see toy_agent.environment.dotenv_distrust), which one warning names."""
     if dotenv is None:
         return {}
-    taken = load_dotenv_file(dotenv, None, environ)
-    own = {k: v for k, v in taken.items() if k.startswith(OWN_PREFIX)}
-    if own and _is_inside(dotenv, repo):
-        warnings.append(f"ignoring {', '.join(sorted(own))} from {dotenv}: settings are never "
-                        "taken from a .env inside the repository being worked on")  # fmt: skip
-        return {}
-    return own
+    taken = load_dotenv_file(dotenv, repo, environ, warnings)
+    return {k: v for k, v in taken.items() if k.startswith(OWN_PREFIX)}
 
 
 def _resolved(path: str) -> Path:

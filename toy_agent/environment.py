@@ -8,6 +8,7 @@ never hold the user's keys, so no command can print one in a form redaction miss
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Mapping
@@ -37,12 +38,16 @@ def is_agent_variable(name: str) -> bool:
 
 
 def load_dotenv_file(
-    path: Path, repo: Path | None, environ: Mapping[str, str] | None = None
+    path: Path,
+    repo: Path | None,
+    environ: Mapping[str, str] | None = None,
+    warnings: list[str] | None = None,
 ) -> dict[str, str]:
     """The variables to take from the `.env` at `path`: toy_agent's own only, never one that is
-    already exported, and no base URL when the file lies inside the target repository `repo`
-    (each such base URL is dropped with one warning). Returns what should be set; the caller
-    applies it to os.environ. A missing or unreadable file gives nothing."""
+    already exported, and only API keys when the file is not the user's own (see
+    dotenv_distrust): what it would have set besides is named in one line added to `warnings`.
+    Returns what should be set; the caller applies it to os.environ. A missing or unreadable
+    file gives nothing."""
     environ = os.environ if environ is None else environ
     try:
         if not path.is_file():
@@ -53,21 +58,60 @@ def load_dotenv_file(
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         logger.warning("ignoring %s: %s", path, exc)
         return {}
-    inside_repo = repo is not None and _is_inside(path, repo)
+    distrust = dotenv_distrust(path, repo)
     taken: dict[str, str] = {}
+    dropped: list[str] = []
     for name, value in values.items():
         if value is None or name in environ or not is_agent_variable(name):
             continue
-        if inside_repo and name in BASE_URL_VARIABLES:
-            logger.warning(
-                "ignoring %s from %s: a base URL is never taken from a .env inside the "
-                "repository being worked on (export it or pass --base-url instead)",
-                name,
-                path,
-            )
+        if distrust and name not in KEY_VARIABLES:
+            dropped.append(name)
             continue
         taken[name] = value
+    if dropped and warnings is not None:
+        warnings.append(
+            f"ignoring {', '.join(sorted(dropped))} from {path}: {distrust}, so it may set API "
+            "keys only, never a base URL or a TOY_AGENT_ setting (export them, or use your "
+            "config file)"
+        )
     return taken
+
+
+def dotenv_distrust(path: Path, repo: Path | None) -> str | None:
+    """Why the `.env` at `path` is not the user's own, or None when it is. It is not when it
+    lies in the repository being worked on, anywhere in the git work tree that holds it (a
+    monorepo's top-level `.env` above `--repo packages/app` came with the clone), or when it or
+    its folder belongs to another user. Its place is judged both where it is named and where
+    a link leads."""
+    places = [path.absolute()]
+    with contextlib.suppress(OSError, RuntimeError):
+        places.append(path.resolve())
+    if repo is not None:
+        repo = repo.absolute()
+        top = _work_tree_top(repo)
+        for place in places:
+            if _is_inside(place, repo):
+                return "it lies inside the repository being worked on"
+            if top is not None and _is_inside(place, top):
+                return f"it lies in the git work tree that holds the repository ({top})"
+    if hasattr(os, "getuid"):
+        for place in (places[-1], places[-1].parent):
+            with contextlib.suppress(OSError):
+                if place.stat().st_uid != os.getuid():
+                    return f"{place} is not owned by you"
+    return None
+
+
+def _work_tree_top(repo: Path) -> Path | None:
+    """The outermost folder at or above `repo` holding a `.git`: the top of the clone (of the
+    superproject, for a submodule) the repository is part of, if any."""
+    top = None
+    with contextlib.suppress(OSError, RuntimeError):
+        real = repo.resolve()
+        for folder in (real, *real.parents):
+            if os.path.lexists(folder / ".git"):
+                top = folder
+    return top
 
 
 def child_environment(
@@ -95,8 +139,8 @@ def is_unsafe_for_child(name: str) -> bool:
     )
 
 
-def _is_inside(path: Path, repo: Path) -> bool:
+def _is_inside(path: Path, folder: Path) -> bool:
     try:
-        return path.resolve().is_relative_to(repo.resolve())
+        return path.is_relative_to(folder) or path.resolve().is_relative_to(folder.resolve())
     except (OSError, RuntimeError):
         return False

@@ -15,13 +15,17 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import itertools
 import logging
 import os
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -103,56 +107,235 @@ def resolve_sandbox(mode: str, *, warn: bool = True) -> str:
 
 
 # ------------------------------------------------------------------------------- the sandbox
+# Under an exposed tool folder, files that hold credentials rather than tools (cargo's
+# registry token): covered with an empty file.
+_CREDENTIAL_FILES = ("credentials", "credentials.toml", ".credentials.json", ".netrc",
+                     ".npmrc", ".pypirc", ".git-credentials")  # fmt: skip
+# Install prefixes that also hold user data: only their program and library folders are
+# exposed (`~/.local/share` holds keyrings and shell histories).
+_MIXED_PREFIXES = (".local",)
+# Variables that name where a toolchain lives (rustup's toolchains are not on PATH).
+_TOOL_HOME_VARIABLES = ("RUSTUP_HOME", "CARGO_HOME", "PYENV_ROOT", "NVM_DIR", "CONDA_PREFIX",
+                        "VIRTUAL_ENV", "GOROOT", "JAVA_HOME", "VOLTA_HOME", "BUN_INSTALL",
+                        "PNPM_HOME", "SDKMAN_DIR", "UV_PYTHON_INSTALL_DIR")  # fmt: skip
+# A PATH entry whose programs read a folder of their own elsewhere in the home.
+_IMPLIED = {".cargo/bin": (".rustup",), ".local/bin": (".local/share/uv/python",)}
+_PROGRAMS_EXAMINED = 2_000  # per PATH folder: links and #! lines followed to other installs
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What a sandboxed command may see, decided once from the user's inputs (the repository
+    path, the environment's HOME and PATH, --sandbox-read, --sandbox-network) before any
+    command runs. Nothing in the repository adds a mount: a `.git` file that names a folder
+    is believed only when that folder is a git directory that names this repository back."""
+
+    repo: Path
+    network: bool = False
+    hidden: tuple[Path, ...] = ()  # the home folders and /run: empty read-only tmpfs
+    exposed: tuple[Path, ...] = ()  # read-only inside the hidden ones: tools, --sandbox-read
+    git: tuple[Path, ...] = ()  # the repository's git folder or file: read-only
+    outside_git: tuple[Path, ...] = ()  # a worktree's or submodule's git folder elsewhere
+    masked: tuple[Path, ...] = ()  # credential files inside exposed folders
+
+    def argv(self) -> list[str]:
+        """bwrap and its options, up to the `--` before the command.
+
+        Mounts are made parents first, so a repository inside the home folder or inside /tmp
+        is bound on top of the tmpfs that hides its parent, and .git on top of the repository;
+        the hiding tmpfs are then made read-only (not recursively: what is bound below keeps
+        its own mode)."""
+        hidden = [p for p in self.hidden if p != self.repo]
+        mounts = [(p, ["--tmpfs", str(p)]) for p in [Path("/tmp"), *hidden]]
+        mounts.append((self.repo, ["--bind", str(self.repo), str(self.repo)]))
+        for path in (*self.exposed, *self.outside_git, *self.git):
+            mounts.append((path, ["--ro-bind", str(path), str(path)]))
+        argv = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
+                "--proc", "/proc"]  # fmt: skip
+        for _, options in sorted(mounts, key=lambda mount: len(mount[0].parts)):
+            argv += options
+        for path in self.masked:
+            argv += ["--ro-bind", "/dev/null", str(path)]
+        argv += ["--dir", SCRATCH_HOME]
+        for path in hidden:
+            argv += ["--remount-ro", str(path)]
+        argv += ["--unshare-all", *(["--share-net"] if self.network else [])]
+        return [*argv, "--die-with-parent", "--new-session", "--chdir", str(self.repo), "--"]
+
+    def describe(self) -> str:
+        """One line for --list-tools, the summary and the trajectory."""
+        hidden = ", ".join(_tilde(p) for p in self.hidden) or "nothing"
+        exposed = ", ".join(_tilde(p) for p in self.exposed)
+        reads = f"; reads (read-only) {exposed}" if exposed else ""
+        network = "network" if self.network else "no network"
+        return f"bwrap (hides {hidden}{reads}; .git read-only; {network})"
+
+    def hidden_folder_of(self, path: str) -> Path | None:
+        """The hidden folder that hides `path` (an absolute path a command named), if any."""
+        try:
+            target = Path(path)
+        except ValueError:
+            return None
+        if not target.is_absolute() or target.is_relative_to(self.repo):
+            return None
+        if any(target.is_relative_to(p) for p in (*self.exposed, *self.outside_git)):
+            return None
+        return next((h for h in self.hidden if target.is_relative_to(h)), None)
+
+
+def sandbox_policy(
+    repo: Path,
+    *,
+    network: bool = False,
+    read: Iterable[str | Path] = (),
+    homes: Iterable[Path] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SandboxPolicy:
+    """The policy for commands in `repo`: see SandboxPolicy. `read`: folders the user exposes
+    (read-only) with --sandbox-read; `homes` and `environ` default to this process's."""
+    environ = os.environ if environ is None else environ
+    repo = repo.resolve()
+    hidden = _hidden_folders(network, homes, environ)
+    exposed = _outermost(p for p in [*toolchain_folders(environ, hidden), *_existing(read)]
+                         if p != repo)  # fmt: skip
+    masked = sorted(p / name for p in exposed for name in _CREDENTIAL_FILES
+                    if (p / name).is_file())  # fmt: skip
+    inner, outer = _git_paths(repo)
+    return SandboxPolicy(repo, network, tuple(hidden), tuple(exposed), inner, outer,
+                         tuple(masked))  # fmt: skip
+
+
 def bwrap_argv(
     repo: Path, *, network: bool = False, homes: Iterable[Path] | None = None
 ) -> list[str]:
-    """bwrap and its options, up to the `--` before the command.
-
-    Mounts are made parents first, so a repository inside the home folder or inside /tmp is
-    bound on top of the tmpfs that hides its parent; the hiding tmpfs are then made read-only
-    (not recursively: the repository below stays writable)."""
-    repo = repo.resolve()
-    hidden = [p for p in _hidden_folders(network, homes) if p != repo]
-    mounts = [(p, ["--tmpfs", str(p)]) for p in [Path("/tmp"), *hidden]]
-    mounts.append((repo, ["--bind", str(repo), str(repo)]))
-    git_dir = linked_git_dir(repo)
-    if git_dir is not None and not git_dir.is_relative_to(repo):
-        mounts.append((git_dir, ["--ro-bind", str(git_dir), str(git_dir)]))
-    argv = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
-            "--proc", "/proc"]  # fmt: skip
-    for _, options in sorted(mounts, key=lambda mount: len(mount[0].parts)):
-        argv += options
-    argv += ["--dir", SCRATCH_HOME]
-    for path in hidden:
-        argv += ["--remount-ro", str(path)]
-    argv += ["--unshare-all", *(["--share-net"] if network else [])]
-    return [*argv, "--die-with-parent", "--new-session", "--chdir", str(repo), "--"]
+    """The argv of sandbox_policy(repo, ...): for callers that build no policy of their own."""
+    return sandbox_policy(repo, network=network, homes=homes).argv()
 
 
-def linked_git_dir(repo: Path) -> Path | None:
-    """The git folder a worktree's `.git` file points to, through its `commondir`: a batch
-    copy's history lives in the source repository, often under the hidden home or /tmp. It is
-    mounted read-only, so git commands in the copy read it and cannot change the source."""
+def toolchain_folders(environ: Mapping[str, str], hidden: Iterable[Path]) -> list[Path]:
+    """The folders inside the hidden ones that the user's own programs need: each PATH entry's
+    install prefix (`~/.pyenv` for `~/.pyenv/shims`, `~/.nvm/versions/node/v20` for its `bin`),
+    the installs its programs link or point (`#!`) to, and the folders the toolchain
+    variables name (RUSTUP_HOME, PYENV_ROOT, ...). Never a home folder itself."""
+    hidden = list(hidden)
+    found: set[Path] = set()
+
+    def home_of(path: Path) -> Path | None:
+        return next((h for h in hidden if path.is_relative_to(h)), None)
+
+    def add(folder: Path) -> None:
+        home = home_of(folder)
+        if home is not None:
+            found.update(_install_folders(folder, home))
+
+    for entry in environ.get("PATH", "").split(os.pathsep):
+        real = _real_dir(entry)
+        if real is None or home_of(real) is None:
+            continue
+        add(real)
+        home = home_of(real)
+        assert home is not None
+        for implied in _IMPLIED.get(str(real.relative_to(home)), ()):
+            if (home / implied).is_dir():
+                found.add(home / implied)
+        for program in _program_targets(real):
+            add(program.parent)
+    for name in _TOOL_HOME_VARIABLES:
+        real = _real_dir(environ.get(name, ""))
+        if real is not None and (home := home_of(real)) is not None and real != home:
+            found.add(real)
+    return _outermost(found)
+
+
+def _install_folders(folder: Path, home: Path) -> list[Path]:
+    """What to expose for a program folder under `home`: its install prefix when the folder is
+    a `bin` (or pyenv's `shims`) of one, else the folder itself."""
+    if folder.name not in ("bin", "sbin", "shims") or folder.parent == home:
+        return [folder]
+    prefix = folder.parent
+    if str(prefix.relative_to(home)) in _MIXED_PREFIXES:
+        return [folder, *([prefix / "lib"] if (prefix / "lib").is_dir() else [])]
+    if prefix.parent.name == "plugins":  # pyenv's plugins/NAME/shims: pyenv's own prefix
+        prefix = prefix.parent.parent
+    return [prefix]
+
+
+def _program_targets(folder: Path) -> Iterator[Path]:
+    """Where the programs in `folder` really live: a link's target, a script's interpreter."""
     try:
-        text = (repo / ".git").read_text(encoding="utf-8", errors="replace")
-    except OSError:  # no .git, or a .git folder: nothing outside to mount
-        return None
-    if not text.startswith("gitdir:"):
-        return None
-    gitdir = (repo / text[7:].strip()).resolve()
-    try:
-        common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+        entries = list(itertools.islice(os.scandir(folder), _PROGRAMS_EXAMINED))
     except OSError:
-        common = gitdir
-    return common if common.is_dir() else None
+        return
+    for entry in entries:
+        try:
+            if entry.is_symlink():
+                yield Path(os.path.realpath(entry.path))
+            elif entry.is_file(follow_symlinks=False):
+                with open(entry.path, "rb") as f:
+                    first = f.read(256)
+                if first.startswith(b"#!"):
+                    words = first[2:].split(b"\n", 1)[0].split()
+                    if words and words[0].startswith(b"/"):
+                        yield Path(os.path.realpath(os.fsdecode(words[0])))
+        except OSError:
+            continue
 
 
-def _hidden_folders(network: bool, homes: Iterable[Path] | None) -> list[Path]:
+def _git_paths(repo: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """The repository's own `.git` (a folder, or a worktree's or submodule's `.git` file),
+    re-bound read-only, and the git folder outside the repository that such a file leads to,
+    only when that folder names this repository back (a linked worktree's `gitdir` file, a
+    submodule's core.worktree): a `.git` file alone, which anyone can write, decides nothing."""
+    dot_git = repo / ".git"
+    try:
+        st = os.lstat(dot_git)
+    except OSError:
+        return (), ()
+    if stat.S_ISDIR(st.st_mode):
+        return (dot_git,), ()
+    if not stat.S_ISREG(st.st_mode) or st.st_size > 4096:
+        return (), ()
+    try:
+        text = dot_git.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return (dot_git,), ()
+    if not text.startswith("gitdir:"):
+        return (dot_git,), ()
+    gitdir = (repo / text[7:].strip()).resolve()
+    if gitdir.is_relative_to(repo) or not _names_back(gitdir, dot_git, repo):
+        return (dot_git,), ()
+    common = gitdir
+    with contextlib.suppress(OSError, ValueError):
+        common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+    if not (common / "objects").is_dir() or not (common / "HEAD").is_file():
+        return (dot_git,), ()
+    return (dot_git,), tuple(_outermost([common, gitdir]))
+
+
+def _names_back(gitdir: Path, dot_git: Path, repo: Path) -> bool:
+    """Whether the git folder `gitdir` says its work tree is `repo`: git writes this when it
+    makes a worktree (`gitdir` holds the path of its `.git` file) or a submodule
+    (core.worktree in its config)."""
+    with contextlib.suppress(OSError, ValueError):
+        back = (gitdir / "gitdir").read_text(encoding="utf-8").strip()
+        if Path(back).resolve() == dot_git.resolve():
+            return True
+    with contextlib.suppress(OSError, ValueError):
+        for line in (gitdir / "config").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.strip().partition("=")
+            if key.strip().lower() == "worktree" and value.strip():
+                return (gitdir / value.strip()).resolve() == repo
+    return False
+
+
+def _hidden_folders(
+    network: bool, homes: Iterable[Path] | None, environ: Mapping[str, str]
+) -> list[Path]:
     """The user's home folders ($HOME and the password database's), /run/user (session bus,
     agents' sockets) and, without network, all of /run (Docker's, databases' and the system
     bus's sockets: a Unix socket is reachable through a read-only mount)."""
     if homes is None:
-        homes = [Path(h) for h in (os.environ.get("HOME"), _passwd_home()) if h]
+        homes = [Path(h) for h in (environ.get("HOME"), _passwd_home()) if h]
     folders = [*homes, Path("/run/user"), *([] if network else [Path("/run")])]
     found: set[Path] = set()
     for folder in folders:
@@ -160,8 +343,7 @@ def _hidden_folders(network: bool, homes: Iterable[Path] | None) -> list[Path]:
             real = folder.resolve()
             if real != Path("/") and real.is_dir():
                 found.add(real)
-    # A folder inside another hidden one is hidden already.
-    return sorted(p for p in found if not any(p != q and p.is_relative_to(q) for q in found))
+    return _outermost(found)
 
 
 def _passwd_home() -> str | None:
@@ -173,23 +355,87 @@ def _passwd_home() -> str | None:
         return None
 
 
-def sandbox_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` for a command inside the sandbox: HOME and TMPDIR in the private /tmp, and no
-    variable pointing into the hidden home or /run (XDG folders, agent sockets)."""
+def _outermost(paths: Iterable[Path]) -> list[Path]:
+    """`paths` without those inside another of them, sorted."""
+    found = set(paths)
+    return sorted(p for p in found if not any(p != q and p.is_relative_to(q) for q in found))
+
+
+def _real_dir(path: str) -> Path | None:
+    if not path or not os.path.isabs(path):
+        return None
+    try:
+        real = Path(path).resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    return real if real.is_dir() else None
+
+
+def _existing(paths: Iterable[str | Path]) -> list[Path]:
+    return [real for p in paths if (real := _real_dir(os.path.expanduser(str(p))))]
+
+
+def _tilde(path: Path) -> str:
+    home = os.environ.get("HOME")
+    if home and home != "/" and path.is_relative_to(home):
+        return "~" + str(path)[len(home.rstrip("/")) :]
+    return str(path)
+
+
+# Tools that find their install through $HOME, which the sandbox points elsewhere: each is
+# told where it is, when that folder is exposed and the user has not said so already.
+_HOME_DEFAULTS = {".rustup": "RUSTUP_HOME", ".cargo": "CARGO_HOME", ".pyenv": "PYENV_ROOT",
+                  ".nvm": "NVM_DIR"}  # fmt: skip
+
+
+def sandbox_environment(
+    env: Mapping[str, str], policy: SandboxPolicy | None = None
+) -> dict[str, str]:
+    """`env` for a command inside the sandbox: HOME and TMPDIR in the private /tmp, no variable
+    pointing into the hidden home or /run (XDG folders, agent sockets), and the variables that
+    lead tools installed in the home to their exposed folders."""
     kept = {k: v for k, v in env.items() if k not in _HOST_PATH_VARIABLES}
+    homes = policy.hidden if policy is not None else ()
+    for folder in policy.exposed if policy is not None else ():
+        name = _HOME_DEFAULTS.get(folder.name)
+        if name and name not in kept and folder.parent in homes:
+            kept[name] = str(folder)
     return {**kept, "HOME": SCRATCH_HOME, "TMPDIR": "/tmp"}
 
 
-def refusal_note(output: str, *, network: bool) -> str | None:
-    """A note for the model when `output` shows the sandbox refusing something, else None."""
-    if not any(refusal in output for refusal in _REFUSALS):
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])(/[^\s:'\"`,;()]+)")
+_MISSING = ("No such file", "not found", "cannot access", "can't open", "Permission denied")
+
+
+def sandbox_note(
+    policy: SandboxPolicy, output: str, exit_code: int | None, *, for_user: bool = False
+) -> str | None:
+    """What to tell the model (and, through it and the batch record, the user) when `output`
+    looks like the sandbox refusing something: a write outside the repository, the network, a
+    program or file under the hidden home (exit 126/127, "No such file" on such a path), or
+    None when nothing points to the sandbox."""
+    refused = any(refusal in output for refusal in _REFUSALS)
+    hidden = sorted({_tilde(Path(m)) for m in _ABSOLUTE_PATH.findall(output)
+                     if policy.hidden_folder_of(m) is not None})  # fmt: skip
+    missing = exit_code in (126, 127) or (hidden and any(m in output for m in _MISSING))
+    if not (refused or missing):
         return None
+    exposed = ", ".join(_tilde(p) for p in policy.exposed)
     limits = "only the repository and /tmp are writable, the home folder is hidden (HOME is an "
-    limits += "empty scratch folder)" + ("" if network else ", there is no network at all")
+    limits += "empty scratch folder" + (f"; readable: {exposed}" if exposed else "") + ")"
+    limits += "" if policy.network else ", there is no network at all"
+    verb = "is" if len(hidden) == 1 else "are"
+    named = f" {', '.join(hidden[:5])} {verb} hidden." if hidden else ""
+    if for_user:
+        return (
+            f"the command ran in the bubblewrap sandbox: {limits}.{named} Expose a folder "
+            "read-only with --sandbox-read PATH, or run with --sandbox off."
+        )
     return (
         f"[Note: commands run in a bubblewrap sandbox set by the user: {limits}, and "
-        "background processes end with the command. This is not a fault to work around; "
-        "do the task within these limits.]"
+        f"background processes end with the command.{named} This is not a fault to work "
+        "around; do the task within these limits. If it needs a hidden program or folder, "
+        "say so: the user can expose one read-only with --sandbox-read PATH.]"
     )
 
 

@@ -158,6 +158,7 @@ class Tree:
         self._held = 0  # entries remembered, up to max_entries
         self._max_entries = max_entries
         self.scans = 0  # folders read from disk so far; the others came from memory
+        self.unreadable: set[str] = set()  # folders the last scan could not read (permissions)
         self._warming: threading.Thread | None = None
         self._lock = threading.Lock()  # the bookkeeping of a walk and a warm-up at once
 
@@ -274,9 +275,15 @@ class Tree:
         self.scans += 1  # not exact while a warm-up runs: a count for tests and the log
         try:
             st, (dirs, files, kinds) = _scan(directory)
-        except OSError as exc:  # a link or a file now, if swapped since its parent's scan
+        except OSError as exc:  # no permission, or a link or a file since its parent's scan
             logger.debug("cannot scan %s: %s", directory, exc)
+            if isinstance(exc, PermissionError):
+                with self._lock:
+                    self.unreadable.add(rel_dir)
             return _Folder(None, specs, False, [], _NO_KINDS, [])
+        if self.unreadable:
+            with self._lock:
+                self.unreadable.discard(rel_dir)
         stamp = _dir_stamp(st)
         has_ignore_file = not explicit and ".gitignore" in files
         here = self._with_ignore_file(specs, rel_dir, directory, has_ignore_file)
@@ -900,8 +907,11 @@ def search(
     return SearchResult(shown, sum(counts.values()), len(counts), len(files.all()), used)
 
 
-def format_matches(what: str, where: str, result: SearchResult) -> str:
-    """The observation: matches grouped by file, capped at SEARCH_MAX_MATCHES lines."""
+def format_matches(
+    what: str, where: str, result: SearchResult, redact: Callable[[str], str] = str
+) -> str:
+    """The observation: matches grouped by file, capped at SEARCH_MAX_MATCHES lines. Each line
+    is redacted whole before it is cut, so a cut never leaves the head of a secret behind."""
     scope = f"{_count(result.n_files, 'file')} under {where}"
     if not result.n_matches:
         return f"No matches for {what} in {scope} (case-insensitive)."
@@ -914,6 +924,7 @@ def format_matches(what: str, where: str, result: SearchResult) -> str:
         if rel != current:
             out.append(shown_path(rel))
             current = rel
+        text = redact(text)
         if len(text) > SEARCH_LINE_CHARS:
             text = text[:SEARCH_LINE_CHARS] + " …"
         out.append(f"  {number}: {text.rstrip()}")

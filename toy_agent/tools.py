@@ -25,7 +25,7 @@ import threading
 import time
 import typing
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,11 +35,12 @@ from toy_agent.environment import child_environment
 from toy_agent.messages import path_from_shown, shown_path
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
-    bwrap_argv,
+    SandboxPolicy,
     owned_process_group,
-    refusal_note,
     resolve_sandbox,
     sandbox_environment,
+    sandbox_note,
+    sandbox_policy,
 )
 from toy_agent.search import (
     BINARY_SNIFF_BYTES,
@@ -103,6 +104,7 @@ class CodeRepositoryTools:
         redactor: Redactor | None = None,
         sandbox: str = "off",
         sandbox_network: bool = False,
+        sandbox_read: Iterable[str | Path] = (),
     ):
         if search_backend not in ("auto", *SEARCH_BACKENDS):
             raise ValueError(f"search_backend must be auto, rg, grep or python: {search_backend}")
@@ -114,6 +116,12 @@ class CodeRepositoryTools:
         # when "bwrap" is asked for and does not work); see toy_agent.sandbox.
         self.sandbox = resolve_sandbox(sandbox, warn=allow_commands)
         self.sandbox_network = sandbox_network
+        # What a sandboxed command sees, decided now, before any command could change the
+        # repository (a `.git` file it writes later names no mount).
+        self.sandbox_policy = (
+            sandbox_policy(self.repo_path, network=sandbox_network, read=sandbox_read)
+            if self.sandbox == "bwrap" else None
+        )  # fmt: skip
         self._sandbox_named = False  # the model is told about the sandbox once
         self.tree = Tree(self.repo_path)  # what list_files and search see, kept between calls
 
@@ -189,6 +197,7 @@ class CodeRepositoryTools:
         explicit = self.tree.is_ignored(top)
         listing = self.tree.listing(top)
         paths, special, n_dirs = listing.paths, listing.special, len(listing.folders)
+        unread = self._unreadable_note(top)
         logger.info("listed %s: %d files, %d dirs", self._rel(top), len(paths) - n_dirs, n_dirs)
         where = "Repository root" if top == self.repo_path else self._shown(top)
         header = f"{where}: {len(paths) - n_dirs} files, {n_dirs} directories"
@@ -197,8 +206,10 @@ class CodeRepositoryTools:
         if not paths:
             return f"{header}. Nothing to list (empty, or everything in it is ignored)."
         if len(paths) <= LIST_LIMIT:
-            return "\n".join([header + ":", *(_entry_line(path, special) for path in paths)])
-        return "\n".join([header + ".", *_summarise(listing, self._rel(top))])
+            return "\n".join(
+                [header + ":", *(_entry_line(path, special) for path in paths), *unread]
+            )
+        return "\n".join([header + ".", *_summarise(listing, self._rel(top)), *unread])
 
     def read_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
@@ -336,7 +347,25 @@ class CodeRepositoryTools:
             *(pattern, self._rel(top), found.n_files, found.n_matches, found.backend),
             time.perf_counter() - started,
         )
-        return format_matches(repr(pattern) + note, self._shown(top), found)
+        shown = format_matches(repr(pattern) + note, self._shown(top), found, self.redactor.redact)
+        return "\n".join([shown, *self._unreadable_note(top)])
+
+    def _unreadable_note(self, top: Path) -> list[str]:
+        """A line naming the folders under `top` the walk could not read (no permission), so
+        an empty listing or a search with no match is not taken for the truth."""
+        rel_top = "" if top == self.repo_path else self._rel(top)
+        unreadable = self.tree.unreadable
+        if rel_top in unreadable:
+            raise ToolError(f"{self._shown(top)} cannot be read: permission denied.")
+        locked = sorted(
+            rel for rel in unreadable
+            if (not rel_top or rel.startswith(f"{rel_top}/")) and (self.repo_path / rel).is_dir()
+        )  # fmt: skip
+        if not locked:
+            return []
+        more = f" and {len(locked) - 20} more" if len(locked) > 20 else ""
+        names = ", ".join(shown_path(f"{rel}/") for rel in locked[:20])
+        return [f"[Cannot be read (permission denied), so not listed or searched: {names}{more}.]"]
 
     def get_file_info(self, path: str) -> str:
         """Metadata to decide how to read a file: size, lines, kind, language, mtime, mode."""
@@ -388,13 +417,13 @@ class CodeRepositoryTools:
             raise ToolError(f"timeout must be between 1 and {COMMAND_MAX_TIMEOUT} seconds.")
         started = time.perf_counter()
         code, output, timed_out = run_shell(
-            command, self.repo_path, timeout, sandbox=self.sandbox, network=self.sandbox_network
+            command, self.repo_path, timeout, policy=self.sandbox_policy
         )
         elapsed = time.perf_counter() - started
         logger.info("command %r: exit %s after %.1fs", command, code, elapsed)
         note = None
-        if self.sandbox == "bwrap" and not self._sandbox_named:
-            note = refusal_note(output, network=self.sandbox_network)
+        if self.sandbox_policy is not None and not self._sandbox_named:
+            note = sandbox_note(self.sandbox_policy, output, code)
             self._sandbox_named = note is not None
         output = f"{output.rstrip()}\n{note}" if note else output
         if timed_out:
@@ -1139,15 +1168,15 @@ _COMMAND_ENV = {
 
 
 def run_shell(
-    command: str, cwd: Path, timeout: int, *, sandbox: str = "off", network: bool = False
+    command: str, cwd: Path, timeout: int, *, policy: SandboxPolicy | None = None
 ) -> tuple[int, str, bool]:
     """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
     secrets in the environment. The command leads its own session, and the whole group is
     killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM
     through the CLI); in bwrap's PID namespace that includes what escaped the group."""
     argv, env = ["/bin/sh", "-c", command], child_environment(_COMMAND_ENV)
-    if sandbox == "bwrap":
-        argv, env = bwrap_argv(cwd, network=network) + argv, sandbox_environment(env)
+    if policy is not None:
+        argv, env = policy.argv() + argv, sandbox_environment(env, policy)
     proc = subprocess.Popen(
         argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True,
