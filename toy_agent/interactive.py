@@ -60,6 +60,7 @@ HELP = (
     "tasks. Ctrl-C cancels a running task, or clears the line. Commands:\n"
     + "\n".join(f"  {name:<13} {what}" for name, what in COMMANDS.items())
 )
+_COMMAND = re.compile(r"/\w*(\s|$)")  # "/usr/bin/env fails" is a task, not a command
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
 ModelClients = Callable[[str, str], "LlmClient"]  # (model name, current provider) -> client
 
@@ -104,15 +105,21 @@ class Repl:
                         return EXIT_INTERRUPTED
                     self._say("")
                     continue
-                if line.startswith("/"):
-                    if self.command(line) == "exit":
-                        return 0
-                elif line and not self._task(line):
-                    return EXIT_INTERRUPTED
+                try:
+                    if _COMMAND.match(line):
+                        if self.command(line) == "exit":
+                            return 0
+                    elif line and not self._task(line):
+                        return EXIT_INTERRUPTED
+                except KeyboardInterrupt:  # Ctrl-C during a command, or the summary
+                    if not self._was_ctrl_c():
+                        return EXIT_INTERRUPTED
+                    self._close_view()
+                    self._say("cancelled")
 
     def command(self, line: str) -> str:
-        name, _, argument = line.partition(" ")
-        name, argument = name.lower(), argument.strip()
+        name, *rest = line.split(maxsplit=1)
+        name, argument = name.lower(), rest[0].strip() if rest else ""
         if name in ("/exit", "/quit"):
             return "exit"
         if name == "/help":
