@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
-from fakes import write_replay, xml_action
+from fakes import ScriptedLlm, write_replay, xml_action
 
-from toy_agent.messages import Usage
+from toy_agent.messages import Message, ToolCall, ToolResult, Usage
+from toy_agent.sessions import compact_conversation
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVIDER_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "GEMINI_API_KEY",
@@ -548,3 +549,43 @@ def test_old_sessions_are_pruned_with_their_undo_data_by_the_configured_rule(hom
     [new] = [s["id"] for s in saved_sessions(home) if s != {}]
     assert {p.stem for p in store.glob("*.json")} == {new, "a-recent", "b-old"}
     assert {p.stem for p in (store / "undo").glob("*.json")} == {"a-recent", "b-old"}
+
+
+# --- /compact's cut, through the LlmClient seam -----------------------------------------------
+
+
+def native_conversation(steps: int) -> list[Message]:
+    """A native-tool-calling conversation: the task, then `steps` call/result pairs."""
+    messages = [Message("user", "the task")]
+    for i in range(steps):
+        call = ToolCall("read_file", {"path": f"f{i}.py"}, f"call_{i}")
+        messages += [Message("assistant", f"step {i}", tool_calls=(call,)),
+                     Message("user", "", tool_results=(ToolResult(call.id, call.name,
+                                                                  "x" * 4000),))]  # fmt: skip
+    return messages
+
+
+@pytest.mark.parametrize("steps", [3, 4, 7])
+def test_compact_keeps_the_task_and_whole_latest_steps_so_no_result_loses_its_call(steps):
+    llm = ScriptedLlm("The summary.")
+    messages = native_conversation(steps)
+    compacted = compact_conversation(messages, llm, budget_tokens=100_000)
+    assert compacted is not None
+    head, *kept = compacted.messages
+    assert head.role == "user" and head.content.startswith("the task\n\n")
+    assert head.content.endswith("The summary.")
+    assert kept == messages[len(messages) - len(kept) :]  # the latest steps, untouched
+    assert kept[0].role == "assistant" and len(kept) >= 4
+    roles = [m.role for m in compacted.messages]
+    assert all(a != b for a, b in zip(roles, roles[1:], strict=False))  # roles alternate
+    calls = {c.id for m in kept for c in m.tool_calls}
+    assert all(r.call_id in calls for m in kept for r in m.tool_results)
+    [request] = llm.requests
+    assert request["tools"] is None and "step 0" in request["messages"][0].content
+    assert compacted.saved == compacted.tokens_before - compacted.tokens_after > 0
+
+
+def test_a_conversation_of_the_task_and_its_latest_steps_has_nothing_to_compact():
+    llm = ScriptedLlm()  # asking it anything would fail the test
+    assert compact_conversation(native_conversation(2), llm, budget_tokens=100_000) is None
+    assert llm.requests == []
