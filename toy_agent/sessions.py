@@ -434,11 +434,12 @@ class SessionInfo:
 
     @classmethod
     def of(cls, session: Session) -> SessionInfo:
-        first = str(session.runs[0].get("task", "")) if session.runs else ""
-        outcome = str(session.runs[-1].get("outcome") or "") if session.runs else ""
+        runs = [run for run in session.runs if isinstance(run, dict)]
+        first = str(runs[0].get("task", "")) if runs else ""
+        outcome = str(runs[-1].get("outcome") or "") if runs else ""
         line = first.strip().splitlines()[0] if first.strip() else ""
         return cls(session.id, session.updated_at or session.created_at, session.repo, line,
-                   len(session.runs), outcome)  # fmt: skip
+                   len(runs), outcome)  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "updated_at": self.updated_at, "repo": self.repo,
@@ -562,7 +563,7 @@ def describe_session(session: Session) -> str:
         f"tokens    {format_usage(usage)}",
         f"cost      {format_cost(cost, unpriced)}",
     ]
-    for number, run in enumerate(session.runs, 1):
+    for number, run in enumerate((r for r in session.runs if isinstance(r, dict)), 1):
         task = str(run.get("task", "")).strip()
         more = " …" if len(task.splitlines()) > 1 else ""
         undone = ", undone" if run.get("undone") else ""
