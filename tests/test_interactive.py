@@ -443,7 +443,7 @@ def two_sessions(home: Path, tmp_path: Path, repo: Path) -> list[dict]:
             run_cli("--repo", str(where), "--replay", str(replay), "--task", task).returncode == 0
         )
         time.sleep(0.05)  # distinct file times: the listing is newest first
-    return sorted(saved_sessions(home), key=lambda s: s["created_at"] + s["runs"][0]["task"])
+    return sorted(saved_sessions(home), key=lambda s: s["repo"] == str(repo.resolve()))
 
 
 def test_resume_without_an_id_picks_a_session_from_a_list_on_a_terminal(
