@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -77,7 +78,10 @@ class Tmux:
         # it); it only traps Ctrl-C, so toy-agent gets it as from a shell prompt.
         self.status = tmp_path / f"exit-code-{next(Tmux.count)}"
         command = shlex.join([sys.executable, str(ROOT / "main.py"), *args])
-        script = f"trap true INT; {command}; echo $? > {shlex.quote(str(self.status))}"
+        self.modes = [tmp_path / f"stty-{n}" for n in ("before", "after")]
+        before, after, status = (shlex.quote(str(p)) for p in (*self.modes, self.status))
+        script = (f"trap true INT; stty -g > {before}; {command}; code=$?; "
+                  f"stty -g > {after}; echo $code > {status}")  # fmt: skip
         environ = {**os.environ, "NO_COLOR": "1", **env}
         environ.pop("TMUX", None)
         self.tmux("new-session", "-d", "-s", "t", "-x", "150", "-y", "50", script, ";",
@@ -128,7 +132,16 @@ class Tmux:
             if time.monotonic() > deadline:
                 raise AssertionError(f"toy-agent did not exit; the screen:\n{self.screen}")
             time.sleep(0.1)
+        before, after = (p.read_text() for p in self.modes)
+        assert before == after, "toy-agent left the terminal's modes changed"
         return int(self.status.read_text())
+
+    @property
+    def pid(self) -> int:
+        """toy-agent's process id (the pane's process is the shell that waits for it)."""
+        shell = self.tmux("display", "-p", "-t", "t", "#{pane_pid}").strip()
+        found = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True).stdout
+        return int(found.split()[0])
 
     def close(self) -> None:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, timeout=30)
@@ -254,6 +267,18 @@ def test_ctrl_c_cancels_a_task_and_what_is_typed_next_runs(home, repo, terminal)
     [session] = saved_sessions(home)
     assert [(r["task"], r["outcome"]) for r in session["runs"]] == [
         ("a slow task", "cancelled"), ("a quick task", "completed")]  # fmt: skip
+
+
+def test_sigterm_at_the_prompt_ends_the_session_with_143_and_restores_the_terminal(
+    home, repo, terminal
+):
+    with FakeProvider() as server:
+        term = terminal(["--repo", str(repo)], server.env("claude"))
+        term.prompt()
+        term.type("half a task")
+        term.expect("> half a task")
+        os.kill(term.pid, signal.SIGTERM)
+        assert term.exit_code() == 143  # and the modes are as before (exit_code checks)
 
 
 def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
