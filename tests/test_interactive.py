@@ -3,6 +3,7 @@ its commands (/cost, /model, /compact, /sessions, /help)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -140,8 +141,11 @@ class Tmux:
     def pid(self) -> int:
         """toy-agent's process id (the pane's process is the shell that waits for it)."""
         shell = self.tmux("display", "-p", "-t", "t", "#{pane_pid}").strip()
-        found = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True).stdout
-        return int(found.split()[0])
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):  # a process that just ended
+                if stat.read_text().rpartition(")")[2].split()[1] == shell:  # its parent
+                    return int(stat.parent.name)
+        raise AssertionError(f"no process under the pane's shell; the screen:\n{self.screen}")
 
     def close(self) -> None:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, timeout=30)
