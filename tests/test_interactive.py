@@ -19,7 +19,7 @@ import pytest
 from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
 from fakes import ScriptedLlm, write_replay, xml_action
 
-from toy_agent.messages import Message, ToolCall, ToolResult, Usage
+from toy_agent.messages import LlmResponse, Message, ToolCall, ToolResult, Usage
 from toy_agent.sessions import compact_conversation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -618,3 +618,20 @@ def test_a_conversation_of_the_task_and_its_latest_steps_has_nothing_to_compact(
     llm = ScriptedLlm()  # asking it anything would fail the test
     assert compact_conversation(native_conversation(2), llm, budget_tokens=100_000) is None
     assert llm.requests == []
+
+
+def test_a_summary_no_shorter_is_dropped_but_its_call_is_recorded(tmp_path, repo):
+    from toy_agent.sessions import Session, SessionRecorder, SessionStore
+    from toy_agent.tools import CodeRepositoryTools
+
+    store = SessionStore(tmp_path / "sessions")
+    messages = native_conversation(4)
+    session = Session("s1", str(repo), messages=[m.to_dict() for m in messages])
+    recorder = SessionRecorder(store, session, CodeRepositoryTools(repo), lambda: messages)
+    llm = ScriptedLlm(LlmResponse("y" * 100_000, usage=Usage(700, 900)))
+    assert recorder.compact(llm, 100_000) is None
+    saved = json.loads(store.path(session).read_text())
+    assert saved["messages"] == [m.to_dict() for m in messages]  # unchanged
+    [record] = saved["compactions"]
+    assert record["applied"] is False and record["usage"]["output_tokens"] == 900
+    assert saved["usage"] == {"input_tokens": 700, "output_tokens": 900, "cached_tokens": 0}

@@ -196,6 +196,7 @@ class Repl:
         if getattr(self.agent.llm_client, "provider", "") == "replay":
             self._say("/compact: a replay plays back its recording; it cannot write a summary")
             return
+        attempts = len(self.sessions.session.compactions)
         try:
             history = self.sessions.conversation()
             self.agent.cost.check("", history)
@@ -211,7 +212,10 @@ class Repl:
             self._say(f"/compact: {visible(str(exc))}; the conversation is as it was")
             return
         if compacted is None:
-            self._say("nothing to compact: the conversation is short already")
+            tried = len(self.sessions.session.compactions) > attempts
+            self._say("the summary was no shorter than the steps it would replace: the "
+                      "conversation is as it was" if tried else
+                      "nothing to compact: the conversation is short already")  # fmt: skip
             return
         self._say(f"compacted {len(history)} messages into {len(compacted.messages)}: about "
                   f"{compacted.tokens_before:,} -> {compacted.tokens_after:,} tokens, "

@@ -382,21 +382,23 @@ class SessionRecorder:
         if compacted is not None and cost is not None:
             cost.add(compacted.usage)
             cost_usd = round(cost.last, 6) if cost.known and cost.last is not None else None
-        if compacted is None or compacted.saved <= 0:
+        if compacted is None:
             return None
-        self.session.messages = [self.redact(m.to_dict()) for m in compacted.messages]
+        applied = compacted.saved > 0  # a summary no shorter is dropped, its cost still counts
+        if applied:
+            self.session.messages = [self.redact(m.to_dict()) for m in compacted.messages]
         self.session.compactions.append({
-            "compacted_at": _now(), "model": getattr(llm, "model", ""),
+            "compacted_at": _now(), "model": getattr(llm, "model", ""), "applied": applied,
             "messages_before": len(self._cache), "messages_after": len(compacted.messages),
             "tokens_before": compacted.tokens_before, "tokens_after": compacted.tokens_after,
             "usage": compacted.usage.to_dict(), "cost_usd": cost_usd,
         })  # fmt: skip
-        self.conversation()  # the cache now holds the compacted messages
+        self.conversation()  # the cache now holds the messages as saved
         try:
             self.store.save(self.session, self._undo)
         except OSError as exc:
             self.error = f"cannot save the session to {self.store.root}: {exc.strerror or exc}"
-        return compacted
+        return compacted if applied else None
 
     def start_new(self) -> None:
         """A new conversation (/clear): a new session from the next task on."""
