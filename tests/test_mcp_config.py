@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 import pytest
 from mcp_types import (
+    Annotations,
     BlobResourceContents,
     CallToolResult,
     EmbeddedResource,
     ImageContent,
+    ResourceLink,
     TextContent,
     TextResourceContents,
 )
@@ -21,6 +24,7 @@ from toy_agent.mcp_config import (
     assign_names,
     load_mcp_config,
     parse_server_arg,
+    result_output,
     result_text,
 )
 
@@ -163,13 +167,23 @@ def test_a_prefixed_name_already_taken_gets_a_number() -> None:
     assert names == [["s__x", "s__x_2"], ["t__x"]]
 
 
-def test_result_text_joins_text_and_summarises_the_rest() -> None:
+def test_result_output_keeps_text_images_and_decoded_text_blobs() -> None:
+    note = base64.b64encode(b"ship on Friday\n").decode()
     result = CallToolResult(
         content=[
             TextContent(type="text", text="first"),
-            ImageContent(type="image", data="AAAA", mime_type="image/png"),
+            ImageContent(
+                type="image",
+                data="AAAA",
+                mime_type="image/png",
+                annotations=Annotations(audience=["user"], priority=0.5),
+            ),  # fmt: skip
             EmbeddedResource(
                 type="resource", resource=TextResourceContents(uri="file:///a", text="inline")
+            ),
+            EmbeddedResource(
+                type="resource",
+                resource=BlobResourceContents(uri="memo://n", blob=note, mime_type="text/plain"),
             ),
             EmbeddedResource(
                 type="resource",
@@ -177,14 +191,26 @@ def test_result_text_joins_text_and_summarises_the_rest() -> None:
                     uri="file:///b", blob="AAAAAA==", mime_type="application/pdf"
                 ),
             ),
+            ResourceLink(
+                type="resource_link", uri="memo://n", name="n.txt", mime_type="text/plain"
+            ),
         ]
     )
-    assert result_text(result).splitlines() == [
+    output = result_output(result, "notes", "read_resource")
+    assert output.text.splitlines() == [
         "first",
-        "[image: image/png, 3 bytes]",
+        "[image 1: image/png, 3 bytes; for the user; priority 0.5]",
+        "[resource file:///a (unknown type)]",
         "inline",
-        "[resource: file:///b, application/pdf, 4 bytes]",
+        "[resource memo://n (text/plain)]",
+        "ship on Friday",
+        "[resource file:///b: application/pdf, 4 bytes of binary data, not shown]",
+        '[resource link: memo://n (n.txt, text/plain); read it with read_resource {"server": '
+        '"notes", "uri": "memo://n"}]',
     ]
+    assert [(i.mime_type, i.data, i.size) for i in output.images] == [("image/png", "AAAA", 3)]
+    assert result_text(result) == result_output(result).text  # images described, not passed
+    assert "its server offers no resources to read" in result_text(result)
 
 
 def test_structured_content_is_json_when_there_is_no_text() -> None:

@@ -168,7 +168,7 @@ def test_http_headers_are_sent(both: McpTools) -> None:
 
 
 def test_non_text_content_is_summarised(both: McpTools) -> None:
-    assert both.execute_mcp_tool("picture", {}) == "[image: image/png, 15 bytes]"
+    assert both.execute_mcp_tool("picture", {}) == "[image 1: image/png, 15 bytes]"
 
 
 def test_tool_error_result_raises_with_the_servers_text(both: McpTools) -> None:

@@ -335,8 +335,8 @@ def test_compact_parameters_keep_defaults_enums_and_unexplained_descriptions():
     }
     assert json.loads(compact_parameters(tool)) == {
         "city": "string",  # the description names it: no need to repeat
-        "units": 'one of "metric"|"imperial" = "metric"',
-        "days": "array of integer, optional",
+        "units": '"metric" | "imperial" = "metric"',
+        "days": "integer[], optional",
     }
     tool["description"] = "Weather."
     assert json.loads(compact_parameters(tool))["city"] == "string: City name, e.g. Paris."

@@ -13,7 +13,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from toy_agent.context import DEFAULT_CONTEXT_BUDGET, cap_text, fit_to_budget, observation_cap
+from toy_agent.context import (
+    DEFAULT_CONTEXT_BUDGET,
+    ImageBudget,
+    admit_images,
+    cap_text,
+    fit_to_budget,
+    observation_cap,
+    recent_images,
+)
 from toy_agent.events import (
     ChangeTracker,
     Event,
@@ -32,7 +40,16 @@ from toy_agent.events import (
 )
 from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpToolError, McpTools
-from toy_agent.messages import LlmResponse, Message, ToolCall, ToolResult, Usage, wire_text
+from toy_agent.messages import (
+    Image,
+    LlmResponse,
+    Message,
+    ToolCall,
+    ToolOutput,
+    ToolResult,
+    Usage,
+    wire_text,
+)
 from toy_agent.parsing import (
     MAX_PARAMETER_DEPTH,
     Action,
@@ -126,6 +143,7 @@ class _Run:
     repeats: int = 0
     tool_errors: int = 0
     declined: int = 0
+    images: ImageBudget = field(default_factory=ImageBudget)  # the current step's
 
 
 class ReactAgent:
@@ -233,6 +251,7 @@ class ReactAgent:
             "sandbox": self.tools.sandbox,
             "sandbox_policy": policy.describe() if (policy := self.tools.sandbox_policy) else None,
             "tools": self._routes.names,
+            "image_types": sorted(self._image_types),
         }
 
     # -- the loop -----------------------------------------------------------------------
@@ -270,7 +289,7 @@ class ReactAgent:
     def _call_llm(self) -> LlmResponse:
         """Send the history (fitted to the budget), record the reply in the history. The
         reply carries how long the call took (`seconds`)."""
-        messages = fit_to_budget(self.conversation_history, self.context_budget)
+        messages = fit_to_budget(recent_images(self.conversation_history), self.context_budget)
         self.cost.check(self.system_prompt, messages)
         self._emit(LlmRequested(self.iteration, messages))
         tools = list(self._routes.specs) if self.format.native_tools else None
@@ -324,6 +343,7 @@ class ReactAgent:
             return None
         observations: list[Observation] = []
         final_answer, tool_seconds = None, 0.0
+        self._state.images = ImageBudget()
         for action in parsed.actions:
             if action.tool_name == "task_complete":
                 final_answer = self._final_answer(action.parameters)
@@ -347,6 +367,7 @@ class ReactAgent:
         an answer is not the tool's time)."""
         self._emit(ToolStarted(self.iteration, action))
         is_error, seconds = True, 0.0
+        content: str | ToolOutput
         if self.confirm and action.tool_name in CONFIRM_TOOLS and not self.confirm(action):
             content = DECLINED
             self._state.declined += 1
@@ -360,16 +381,32 @@ class ReactAgent:
                 content = f"Error: {exc}"
             seconds = time.monotonic() - started
         self._state.tool_errors += is_error
+        content, images = self._with_images(content)
         content = wire_text(content)
         content = cap_text(self.redactor.redact(content), observation_cap(self.context_budget))
         content += self._repetition_warning(action)
-        observation = Observation(action, content, is_error)
+        observation = Observation(action, content, is_error, images)
         self._emit(ToolFinished(self.iteration, observation, seconds))
         return observation, seconds
 
+    def _with_images(self, output: str | ToolOutput) -> tuple[str, tuple[Image, ...]]:
+        """The observation's text and the images the model is sent (those it takes, within the
+        step's budget); each image left out gets a line saying why. Images are not redacted."""
+        if isinstance(output, str):
+            return output, ()
+        model = getattr(self.llm_client, "model", "") or ""
+        images, notes = admit_images(output.images, self._image_types, model,
+                                     self._state.images)  # fmt: skip
+        return "\n".join([output.text, *notes]), images
+
+    @property
+    def _image_types(self) -> frozenset[str]:
+        """What the model takes; a client written to the seed spec (no LlmClient) takes none."""
+        return frozenset(getattr(self.llm_client, "image_types", ()))
+
     def _execute_tool(
         self, tool_name: str, parameters: dict[str, Any], arguments_error: str = ""
-    ) -> str:
+    ) -> str | ToolOutput:
         """Run one tool by name: task_complete gives the final answer; any other goes through
         the run's route table. Failures raise ToolError or McpToolError."""
         if arguments_error:
@@ -494,11 +531,12 @@ def _as_text(message: Message, fmt: ActionFormat) -> Message:
         return Message(message.role, fmt.action_text(message.content.strip(), actions))
     if message.tool_results:
         observations = [
-            Observation(Action(r.name, {}, r.call_id), r.content, r.is_error)
+            Observation(Action(r.name, {}, r.call_id), r.content, r.is_error, r.images)
             for r in message.tool_results
         ]
-        text = fmt.observation_message(observations).content
-        return Message(message.role, f"{text}\n\n{message.content}" if message.content else text)
+        observed = fmt.observation_message(observations)
+        text = f"{observed.content}\n\n{message.content}" if message.content else observed.content
+        return Message(message.role, text, images=(*observed.images, *message.images))
     return message
 
 

@@ -7,15 +7,31 @@ and on the safe side for code.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from toy_agent.llm import Message
+from toy_agent.messages import Image
 
 CHARS_PER_TOKEN = 4
 DEFAULT_CONTEXT_BUDGET = 100_000  # tokens; below every supported cloud model's window
 KEEP_RECENT_MESSAGES = 4  # the latest two steps (assistant + observation each) stay whole
 ELIDED_STUB_CHARS = 300
+# Images: what every provider takes (Claude refuses one over 5 MB of base64), and what a run
+# may spend on them (an image costs ~1,600 tokens whatever its size, in every request it is in).
+IMAGE_MAX_BYTES = 3_750_000  # one image, decoded: 5 MB as base64
+STEP_IMAGES_MAX = 4  # images one step's observations may send
+STEP_IMAGE_MAX_BYTES = 8_000_000  # and their bytes together
+REQUEST_IMAGES_MAX = 8  # images in one request: older ones are sent as a text stub
+IMAGE_CHARS = 6_400  # an image, counted against the context budget (~1,600 tokens)
+_MAGIC = (  # what the bytes are, whatever the server said
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
 
 
 def observation_cap(budget_tokens: int) -> int:
@@ -61,21 +77,32 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
 
 
 def _message_chars(message: Message) -> int:
+    images = [*message.images, *(i for r in message.tool_results for i in r.images)]
     return (
         len(message.content)
         + sum(len(r.content) for r in message.tool_results)
         + sum(len(str(c.arguments)) for c in message.tool_calls)
+        + IMAGE_CHARS * sum(bool(i.data) for i in images)
     )
 
 
 def _elide(message: Message) -> Message:
     content = _stub(message.content)
-    results = tuple(replace(r, content=_stub(r.content)) for r in message.tool_results)
+    results = tuple(
+        replace(r, content=_stub(r.content), images=_stubbed(r.images))
+        for r in message.tool_results
+    )
     calls = tuple(
         replace(c, arguments={k: _stub_value(v) for k, v in c.arguments.items()})
         for c in message.tool_calls
     )
-    return Message(message.role, content, tool_calls=calls, tool_results=results)
+    return Message(message.role, content, tool_calls=calls, tool_results=results,
+                   images=_stubbed(message.images))  # fmt: skip
+
+
+def _stubbed(images: tuple[Image, ...]) -> tuple[Image, ...]:
+    """The images as references only: providers are sent their text stub."""
+    return tuple(replace(i, data="") for i in images)
 
 
 def _stub(text: str) -> str:
@@ -90,3 +117,76 @@ def _stub(text: str) -> str:
 
 def _stub_value(value: object) -> object:
     return _stub(value) if isinstance(value, str) else value
+
+
+def recent_images(messages: Sequence[Message], limit: int = REQUEST_IMAGES_MAX) -> list[Message]:
+    """`messages` with only the newest `limit` images still attached; older ones become
+    references, which providers are sent as a text stub."""
+    out, kept = [], 0
+    for message in reversed(messages):
+        results = []
+        for result in reversed(message.tool_results):
+            images, kept = _newest(result.images, kept, limit)
+            results.append(replace(result, images=images))
+        images, kept = _newest(message.images, kept, limit)
+        out.append(replace(message, tool_results=tuple(reversed(results)), images=images))
+    return out[::-1]
+
+
+def _newest(images: tuple[Image, ...], kept: int, limit: int) -> tuple[tuple[Image, ...], int]:
+    shown = []
+    for image in reversed(images):
+        if image.data and kept < limit:
+            kept += 1
+            shown.append(image)
+        else:
+            shown.append(replace(image, data=""))
+    return tuple(reversed(shown)), kept
+
+
+@dataclass
+class ImageBudget:
+    """What one step's observations have sent so far (STEP_IMAGES_MAX, STEP_IMAGE_MAX_BYTES)."""
+
+    count: int = 0
+    size: int = 0
+
+
+def admit_images(
+    images: Sequence[Image], accepted: frozenset[str], model: str, budget: ImageBudget
+) -> tuple[tuple[Image, ...], list[str]]:
+    """The images the model is sent (typed by their bytes), and a line for each one that is
+    not, saying why, for the observation."""
+    sent: list[Image] = []
+    notes = []
+    for number, image in enumerate(images, 1):
+        kind = sniff_image(image.data)
+        if not accepted:
+            why = f"the model {model or 'in use'} is not known to take images"
+        elif kind is None:
+            why = "its data is not a PNG, JPEG, GIF or WebP image"
+        elif kind not in accepted:
+            why = f"the model {model} does not take {kind}"
+        elif image.size > IMAGE_MAX_BYTES:
+            why = f"it has {image.size:,} bytes, over the limit of {IMAGE_MAX_BYTES:,} per image"
+        elif budget.count >= STEP_IMAGES_MAX or budget.size + image.size > STEP_IMAGE_MAX_BYTES:
+            why = (f"one step sends at most {STEP_IMAGES_MAX} images and "
+                   f"{STEP_IMAGE_MAX_BYTES:,} bytes")  # fmt: skip
+        else:
+            budget.count += 1
+            budget.size += image.size
+            sent.append(replace(image, mime_type=kind))
+            continue
+        notes.append(f"[image {number} not shown to you: {why}]")
+    return tuple(sent), notes
+
+
+def sniff_image(data: str) -> str | None:
+    """The image type base64 `data` holds, by its first bytes (a PNG, JPEG, GIF or WebP)."""
+    try:
+        head = base64.b64decode(data[:64], validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for magic, kind in _MAGIC if head.startswith(magic)), None)

@@ -30,6 +30,14 @@ TRAJECTORY_FORMAT = "toy_agent.trajectory/1"
 FILE_CHANGING_TOOLS = frozenset({"write_file", "edit_file"})
 
 
+def _image_references(observation: Observation) -> dict[str, Any]:
+    """The images an observation sent, as references (mime type, bytes, sha256): a record
+    never holds their base64."""
+    if not observation.images:
+        return {}
+    return {"images": [image.reference() for image in observation.images]}
+
+
 @dataclass(frozen=True)
 class RunStarted:
     task: str
@@ -95,6 +103,7 @@ class Step:
             "actions": [asdict(a) for a in self.actions],
             "observations": [
                 {"tool_name": o.action.tool_name, "content": o.content, "is_error": o.is_error}
+                | _image_references(o)
                 for o in self.observations
             ],
             "parse_error": self.parse_error,
@@ -194,7 +203,8 @@ class JsonLinesWriter:
             case ToolFinished(iteration=i, observation=obs, seconds=seconds):
                 self.write({"type": "tool_finished", "iteration": i,
                             "tool": obs.action.tool_name, "content": obs.content,
-                            "is_error": obs.is_error, "seconds": round(seconds, 3)})  # fmt: skip
+                            "is_error": obs.is_error, "seconds": round(seconds, 3)}
+                           | _image_references(obs))  # fmt: skip
 
     def write(self, obj: dict[str, Any]) -> None:
         self.stream.write(json_text(self.redact(obj), indent=None) + "\n")

@@ -8,6 +8,7 @@ error messages and logging are shared by `_ProviderClient`.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import contextvars
 import email.utils
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from toy_agent.messages import (
+    Image,
     LlmResponse,
     Message,
     StopReason,
@@ -67,6 +69,12 @@ class LlmClient(ABC):
 
     provider: str = "llm"
     model: str = ""
+
+    @property
+    def image_types(self) -> frozenset[str]:
+        """The image types the model takes; none unless the model is known to (a text-only
+        model would reject the whole request)."""
+        return model_image_types(self.provider, self.model)
 
     @abstractmethod
     def call_llm(
@@ -114,8 +122,14 @@ class ReplayLlmClient(LlmClient):
         self._responses = [LlmResponse.from_dict(step["response"]) for step in steps]
         self._observations = [_recorded_observations(step) for step in steps]
         self.model = settings.get("model") or "replay"
+        self._image_types = frozenset(map(str, settings.get("image_types") or ()))
         self.lenient = lenient
         self._next = 0
+
+    @property
+    def image_types(self) -> frozenset[str]:
+        """The recorded model's: the replayed run sees the observations the recording saw."""
+        return self._image_types
 
     def call_llm(
         self,
@@ -573,6 +587,32 @@ class _ProviderClient(LlmClient):
         return text.replace(self._api_key, "***") if self._api_key else text
 
 
+# --- Images: which models take them ----------------------------------------------------------
+
+_COMMON_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+_GEMINI_IMAGES = frozenset({"image/png", "image/jpeg", "image/webp"})
+# Chat Completions servers serve any model; these families take images (OpenAI's own, and the
+# open vision models local servers run). Any other name is taken to be text-only.
+_OPENAI_VISION = re.compile(
+    r"gpt-4o|gpt-4\.1|gpt-4\.5|gpt-4-turbo|gpt-4-vision|gpt-5|(^|/)o1(?!-mini|-preview)|"
+    r"(^|/)o3(?!-mini)|(^|/)o4|claude-(3|sonnet|opus|haiku)|gemini|llava|vision|[-_.]vl\b|"
+    r"pixtral|gemma-?3|llama-?4|minicpm-v|moondream|bakllava"
+)
+
+
+def model_image_types(provider: str, model: str) -> frozenset[str]:
+    """The image types `model` of `provider` takes: every Claude 3+ and Gemini model; on an
+    OpenAI-compatible server, the known vision families only (the conservative rule)."""
+    name = model.lower()
+    if provider == "claude":
+        return frozenset() if re.match(r"claude-(2|instant)", name) else _COMMON_IMAGES
+    if provider == "gemini":
+        return _GEMINI_IMAGES if "gemini" in name else frozenset()
+    if provider == "openai":
+        return _COMMON_IMAGES if _OPENAI_VISION.search(name) else frozenset()
+    return frozenset()
+
+
 # --- Claude (Anthropic Messages API) --------------------------------------------------------
 
 _ANTHROPIC_STOPS: dict[str | None, StopReason] = {
@@ -590,14 +630,29 @@ def to_anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [{"name": n, "description": d, "input_schema": s} for n, d, s in fields]
 
 
+def _anthropic_image(image: Image) -> dict[str, Any]:
+    if not image.data:
+        return {"type": "text", "text": image.stub()}
+    source = {"type": "base64", "media_type": image.mime_type, "data": image.data}
+    return {"type": "image", "source": source}
+
+
+def _anthropic_result(content: str, images: Sequence[Image]) -> str | list[dict[str, Any]]:
+    """A tool_result's content: its text, or text and image blocks (Claude takes both)."""
+    if not images:
+        return content or _EMPTY
+    return [{"type": "text", "text": content or _EMPTY}, *map(_anthropic_image, images)]
+
+
 def _anthropic_blocks(message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [
-        {"type": "tool_result", "tool_use_id": r.call_id, "content": r.content or _EMPTY}
-        | {"is_error": r.is_error}
+        {"type": "tool_result", "tool_use_id": r.call_id}
+        | {"content": _anthropic_result(r.content, r.images), "is_error": r.is_error}
         for r in message.tool_results
     ]
     if message.content.strip():
         blocks.append({"type": "text", "text": message.content})
+    blocks += map(_anthropic_image, message.images)
     for c in message.tool_calls:
         blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments})
     return blocks or [{"type": "text", "text": _EMPTY}]
@@ -712,8 +767,16 @@ def to_gemini_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [{"function_declarations": declarations}]
 
 
+def _gemini_image(image: Image) -> dict[str, Any]:
+    """An inline_data part; the SDK takes the bytes and sends them as base64."""
+    if not image.data:
+        return {"text": image.stub()}
+    return {"inline_data": {"mime_type": image.mime_type, "data": base64.b64decode(image.data)}}
+
+
 def to_gemini_contents(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Gemini contents: assistant is role "model"; tool results are function_response parts."""
+    """Gemini contents: assistant is role "model"; tool results are function_response parts,
+    the images they returned inline_data parts beside them in the same turn."""
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "model" if message.role == "assistant" else "user"
@@ -723,8 +786,10 @@ def to_gemini_contents(messages: Sequence[Message]) -> list[dict[str, Any]]:
             parts.append(
                 {"function_response": {"id": r.call_id, "name": r.name} | {"response": response}}
             )
+        parts += (_gemini_image(i) for r in message.tool_results for i in r.images)
         if message.content.strip():
             parts.append({"text": message.content})
+        parts += map(_gemini_image, message.images)
         for c in message.tool_calls:
             parts.append({"function_call": {"id": c.id, "name": c.name, "args": c.arguments}})
         parts = parts or [{"text": _EMPTY}]
@@ -876,9 +941,22 @@ def to_openai_messages(system_prompt: str, messages: Sequence[Message]) -> list[
         for r in message.tool_results:
             content = ("Error: " if r.is_error else "") + r.content
             out.append({"role": "tool", "tool_call_id": r.call_id, "content": content})
-        if message.content or not message.tool_results:
+        # a tool message takes no image: the results' images follow in a user message
+        images = [i for r in message.tool_results for i in r.images] + list(message.images)
+        if images:
+            text = message.content or "The images the tool calls above returned:"
+            parts = [{"type": "text", "text": text}, *map(_openai_image, images)]
+            out.append({"role": "user", "content": parts})
+        elif message.content or not message.tool_results:
             out.append({"role": "user", "content": message.content})
     return out
+
+
+def _openai_image(image: Image) -> dict[str, Any]:
+    if not image.data:
+        return {"type": "text", "text": image.stub()}
+    url = f"data:{image.mime_type};base64,{image.data}"
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _openai_call(call: ToolCall) -> dict[str, Any]:

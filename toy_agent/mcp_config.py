@@ -18,6 +18,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from toy_agent.messages import Image, ToolOutput
+
+# Blobs of these types are text: decoded and shown, not summarised.
+_TEXT_MIME = re.compile(
+    r"^text/|^application/(json|xml|yaml|x-yaml|toml|javascript|x-sh|sql|graphql|x-python|"
+    r"csv)\b|[+/](json|xml|yaml)\b",
+    re.IGNORECASE,
+)
 _NAME_MAX = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -197,29 +205,79 @@ def assign_names(offers: Sequence[tuple[str, Sequence[str]]]) -> list[list[str]]
 
 
 def result_text(result: Any) -> str:
-    """A CallToolResult as text: text joined, other content summarised, else structured JSON."""
-    parts = []
+    """A CallToolResult as text (images described, not shown)."""
+    return result_output(result).text
+
+
+def result_output(result: Any, server: str = "", read_with: str = "") -> ToolOutput:
+    """A CallToolResult as text and images: text as is, images numbered in the text and
+    returned for the model, text blobs decoded, a resource link with how to read it (through
+    the tool `read_with` on `server`, when the server serves resources); else structured JSON."""
+    parts: list[str] = []
+    images: list[Image] = []
     for block in result.content:
         kind = block.type
         if kind == "text":
             parts.append(block.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind}: {block.mime_type}, {_b64_size(block.data)} bytes]")
+        elif kind == "image":
+            images.append(Image.from_base64(block.data, block.mime_type))
+            size = images[-1].size
+            parts.append(f"[image {len(images)}: {block.mime_type}, {size:,} bytes{_notes(block)}]")
+        elif kind == "audio":
+            parts.append(f"[audio: {block.mime_type}, {_b64_size(block.data):,} bytes"
+                         f"{_notes(block)}; audio is not passed to you]")  # fmt: skip
         elif kind == "resource_link":
-            parts.append(f"[resource link: {block.uri}]")
+            parts.append(_link_text(block, server, read_with))
         elif kind == "resource":
-            res = block.resource
-            text = getattr(res, "text", None)
-            parts.append(
-                text
-                if text is not None
-                else f"[resource: {res.uri}, {res.mime_type}, {_b64_size(res.blob)} bytes]"
-            )
+            parts.append(contents_text(block.resource, images) + _notes(block))
         else:
             parts.append(f"[{kind} content]")
     if not parts and result.structured_content is not None:
-        return json.dumps(result.structured_content, ensure_ascii=False)
-    return "\n".join(parts)
+        return ToolOutput(json.dumps(result.structured_content, ensure_ascii=False))
+    return ToolOutput("\n".join(parts), tuple(images))
+
+
+def contents_text(res: Any, images: list[Image]) -> str:
+    """One resource's contents (embedded in a result, or read): its text, a blob of text
+    decoded, an image added to `images`, other binary data described."""
+    uri, mime = str(res.uri), res.mime_type or "unknown type"
+    text = getattr(res, "text", None)
+    if text is not None:
+        return f"[resource {uri} ({mime})]\n{text.rstrip(chr(10))}"
+    blob = getattr(res, "blob", "") or ""
+    if mime.startswith("image/"):
+        images.append(Image.from_base64(blob, mime))
+        return f"[image {len(images)}: resource {uri}, {mime}, {images[-1].size:,} bytes]"
+    if _TEXT_MIME.search(mime):
+        with contextlib.suppress(ValueError):
+            raw = base64.b64decode("".join(blob.split()), validate=True)
+            text = raw.decode("utf-8", errors="replace").rstrip("\n")
+            return f"[resource {uri} ({mime})]\n{text}"
+    return f"[resource {uri}: {mime}, {_b64_size(blob):,} bytes of binary data, not shown]"
+
+
+def _link_text(link: Any, server: str, read_with: str) -> str:
+    about = ", ".join(str(x) for x in (link.name, link.mime_type) if x)
+    if link.description:
+        about += f": {link.description}"
+    text = f"[resource link: {link.uri}" + (f" ({about})" if about else "")
+    if read_with:
+        call = json.dumps({"server": server, "uri": str(link.uri)}, ensure_ascii=False)
+        return f"{text}; read it with {read_with} {call}]"
+    return f"{text}; its server offers no resources to read]"
+
+
+def _notes(block: Any) -> str:
+    """A block's annotations (who it is for, how important), which the model may weigh."""
+    annotations = getattr(block, "annotations", None)
+    if annotations is None:
+        return ""
+    notes = []
+    if annotations.audience:
+        notes.append("for the " + " and the ".join(annotations.audience))
+    if annotations.priority is not None:
+        notes.append(f"priority {annotations.priority:g}")
+    return "".join(f"; {note}" for note in notes)
 
 
 def _b64_size(data: str) -> int:

@@ -35,10 +35,13 @@ from toy_agent.mcp_config import (
     McpError,
     McpServerConfig,
     assign_names,
+    contents_text,
     load_mcp_config,
     parse_server_arg,
-    result_text,
+    result_output,
+    unique_name,
 )
+from toy_agent.messages import Image, ToolOutput
 
 __all__ = ["McpError", "McpServerConfig", "McpToolError", "McpTools", "load_mcp_config",
            "parse_server_arg"]  # fmt: skip
@@ -51,6 +54,8 @@ _GRACE = 5.0  # beyond `timeout`, for the SDK's own timeout to fire first
 MCP_TOOLS_MAX = 128  # per server; the rest are not offered
 MCP_DESCRIPTION_MAX_CHARS = 2_000  # cut beyond this
 MCP_SCHEMA_MAX_CHARS = 20_000  # a tool whose JSON Schema is longer is not offered
+RESOURCES_LIST_MAX = 200  # resources a listing shows; the rest are counted
+READ_RESOURCE = "read_resource"
 _CLOSE_TIMEOUT = 10.0  # the SDK's stdio shutdown takes at most ~6.5s (stdin close, TERM, KILL)
 _CONNECTION_CLOSED, _REQUEST_TIMEOUT = -32000, -32001  # mcp_types.CONNECTION_CLOSED, ...TIMEOUT
 
@@ -96,6 +101,7 @@ class _Server:
     def __init__(self, config: McpServerConfig, timeout: float) -> None:
         self.config, self.timeout = config, timeout
         self.tools: list[Any] = []
+        self.serves_resources = False  # it has resources (or templates) to read
         self.client: Any = None
         self.dead = ""  # why the session ended mid-run
         self.stderr = _StderrLog(config.name) if config.command else None
@@ -115,6 +121,7 @@ class _Server:
                 async with Client(self._transport(), read_timeout_seconds=self.timeout) as client:
                     self._close_writer()
                     self.tools = await _list_tools(client)
+                    self.serves_resources = await self._has_resources(client)
                     self._startup.deadline = math.inf
                     self.client = client
                     ready.set_result(None)
@@ -133,6 +140,18 @@ class _Server:
         finally:
             self.client = None
             self._close_writer()
+
+    async def _has_resources(self, client: Any) -> bool:
+        """Whether the server has resources to read (a failing listing is a warning only)."""
+        if client.server_capabilities.resources is None:
+            return False
+        try:
+            resources, templates = await _list_resources(client, pages=1)
+        except Exception as exc:
+            logger.warning("MCP server %s: cannot list its resources: %s", self.config.label,
+                           _describe(_leaf(exc)))  # fmt: skip
+            return False
+        return bool(resources or templates)
 
     def _transport(self) -> Any:
         """The SDK transport for this server (an async context manager yielding streams)."""
@@ -215,6 +234,22 @@ async def _list_tools(client: Any) -> list[Any]:
     return tools
 
 
+async def _list_resources(client: Any, pages: int = 20) -> tuple[list[Any], list[Any]]:
+    """The server's resources and resource templates, as many as `pages` pages of each."""
+    found: tuple[list[Any], list[Any]] = ([], [])
+    listers = (client.list_resources, "resources"), (
+        client.list_resource_templates, "resource_templates")  # fmt: skip
+    for kept, (lister, field) in zip(found, listers, strict=True):
+        cursor = None
+        for _ in range(pages):
+            page = await lister(cursor=cursor)
+            kept.extend(getattr(page, field))
+            cursor = page.next_cursor
+            if cursor is None or len(kept) > RESOURCES_LIST_MAX:
+                break
+    return found
+
+
 def _code(exc: BaseException) -> int | None:
     error = getattr(exc, "error", None)
     return getattr(error, "code", None)
@@ -276,6 +311,7 @@ class McpTools:
         self._servers = [_Server(c, timeout) for c in _unique(_configs(servers))]
         self._routes: dict[str, tuple[_Server, str]] = {}
         self._tools: list[dict[str, Any]] = []
+        self._resource_tool = ""  # the name read_resource is offered under, if it is
         self._loop = _LoopThread()
         atexit.register(self.close)  # no orphaned servers even if the caller forgets
         try:
@@ -328,21 +364,37 @@ class McpTools:
                 if name != tool.name:
                     renamed = (tool.name, server.config.name, name)
                     logger.info("MCP tool %r of server %r exposed as %r", *renamed)
+        readable = [s.config.name for s in self._servers if s.serves_resources]
+        if readable:
+            self._resource_tool = unique_name(READ_RESOURCE, set(self._routes))
+            self._tools.append(_read_resource_spec(self._resource_tool, readable))
         logger.debug("MCP tools: %s", ", ".join(self._routes))
 
     def specs(self) -> list[dict[str, Any]]:
         """The Toolbox face (see toy_agent.routes): the same as get_mcp_tools()."""
         return self.get_mcp_tools()
 
-    def call(self, name: str, parameters: dict[str, Any]) -> str:
-        return self.execute_mcp_tool(name, parameters)
+    def call(self, name: str, parameters: dict[str, Any]) -> str | ToolOutput:
+        """The Toolbox face: the result as text, with its images when it has some."""
+        output = self.call_output(name, parameters)
+        return output if output.images else output.text
 
     def get_mcp_tools(self) -> list[dict[str, Any]]:
         """`{"name", "description", "parameters"}` per tool; parameters is its JSON Schema."""
         return json.loads(json.dumps(self._tools))  # a deep copy the caller may change
 
     def execute_mcp_tool(self, name: str, parameters: dict[str, Any]) -> str:
-        """Call a tool and return its result as text; any failure raises McpToolError."""
+        """Call a tool and return its result as text (images described, not passed); any
+        failure raises McpToolError."""
+        return self.call_output(name, parameters).text
+
+    def call_output(self, name: str, parameters: dict[str, Any]) -> ToolOutput:
+        """Call a tool (or read_resource) and return its result as text and images; any
+        failure raises McpToolError."""
+        if self._resource_tool and name == self._resource_tool:  # never a server's tool name
+            if self._closed:
+                raise McpToolError("MCP tools are closed")
+            return self._read_resource(name, parameters)
         if name not in self._routes:
             raise McpToolError(
                 f"Unknown MCP tool {name!r}, should be one of: "
@@ -368,11 +420,52 @@ class McpTools:
                 raise
             logger.debug("%s failed", where, exc_info=exc)
             raise McpToolError(f"{where}: {self._call_failure(server, exc)}") from None
-        text = result_text(result)
+        read_with = self._resource_tool if server.serves_resources else ""
+        output = result_output(result, server.config.name, read_with)
+        text = output.text
         logger.debug("MCP result of %s: %s", name, text[:2000])
         if result.is_error:
             raise McpToolError(f"{where} reported an error: {text or '(no message)'}")
-        return text
+        return output
+
+    def _request(self, server: _Server, where: str, request: Any) -> Any:
+        """`request(client)` run on the server's session, bounded by the timeout."""
+        if server.client is None:
+            raise McpToolError(f"{where}: server unavailable: {server.dead or 'not connected'}")
+        future = self._loop.submit(request(server.client))
+        try:
+            return future.result(self.timeout + _GRACE)
+        except BaseException as exc:  # KeyboardInterrupt too: the call must not linger
+            future.cancel()
+            if not isinstance(exc, Exception):
+                raise
+            logger.debug("%s failed", where, exc_info=exc)
+            raise McpToolError(f"{where}: {self._call_failure(server, exc)}") from None
+
+    def _read_resource(self, name: str, parameters: Any) -> ToolOutput:
+        """read_resource: one resource by URI, or (no uri) the list of the server's ones."""
+        if not isinstance(parameters, dict | None):
+            raise McpToolError(f"{name}: parameters must be a JSON object")
+        parameters = parameters or {}
+        readable = {s.config.name: s for s in self._servers if s.serves_resources}
+        wanted, uri = parameters.get("server"), parameters.get("uri")
+        if len(readable) == 1 and wanted is None:
+            wanted = next(iter(readable))
+        if wanted not in readable:
+            raise McpToolError(f"{name}: server must be one of: {', '.join(readable)} "
+                               f"(got {wanted!r})")  # fmt: skip
+        if uri is not None and (not isinstance(uri, str) or not uri.strip()):
+            raise McpToolError(f"{name}: uri must be a resource URI string, or left out to list")
+        server = readable[str(wanted)]
+        where = f"{name} (server {server.config.name!r})"
+        if uri is None:
+            found = self._request(server, where, _list_resources)
+            return ToolOutput(_listing(name, server.config.name, *found))
+        logger.info("MCP read_resource %s %s", server.config.name, uri[:500])
+        result = self._request(server, where, lambda client: client.read_resource(uri))
+        images: list[Image] = []
+        texts = [contents_text(contents, images) for contents in result.contents]
+        return ToolOutput("\n".join(texts) or f"(the resource {uri} is empty)", tuple(images))
 
     def _call_failure(self, server: _Server, exc: BaseException) -> str:
         leaf = _leaf(exc)
@@ -431,6 +524,41 @@ def _unique(configs: list[McpServerConfig]) -> list[McpServerConfig]:
             config = dataclasses.replace(config, name=f"{config.name}-{seen[config.name]}")
         result.append(config)
     return result
+
+
+def _read_resource_spec(name: str, servers: list[str]) -> dict[str, Any]:
+    """The tool that reads MCP resources, offered when some server has them."""
+    return {
+        "name": name,
+        "description": "Read a resource of an MCP server by its uri (as a resource link in a "
+        "tool result gives it); leave uri out to list the server's resources.",
+        "parameters": {
+            "type": "object",
+            "properties": {"server": {"enum": servers}, "uri": {"type": "string"}},
+            "required": ["server"],
+        },
+    }
+
+
+def _listing(tool: str, server: str, resources: list[Any], templates: list[Any]) -> str:
+    """A server's resources, one a line: `uri  name (mime): description`."""
+
+    def line(uri: str, item: Any) -> str:
+        about = ", ".join(str(x) for x in (item.name, item.mime_type) if x)
+        described = f": {' '.join(item.description.split())[:200]}" if item.description else ""
+        return f"{uri}  {about}{described}"
+
+    lines = [f"Resources of server {server!r} (read one with {tool} "
+             f'{{"server": "{server}", "uri": URI}}):']  # fmt: skip
+    lines += [line(str(r.uri), r) for r in resources[:RESOURCES_LIST_MAX]]
+    if len(resources) > RESOURCES_LIST_MAX:
+        lines.append(f"... and {len(resources) - RESOURCES_LIST_MAX} more")
+    if not resources:
+        lines.append("(none listed)")
+    if templates:
+        lines.append("Resource templates (fill in the {placeholders} to make a uri):")
+        lines += [line(t.uri_template, t) for t in templates[:RESOURCES_LIST_MAX]]
+    return "\n".join(lines)
 
 
 def _within_limits(label: str, tools: list[Any]) -> list[Any]:

@@ -3,6 +3,9 @@ calls, responses and token usage, as small frozen dataclasses with their JSON fo
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -103,6 +106,63 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Image:
+    """An image for the model (from a tool): base64 `data`, or, once recorded, only its
+    reference (mime type, size, sha256). A trajectory or a saved session keeps the reference,
+    never megabytes of base64; a conversation resumed from it shows the model a text stub."""
+
+    mime_type: str
+    data: str = ""  # base64; "" when only the reference is left
+    size: int = 0  # bytes, decoded
+    sha256: str = ""
+
+    @classmethod
+    def from_base64(cls, data: str, mime_type: str) -> Image:
+        """The image `data` holds; size and sha256 of what decodes (nothing: size 0)."""
+        data = "".join(data.split())  # base64 as MIME writes it, in lines
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        return cls(mime_type, data if raw else "", len(raw), hashlib.sha256(raw).hexdigest())
+
+    def reference(self) -> dict[str, Any]:
+        return {"mime_type": self.mime_type, "bytes": self.size, "sha256": self.sha256}
+
+    @classmethod
+    def from_reference(cls, data: Any) -> Image:
+        """The reference a record keeps (whatever a hand-edited file holds: no data)."""
+        data = data if isinstance(data, dict) else {}
+        size = data.get("bytes")
+        size = size if isinstance(size, int) and not isinstance(size, bool) else 0
+        return cls(str(data.get("mime_type") or ""), "", size, str(data.get("sha256") or ""))
+
+    def stub(self) -> str:
+        """What the model reads where the image itself is no longer sent."""
+        return (
+            f"[image: {self.mime_type}, {self.size:,} bytes, sha256 {self.sha256[:12]}: no longer "
+            "shown to you; call the tool again to see it]"
+        )
+
+
+def _images_dict(images: tuple[Image, ...]) -> dict[str, Any]:
+    return {"images": [i.reference() for i in images]} if images else {}
+
+
+def _images_from(data: dict[str, Any]) -> tuple[Image, ...]:
+    images = data.get("images")
+    return tuple(map(Image.from_reference, images)) if isinstance(images, list) else ()
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool returns when text is not all it has: the text, and images for the model."""
+
+    text: str
+    images: tuple[Image, ...] = ()
+
+
+@dataclass(frozen=True)
 class ToolResult:
     """The answer to one native `ToolCall`, sent back in the next user message."""
 
@@ -110,6 +170,17 @@ class ToolResult:
     name: str
     content: str
     is_error: bool = False
+    images: tuple[Image, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"call_id": self.call_id, "name": self.name, "content": self.content,
+                "is_error": self.is_error}  # fmt: skip
+        return data | _images_dict(self.images)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolResult:
+        return cls(data["call_id"], data["name"], data["content"], bool(data.get("is_error")),
+                   _images_from(data))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -117,21 +188,24 @@ class Message:
     """One conversation turn in a provider-neutral shape.
 
     `tool_calls` only appear on assistant turns and `tool_results` only on user turns, and
-    only in native tool-calling mode; in the text formats both stay empty.
+    only in native tool-calling mode; in the text formats both stay empty. `images` (user
+    turns) go beside the text: the text formats' observations carry their images here.
     """
 
     role: Literal["user", "assistant"]
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
+    images: tuple[Image, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form; images as references only (see `Image`)."""
         data: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             data["tool_calls"] = [asdict(c) for c in self.tool_calls]
         if self.tool_results:
-            data["tool_results"] = [asdict(r) for r in self.tool_results]
-        return data
+            data["tool_results"] = [r.to_dict() for r in self.tool_results]
+        return data | _images_dict(self.images)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
@@ -139,7 +213,8 @@ class Message:
             role=data["role"],
             content=data.get("content", ""),
             tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls", ())),
-            tool_results=tuple(ToolResult(**r) for r in data.get("tool_results", ())),
+            tool_results=tuple(ToolResult.from_dict(r) for r in data.get("tool_results", ())),
+            images=_images_from(data),
         )
 
 

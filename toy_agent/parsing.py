@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from toy_agent.messages import LlmResponse, Message, ToolResult, ToolSpec
+from toy_agent.catalogue import compact_parameters
+from toy_agent.messages import Image, LlmResponse, Message, ToolResult, ToolSpec
 
 FORMAT_NAMES = ("xml", "react", "native")
 MAX_PARAMETER_DEPTH = 32
@@ -58,6 +59,11 @@ class Observation:
     action: Action
     content: str
     is_error: bool = False
+    images: tuple[Image, ...] = ()  # sent beside the text (text formats) or in the result
+
+
+def _images(observations: Sequence[Observation]) -> tuple[Image, ...]:
+    return tuple(image for o in observations for image in o.images)
 
 
 class ParseError(Exception):
@@ -267,39 +273,6 @@ def _tool_list(tools: Sequence[ToolSpec], render: Callable[[ToolSpec, str], str]
     return "Available Tools:\n" + "\n".join(render(t, compact_parameters(t)) for t in tools)
 
 
-def compact_parameters(tool: ToolSpec) -> str:
-    """A tool's parameters as compact JSON, name -> type: `{"path":"string","start_line":
-    "integer, optional"}`, a quarter of the size of the JSON Schema and as clear to a model. It
-    is sent with every request, so it pays to be short. A parameter the tool's description
-    does not mention keeps its own description (an MCP tool's, usually)."""
-    schema = tool.get("parameters") or {}
-    required = set(schema.get("required") or ())
-    described = tool.get("description", "")
-    compact = {}
-    for name, prop in (schema.get("properties") or {}).items():
-        prop = prop if isinstance(prop, dict) else {}
-        text = _type_name(prop)
-        if "default" in prop:
-            text += f" = {json.dumps(prop['default'], ensure_ascii=False)}"
-        elif name not in required:
-            text += ", optional"
-        if prop.get("description") and name not in described:
-            text += f": {' '.join(str(prop['description']).split())[:160]}"
-        compact[name] = text
-    return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
-
-
-def _type_name(prop: dict[str, Any]) -> str:
-    if "enum" in prop:
-        return "one of " + "|".join(json.dumps(v, ensure_ascii=False) for v in prop["enum"])
-    kind = prop.get("type") or ("object" if "properties" in prop else "any")
-    if isinstance(kind, list):
-        kind = " or ".join(str(k) for k in kind)
-    if kind == "array" and isinstance(prop.get("items"), dict):
-        return f"array of {_type_name(prop['items'])}"
-    return str(kind)
-
-
 def _xml_tool(tool: ToolSpec, schema: str) -> str:
     description = tool.get("description", "")
     return (
@@ -447,13 +420,15 @@ class XmlFormat(ActionFormat):
         return "\n".join((f"<THOUGHT>{thought}</THOUGHT>", *calls))
 
     def observation_message(self, observations: Sequence[Observation]) -> Message:
+        images = _images(observations)
         if len(observations) == 1:
-            return Message("user", f"<OBSERVATION>\n{observations[0].content}\n</OBSERVATION>")
+            text = f"<OBSERVATION>\n{observations[0].content}\n</OBSERVATION>"
+            return Message("user", text, images=images)
         blocks = (
             f'<OBSERVATION tool="{o.action.tool_name}">\n{o.content}\n</OBSERVATION>'
             for o in observations
         )
-        return Message("user", "\n".join(blocks))
+        return Message("user", "\n".join(blocks), images=images)
 
     def error_message(self, error: ParseError) -> Message:
         return Message(
@@ -605,10 +580,11 @@ class ReactFormat(ActionFormat):
         return "\n".join((f"Thought: {thought}", *calls))
 
     def observation_message(self, observations: Sequence[Observation]) -> Message:
+        images = _images(observations)
         if len(observations) == 1:
-            return Message("user", f"Observation: {observations[0].content}")
+            return Message("user", f"Observation: {observations[0].content}", images=images)
         blocks = (f"Observation ({o.action.tool_name}): {o.content}" for o in observations)
-        return Message("user", "\n\n".join(blocks))
+        return Message("user", "\n\n".join(blocks), images=images)
 
     def error_message(self, error: ParseError) -> Message:
         return Message(
@@ -660,7 +636,7 @@ class NativeFormat(ActionFormat):
 
     def observation_message(self, observations: Sequence[Observation]) -> Message:
         results = tuple(
-            ToolResult(o.action.call_id, o.action.tool_name, o.content, o.is_error)
+            ToolResult(o.action.call_id, o.action.tool_name, o.content, o.is_error, o.images)
             for o in observations
         )
         return Message("user", "", tool_results=results)

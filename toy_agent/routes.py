@@ -14,21 +14,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from toy_agent.mcp_config import unique_name
-from toy_agent.messages import ToolSpec
+from toy_agent.messages import ToolOutput, ToolSpec
 from toy_agent.tools import RESERVED_TOOL_NAMES, TASK_COMPLETE_SPEC, ToolError
 
 
 class Toolbox(Protocol):
     """Anything that offers tools: `CodeRepositoryTools`, `McpTools`, a test's fake.
 
-    `call` returns the observation text, or raises ToolError (or McpToolError) with a message
-    the model can act on. A spec may carry a "server" key: the name used to qualify the tool
-    when its own name is taken.
+    `call` returns the observation text (or a ToolOutput: text and images), or raises ToolError
+    (or McpToolError) with a message the model can act on. A spec may carry a "server" key:
+    the name used to qualify the tool when its own name is taken.
     """
 
     def specs(self) -> list[ToolSpec]: ...
 
-    def call(self, name: str, parameters: dict[str, Any]) -> str: ...
+    def call(self, name: str, parameters: dict[str, Any]) -> str | ToolOutput: ...
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class RouteTable:
     def names(self) -> list[str]:
         return [spec["name"] for spec in self.specs]
 
-    def call(self, name: str, parameters: dict[str, Any]) -> str:
+    def call(self, name: str, parameters: dict[str, Any]) -> str | ToolOutput:
         """Run the tool offered as `name`. task_complete is the agent's, not routed here."""
         if name not in self.routes:
             close = difflib.get_close_matches(name, self.names, n=1)

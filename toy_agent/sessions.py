@@ -47,7 +47,7 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
-from toy_agent.messages import LlmResponse, Message, Usage, visible
+from toy_agent.messages import Image, LlmResponse, Message, Usage, visible
 from toy_agent.parsing import Action, Observation, get_format
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
@@ -303,7 +303,12 @@ def messages_from_trajectory(data: dict[str, Any]) -> list[Message]:
                 messages.append(Message("user", str(step["parse_error"])))
             continue
         observations = [
-            Observation(action, str(o.get("content", "")), bool(o.get("is_error")))
+            Observation(
+                action,
+                str(o.get("content", "")),
+                bool(o.get("is_error")),
+                tuple(map(Image.from_reference, o.get("images") or ())),
+            )
             for action, o in zip(actions, step.get("observations") or (), strict=False)
         ]
         if observations:
