@@ -363,7 +363,8 @@ def test_model_switches_the_next_tasks_to_a_model_and_the_provider_its_name_impl
         claude.enqueue(done("From Claude."))
         openai.enqueue(openai_reply(xml_action("task_complete", result="From GPT."),
                                     model="gpt-5-mini"))  # fmt: skip
-        term = terminal(["--repo", str(repo)], {**claude.env("claude"), **openai.env("openai")})
+        env = {**claude.env("claude"), **openai.env("openai")}
+        term = terminal(["--repo", str(repo), "--max-cost", "5"], env)
         term.prompt()
         term.type("first task")
         term.keys("Enter")
@@ -372,6 +373,8 @@ def test_model_switches_the_next_tasks_to_a_model_and_the_provider_its_name_impl
             ("/model gemini-2.5-pro", "/model gemini-2.5-pro: GEMINI_API_KEY (or GOOGLE_API_KEY) "
              "is not set"),
             ("/model rm -rf", "/model rm -rf: not a model name"),
+            ("/model llama3.2", "/model llama3.2: --max-cost needs a price, and none is known "
+             "for model 'llama3.2'"),
             ("/model", "model claude-sonnet-5-5 (claude)"),
             ("/model gpt-5-mini", "model gpt-5-mini (openai) for the next tasks"),
         ]:  # fmt: skip
