@@ -43,6 +43,13 @@ def test_the_installed_wheel_runs_the_demo_from_any_folder(tmp_path):
     assert result["files_changed"] == [{"path": "stats.py", "added": 1, "removed": 1}]
     assert "The demo ran on a copy in" in done.stderr
     assert list(elsewhere.iterdir()) == []  # nothing written where it was run
+    # the report's templates ship as package data
+    page = tmp_path / "demo.html"
+    done = subprocess.run([str(venv / "bin" / "toy-agent"), "report",
+                           str(ROOT / "toy_agent" / "demo" / "trajectory.json"), "-o", str(page)],
+                          cwd=elsewhere, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Fix median() in stats.py" in page.read_text()
 
 
 def test_the_version_is_written_once():
@@ -63,5 +70,6 @@ def test_the_sdist_carries_its_tests_and_their_fixtures(tmp_path):
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     for needed in ("main.py", "tests/conftest.py", "tests/fakes.py", "tests/fake_providers.py",
                    "tests/mcp_servers/demo_server.py", "toy_agent/demo/trajectory.json",
-                   "toy_agent/demo/repo/stats.py", "LICENSE", "pyproject.toml"):  # fmt: skip
+                   "toy_agent/demo/repo/stats.py", "toy_agent/templates/report.html.j2",
+                   "toy_agent/templates/report.js", "LICENSE", "pyproject.toml"):  # fmt: skip
         assert needed in names, needed

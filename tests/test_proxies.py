@@ -323,9 +323,10 @@ def test_a_stream_cut_on_every_attempt_exits_3_and_names_the_cut(repo, tmp_path)
 
     assert term.proc.returncode == 3, output
     assert requests == 2
-    [error] = [line for line in screen_lines(output) if line.startswith("error:")]  # summary
-    assert re.fullmatch(r"error: claude API error: connection to http://127\.0\.0\.1:\d+ failed: "
-                        r"peer closed connection .* — check the network and the base URL "
+    [error] = [line for line in screen_lines(output) if "error:" in line]  # one line, once
+    assert re.fullmatch(r"toy-agent: error: claude API error: connection to "
+                        r"http://127\.0\.0\.1:\d+ failed: peer closed connection .* — check the "
+                        r"network and the base URL "
                         r"\(gave up after 1 retry\)", error.strip())  # fmt: skip
     assert "✗ not completed (provider_error)" in output
     assert "Traceback" not in output and KEY not in output

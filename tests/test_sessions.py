@@ -138,13 +138,13 @@ def test_an_interactive_session_continues_the_conversation_and_undoes_a_task(hom
         )
         term = Terminal(["--repo", str(repo)], server.env("claude"))
         term.expect("/help for commands")
-        term.expect("> ")
+        term.expect(">")
         term.type("fix the greeting\n")
         term.expect("Fixed the greeting.")
-        term.expect("> ")
+        term.expect(">")
         term.type("now add a test for it\n")
         term.expect("Added a test.")
-        term.expect("> ")
+        term.expect(">")
 
         first_request_of_task_two = sent_text(server.requests[2])
         assert "fix the greeting" in first_request_of_task_two
@@ -153,12 +153,12 @@ def test_an_interactive_session_continues_the_conversation_and_undoes_a_task(hom
         assert (repo / "tests" / "test_hello.py").exists()
 
         term.type("/diff\n")
-        assert "+import hello" in term.expect("> ")
+        assert "+import hello" in term.expect("\n>")
         term.type("/undo\n")
-        assert "removed tests/test_hello.py" in term.expect("> ")
+        assert "removed tests/test_hello.py" in term.expect("\n>")
         assert not (repo / "tests").exists()  # the folder the task made goes too
         term.type("/undo\n")
-        assert "restored hello.py" in term.expect("> ")
+        assert "restored hello.py" in term.expect("\n>")
         assert (repo / "hello.py").read_text() == "print('helo')\n"
         term.type("/exit\n")
         assert term.close() == 0
@@ -178,17 +178,17 @@ def test_ctrl_c_cancels_the_task_in_flight_and_returns_to_the_prompt(home, repo)
             anthropic_reply(xml_action("task_complete", result="Second answer.")),
         )
         term = Terminal(["--repo", str(repo)], server.env("claude"))
-        term.expect("> ")
+        term.expect(">")
         term.type("a slow task\n")
         deadline = time.monotonic() + 30
         while not server.requests and time.monotonic() < deadline:
             time.sleep(0.05)
         term.type("\x03")
         term.expect("cancelled")
-        term.expect("> ")
+        term.expect(">")
         term.type("a quick task\n")
         term.expect("Second answer.")
-        term.expect("> ")
+        term.expect(">")
         term.type("\x04")  # Ctrl-D ends the session
         assert term.close() == 0
 

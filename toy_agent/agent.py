@@ -265,7 +265,7 @@ class ReactAgent:
                     self._run.tool_errors, self._run.declined, self.cost.since(spent),
                     self._run.refused,
                 )  # fmt: skip
-                self._emit(RunFinished(result.to_dict()))
+                self._emit(RunFinished(result.to_dict(), diffs))
                 return result
             finally:
                 self._run = None

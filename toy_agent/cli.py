@@ -46,6 +46,14 @@ OUTCOME_EXIT_CODES = {
     "cost_limit": EXIT_NOT_COMPLETED,
 }
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+RESUME_PICK = "\0pick"  # --resume without an id: pick one from a list
+
+# `toy-agent NAME ...` with NAME first runs "module:function"(the rest of argv) -> exit code;
+# the function prints its own one-line errors. A one-word task with such a name needs --task.
+SUBCOMMANDS = {
+    "report": "toy_agent.report:main",
+    "sessions": "toy_agent.sessions:sessions_command",
+}
 
 
 PROVIDER_ALIASES = {"anthropic": "claude", "google": "gemini"}
@@ -55,6 +63,7 @@ examples:
   toy-agent -r ~/src/app -m gpt-5-mini "add type hints" # the provider follows the model
   toy-agent --task - < task.md --output json          # scripted: one JSON object on stdout
   toy-agent --replay run.json --repo /tmp/copy        # replay a recorded run, offline
+  toy-agent report runs/out -o report.html            # an HTML page of a run or a batch
   toy-agent                                           # on a terminal: an interactive session
 
 environment:
@@ -297,7 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
     sadd(
         "--resume",
         metavar="ID_OR_FILE",
-        help="continue a saved session: its id, or a session or trajectory file",
+        nargs="?",
+        const=RESUME_PICK,
+        help="continue a saved session: its id, or a session or trajectory file; without "
+        "one, pick from the recent sessions",
     )
     sadd(
         "--undo",
@@ -330,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
         "model the price table does not know (or to override it)",
     )
     sadd("--price-output", type=_usd, metavar="USD", help="USD per million output tokens")
+    sadd("--sessions-keep", type=_non_negative_int, default=200, metavar="N",
+         help="old sessions are pruned, but the newest N are kept (default: 200)")  # fmt: skip
+    sadd("--sessions-keep-days", type=_non_negative_float, default=30.0, metavar="DAYS",
+         help="and so is any session saved in the last DAYS days (default: 30)")  # fmt: skip
     batch = parser.add_argument_group(
         "batch runs",
         "every task of a JSONL file, each in its own copy of its repository; the "
@@ -389,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     stopped_by: list[int] = []
     with _stop_signals_interrupt(stopped_by), _collector_paused(as_process) as started:
         try:
+            if argv[:1] and argv[0] in SUBCOMMANDS:
+                return _subcommand(argv[0], argv[1:])
             parser = build_parser()
             parser.parse_args(argv)
             args = _settings(parser, argv)
@@ -412,6 +430,14 @@ def main(argv: list[str] | None = None) -> int:
             _silence_stdout()
             code = EXIT_BROKEN_PIPE
     return 128 + stopped_by[-1] if stopped_by else code
+
+
+def _subcommand(name: str, argv: list[str]) -> int:
+    import importlib
+
+    module, _, function = SUBCOMMANDS[name].partition(":")
+    code: int = getattr(importlib.import_module(module), function)(argv)
+    return code
 
 
 def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
@@ -438,6 +464,8 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
     args.llm_provider = PROVIDER_ALIASES.get(args.llm_provider, args.llm_provider)
     if args.llm_provider is None:
         args.llm_provider = "replay" if args.replay else provider_for_model(args.model)
+    if args.resume == RESUME_PICK:
+        args.resume = _pick_session(args, settings.given)
     if args.resume and "repo" not in settings.given:  # the session's own repository
         from toy_agent.sessions import SessionStore
 
@@ -479,10 +507,31 @@ def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Permissions
     return Permissions(mode or DEFAULT_MODE, rules)
 
 
+def _pick_session(args: argparse.Namespace, given: frozenset[str]) -> str:
+    """--resume without an id: the recent sessions (of --repo, when given) to pick from on a
+    terminal; elsewhere the list, and a usage error asking for an id."""
+    from toy_agent.sessions import SessionStore, format_sessions, pick_session, recent_sessions
+
+    store = SessionStore()
+    repo = Path(args.repo).expanduser().resolve() if "repo" in given else None
+    found = recent_sessions(store, repo)
+    if not found:
+        raise UsageError(f"no saved session to resume{f' of {repo}' if repo else ''} "
+                         f"(sessions: {store.root})")  # fmt: skip
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print(format_sessions(found), file=sys.stderr)
+        raise UsageError("--resume without an id picks a session on a terminal: pass "
+                         "--resume ID, with an id from the list above")  # fmt: skip
+    chosen = pick_session(found)
+    if chosen is None:
+        raise UsageError("--resume: no session chosen")
+    return chosen
+
+
 # Third-party packages toy_agent imports (by module name): one missing is a setup problem.
 _DEPENDENCIES = frozenset(
     {"anthropic", "google", "openai", "mcp", "mcp_types", "dotenv", "rich",
-     "httpx", "pydantic", "anyio", "tomli"}
+     "httpx", "pydantic", "anyio", "tomli", "prompt_toolkit"}
 )  # fmt: skip
 
 
@@ -705,7 +754,8 @@ def _run_agent(
     if task is None:
         from toy_agent.interactive import Repl
 
-        return Repl(agent, sessions, view, show_diff=args.show_diff).run()
+        return Repl(agent, sessions, view, show_diff=args.show_diff,
+                    models=_model_client(args)).run()  # fmt: skip
     outcome = agent.run_result(sessions.task(task), history=sessions.conversation())
     diff, diff_cut = run_diff(redactor.redact_obj(outcome.diffs))
     result = {"schema_version": OUTPUT_SCHEMA_VERSION,
@@ -741,6 +791,23 @@ def _run_agent(
     return OUTCOME_EXIT_CODES[result["outcome"]]
 
 
+def _model_client(args: argparse.Namespace) -> Callable[[str, str], LlmClient]:
+    """/model NAME in a session: a client for NAME. A name that says its provider (claude-*,
+    gemini-*, gpt-*, o3...) switches to it (with its own key and base URL variables);
+    another name stays with the current provider and its --base-url. Raises LlmConfigError."""
+    from toy_agent.llm import client_for
+
+    def make(name: str, current: str) -> LlmClient:
+        says = name.lower().rsplit("/", 1)[-1].startswith("claude")
+        provider = provider_for_model(name)
+        provider = provider if provider != "claude" or says else current
+        return client_for(provider, model=name, max_retries=args.max_retries,
+                          base_url=args.base_url if provider == current else None,
+                          timeout=args.timeout)  # fmt: skip
+
+    return make
+
+
 def _session_recorder(
     args: argparse.Namespace,
     repo: Path,
@@ -749,9 +816,11 @@ def _session_recorder(
     history: Callable[[], Sequence[Message]],
 ) -> SessionRecorder:
     """The run's session: a new one, the latest of --repo (--continue) or --resume's."""
-    from toy_agent.sessions import SessionError, SessionRecorder, SessionStore
+    from toy_agent.sessions import Retention, SessionError, SessionRecorder, SessionStore
 
-    store = SessionStore()
+    demo = getattr(args, "demo_folder", None)  # the demo's session stays in its own folder
+    retention = Retention(args.sessions_keep, args.sessions_keep_days)
+    store = SessionStore(demo / "sessions") if demo else SessionStore(retention=retention)
     if args.resume and args.continue_session:
         raise UsageError("--continue and --resume: give one of them")
     if args.resume:
@@ -1135,6 +1204,13 @@ def _now() -> str:
     import time
 
     return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
 
 
 def _positive_float(text: str) -> float:

@@ -175,6 +175,7 @@ class StepFinished:
 @dataclass(frozen=True)
 class RunFinished:
     result: dict[str, Any]
+    diffs: dict[str, str] = field(default_factory=dict)  # path -> unified diff, as in RunResult
 
 
 Event = (
@@ -330,8 +331,9 @@ class TrajectoryRecorder:
                 attempts_data = [asdict(a) for a in attempts]
                 self._data["failed_call"] = {"iteration": i, "error": error,
                                              "attempts": attempts_data}  # fmt: skip
-            case RunFinished(result=result):
+            case RunFinished(result=result, diffs=diffs):
                 self._data["result"] = result
+                self._data["diffs"] = diffs  # what `toy-agent report` shows as the run's diff
                 self.write()
 
     def write(self) -> None:

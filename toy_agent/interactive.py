@@ -1,37 +1,68 @@
 """The interactive mode: `toy-agent` on a terminal without a task.
 
-Each line typed is a task, run in the same conversation as the ones before it (the session);
-lines starting with `/` are commands. Ctrl-C cancels the task in flight and comes back to the
-prompt; Ctrl-D or /exit ends the session. SIGTERM and SIGHUP still end it (the caller maps
-the return value to 143 or 129).
+Each task typed runs in the same conversation as the ones before it (the session); input
+starting with `/` is a command. The prompt is prompt_toolkit's (imported only here, only on a
+terminal): line editing, a paste is one task however many lines it has (bracketed paste),
+Alt-Enter or a trailing backslash starts a new line, Up recalls earlier tasks (kept in
+`$XDG_STATE_HOME/toy-agent/history`, mode 0600: it holds whatever was typed). Ctrl-C cancels
+the task in flight and comes back to the prompt (what was typed meanwhile waits there); at
+the prompt it clears the line. Ctrl-D or /exit ends the session. SIGTERM and SIGHUP still end
+it (the caller maps the return value to 143 or 129).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
-from toy_agent.sessions import SessionError, SessionRecorder, session_diff, undo_last_run
+from toy_agent.sessions import (
+    SessionError,
+    SessionRecorder,
+    format_cost,
+    format_sessions,
+    format_usage,
+    recent_sessions,
+    session_diff,
+    state_dir,
+    undo_last_run,
+)
 from toy_agent.view import format_summary, use_color, visible
 
 if TYPE_CHECKING:
     from toy_agent.agent import ReactAgent, RunResult
+    from toy_agent.llm import LlmClient
     from toy_agent.view import TerminalView
 
 PROMPT = "> "
 EXIT_INTERRUPTED = 130
-HELP = """\
-Type a task and press Enter; each task continues the conversation. Commands:
-  /diff   the changes this session made so far
-  /undo   revert the file changes of the last task (refused if a file changed since)
-  /clear  start a new conversation
-  /help   this help
-  /exit   end the session (also Ctrl-D); Ctrl-C cancels a running task"""
+COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-command line say so
+    "/diff": "the changes this session made so far",
+    "/undo": "revert the file changes of the last task (refused if a file changed since)",
+    "/cost": "the tokens and money this session used so far",
+    "/model NAME": "switch the model for the next tasks (without NAME: show it)",
+    "/compact": "replace the older steps by a summary the model writes, to save tokens",
+    "/sessions": "the recent sessions (toy-agent --resume ID continues one)",
+    "/clear": "start a new conversation",
+    "/help": "this help",
+    "/exit": "end the session (also Ctrl-D)",
+}
+HELP = (
+    "Type a task and press Enter; each task continues the conversation. Alt-Enter (or Esc,\n"
+    "Enter) or a line ending in \\ starts a new line; a paste is one task; Up recalls earlier\n"
+    "tasks. Ctrl-C cancels a running task, or clears the line. Commands:\n"
+    + "\n".join(f"  {name:<13} {what}" for name, what in COMMANDS.items())
+)
+_COMMAND = re.compile(r"/\w*(\s|$)")  # "/usr/bin/env fails" is a task, not a command
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
+ModelClients = Callable[[str, str], "LlmClient"]  # (model name, current provider) -> client
 
 
 class Repl:
@@ -44,17 +75,20 @@ class Repl:
         view: TerminalView | None = None,
         *,
         show_diff: bool = False,
-        read: Callable[[str], str] = input,
+        read: Callable[[str], str] | None = None,
         out: TextIO | None = None,
+        models: ModelClients | None = None,
     ):
+        """`read` prompts for one input (default: prompt_toolkit's prompt on a terminal,
+        else input()); `models` makes the client /model switches to (None: no /model)."""
         self.agent, self.sessions, self.view = agent, sessions, view
-        self.show_diff, self.read, self._out = show_diff, read, out
+        self.show_diff, self.read, self._out, self.models = show_diff, read, out, models
         self._ctrl_c = False  # set by our SIGINT handler: tells Ctrl-C from SIGTERM/SIGHUP
 
     def run(self) -> int:
         """Prompt until /exit or Ctrl-D (0), or a stop signal (130)."""
-        with contextlib.suppress(ImportError):
-            import readline  # noqa: F401  (line editing and history for input())
+        if self.read is None:
+            self.read = _terminal_prompt(self._say) if _on_terminal() else _plain_input()
         self._close_view()
         session = self.sessions.session
         resumed = f" ({len(session.messages)} messages so far)" if session.messages else ""
@@ -62,7 +96,7 @@ class Repl:
         with self._catching_ctrl_c():
             while True:
                 try:
-                    line = self.read(PROMPT).strip()
+                    line = self.read(PROMPT).strip()  # a paste may hold many lines
                 except EOFError:
                     self._say("")
                     return 0
@@ -71,18 +105,34 @@ class Repl:
                         return EXIT_INTERRUPTED
                     self._say("")
                     continue
-                if line.startswith("/"):
-                    if self.command(line) == "exit":
-                        return 0
-                elif line and not self._task(line):
-                    return EXIT_INTERRUPTED
+                try:
+                    if _COMMAND.match(line):
+                        if self.command(line) == "exit":
+                            return 0
+                    elif line and not self._task(line):
+                        return EXIT_INTERRUPTED
+                except KeyboardInterrupt:  # Ctrl-C during a command, or the summary
+                    if not self._was_ctrl_c():
+                        return EXIT_INTERRUPTED
+                    self._close_view()
+                    self._say("cancelled")
 
     def command(self, line: str) -> str:
-        name = line.split()[0].lower()
+        name, *rest = line.split(maxsplit=1)
+        name, argument = name.lower(), rest[0].strip() if rest else ""
         if name in ("/exit", "/quit"):
             return "exit"
         if name == "/help":
             self._say(HELP)
+        elif name == "/cost":
+            self._cost()
+        elif name == "/model":
+            self._model(argument)
+        elif name == "/compact":
+            self._compact()
+        elif name == "/sessions":
+            found = recent_sessions(self.sessions.store, limit=10)
+            self._say(format_sessions(found) if found else "no saved sessions yet")
         elif name == "/clear":
             self.sessions.start_new()
             self._say(f"new conversation (session {self.sessions.session.id})")
@@ -96,8 +146,82 @@ class Repl:
             except SessionError as exc:
                 self._say(visible(str(exc)))
         else:
-            self._say(f"unknown command {visible(name)}: /help lists them")
+            known = ", ".join(command.split()[0] for command in COMMANDS)
+            self._say(f"unknown command {visible(name)}: the commands are {known}")
         return ""
+
+    def _cost(self) -> None:
+        session = self.sessions.session
+        usage, cost, unpriced = session.spending()
+        tasks = len(session.runs)
+        model = getattr(self.agent.llm_client, "model", "") or "?"
+        self._say(f"this session: {tasks} task{'s' * (tasks != 1)}, {format_usage(usage)} "
+                  f"tokens, {format_cost(cost, unpriced)} (model {visible(model)})")  # fmt: skip
+
+    def _model(self, name: str) -> None:
+        """/model NAME: the next tasks use NAME; the spend so far still counts for --max-cost."""
+        from toy_agent.llm import LlmConfigError
+        from toy_agent.pricing import PriceError, meter_for
+
+        client = self.agent.llm_client
+        current = getattr(client, "provider", "")
+        if not name:
+            self._say(f"model {visible(getattr(client, 'model', '') or '?')} ({current})")
+            return
+        if current == "replay":
+            self._say("/model: a replay plays back its recording; it has no model to switch")
+            return
+        if self.models is None:
+            self._say("/model: this session cannot switch models")
+            return
+        if not _MODEL_NAME.fullmatch(name):
+            self._say(f"/model {visible(name)}: not a model name (letters, digits, . _ : / @ + -)")
+            return
+        try:
+            meter = meter_for(name, self.agent.cost.limit)
+            new = self.models(name, current)
+        except (LlmConfigError, PriceError) as exc:
+            self._say(f"/model {visible(name)}: {visible(str(exc))}; still {current}")
+            return
+        meter.spent = self.agent.cost.spent
+        self.agent.llm_client, self.agent.cost = new, meter
+        price = "" if meter.known else " (no price known for it: /cost cannot count it)"
+        self._say(f"model {visible(name)} ({new.provider}) for the next tasks{price}")
+
+    def _compact(self) -> None:
+        """/compact: the older steps become a summary the model writes."""
+        from toy_agent.llm import LlmError
+        from toy_agent.pricing import CostLimitReached
+
+        if getattr(self.agent.llm_client, "provider", "") == "replay":
+            self._say("/compact: a replay plays back its recording; it cannot write a summary")
+            return
+        attempts = len(self.sessions.session.compactions)
+        try:
+            history = self.sessions.conversation()
+            self.agent.cost.check("", history)
+            self._say("summarising the older steps…")
+            compacted = self.sessions.compact(self.agent.llm_client, self.agent.context_budget,
+                                              self.agent.cost)  # fmt: skip
+        except KeyboardInterrupt:
+            if not self._was_ctrl_c():
+                raise
+            self._say("cancelled: the conversation is as it was")
+            return
+        except (LlmError, CostLimitReached, SessionError) as exc:
+            self._say(f"/compact: {visible(str(exc))}; the conversation is as it was")
+            return
+        if compacted is None:
+            tried = len(self.sessions.session.compactions) > attempts
+            self._say("the summary was no shorter than the steps it would replace: the "
+                      "conversation is as it was" if tried else
+                      "nothing to compact: the conversation is short already")  # fmt: skip
+            return
+        self._say(f"compacted {len(history)} messages into {len(compacted.messages)}: about "
+                  f"{compacted.tokens_before:,} -> {compacted.tokens_after:,} tokens, "
+                  f"{compacted.saved:,} saved")  # fmt: skip
+        if self.sessions.error:
+            self._say(f"toy-agent: warning: {self.sessions.error}")
 
     def _task(self, text: str) -> bool:
         """Run one task; False when a stop signal (not Ctrl-C) ended it."""
@@ -158,3 +282,74 @@ class Repl:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+def history_path() -> Path:
+    return state_dir().parent / "history"
+
+
+def _on_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _plain_input() -> Callable[[str], str]:
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401  (line editing for input())
+    return input
+
+
+def _terminal_prompt(warn: Callable[[str], None]) -> Callable[[str], str]:
+    """prompt_toolkit's prompt: Enter submits (a line ending in \\ continues instead),
+    Alt-Enter or Esc Enter starts a new line, a bracketed paste is inserted whole, Ctrl-C clears
+    the line, Ctrl-D on an empty line is EOFError; history in history_path()."""
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+    from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+    from prompt_toolkit.output import create_output
+
+    bindings = KeyBindings()
+
+    @bindings.add("enter")
+    @bindings.add("c-j")  # what Enter sends when typed ahead, while a task ran
+    def _submit(event: KeyPressEvent) -> None:
+        buffer = event.current_buffer
+        if buffer.document.is_cursor_at_the_end and buffer.text.endswith("\\"):
+            buffer.delete_before_cursor(1)
+            buffer.newline(copy_margin=False)
+        else:
+            buffer.validate_and_handle()
+
+    @bindings.add("escape", "enter")
+    def _new_line(event: KeyPressEvent) -> None:
+        event.current_buffer.newline(copy_margin=False)
+
+    @bindings.add("c-c")
+    @bindings.add("<sigint>")
+    def _clear(event: KeyPressEvent) -> None:
+        event.current_buffer.reset()
+
+    history: History
+    try:
+        history = FileHistory(str(_private_file(history_path())))
+    except OSError as exc:
+        warn(f"toy-agent: warning: no history across sessions: {exc.strerror or exc}")
+        history = InMemoryHistory()
+    output = create_output()
+    if hasattr(output, "enable_cpr"):  # no cursor-position query: a terminal that does not
+        output.enable_cpr = False  # answer it costs a wait and a warning, and we need no menus
+    session: PromptSession[str] = PromptSession(
+        history=history, key_bindings=bindings, multiline=True, output=output,
+        prompt_continuation=lambda width, line, wrap: "." * (width - 1) + " ",
+    )  # fmt: skip
+    return session.prompt
+
+
+def _private_file(path: Path) -> Path:
+    """`path`, created if need be, readable by the user only (it holds what was typed)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return path

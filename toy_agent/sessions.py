@@ -11,10 +11,15 @@ changed since. Both files are private to the user (mode 0600, folders 0700).
 
 Only `write_file`/`edit_file` changes are tracked, as `toy_agent.events.ChangeTracker` does;
 what `run_command` changes is not.
+
+Old sessions are pruned when a run first saves: a session goes (with its undo data) once it
+is neither among the newest `Retention.keep` (default 200) nor younger than `Retention.days`
+(default 30). `toy-agent sessions` lists, shows and deletes them (`sessions_command`).
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import difflib
@@ -24,12 +29,14 @@ import os
 import re
 import secrets
 import stat
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from toy_agent.context import CHARS_PER_TOKEN, cap_text, estimate_tokens
 from toy_agent.events import (
     FILE_CHANGING_TOOLS,
     TRAJECTORY_FORMAT,
@@ -40,11 +47,16 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
-from toy_agent.messages import Image, LlmResponse, Message, Usage
+from toy_agent.messages import Image, LlmResponse, Message, Usage, visible
 from toy_agent.parsing import Action, Observation, get_format
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
+if TYPE_CHECKING:
+    from toy_agent.llm import LlmClient
+    from toy_agent.pricing import CostMeter
+
 SESSION_FORMAT = "toy_agent.session/1"
+DEFAULT_KEEP, DEFAULT_KEEP_DAYS = 200, 30
 UNDO_FORMAT = "toy_agent.undo/1"
 MAX_BACKUP_BYTES = 8 * 1024 * 1024  # a bigger file's content is not kept: no undo for it
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -88,19 +100,29 @@ class Session:
     runs: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    compactions: list[dict[str, Any]] = field(default_factory=list)  # one per /compact
 
     def history(self) -> list[Message]:
         return [Message.from_dict(m) for m in self.messages]
 
+    def spending(self) -> tuple[Usage, float | None, int]:
+        """Tokens and dollars of every run and /compact so far, and how many of them had no
+        price (their tokens count, their cost cannot)."""
+        spent = [*self.runs, *self.compactions]
+        usage = sum((Usage(**r["usage"]) for r in spent if isinstance(r.get("usage"), dict)),
+                    Usage())  # fmt: skip
+        costs = [r["cost_usd"] for r in spent if r.get("cost_usd") is not None]
+        unpriced = sum(1 for r in spent if r.get("usage") and r.get("cost_usd") is None)
+        return usage, (round(sum(costs), 6) if costs else None), unpriced
+
     def to_dict(self) -> dict[str, Any]:
-        usage = sum((Usage(**r["usage"]) for r in self.runs if r.get("usage")), Usage())
-        costs = [r["cost_usd"] for r in self.runs if r.get("cost_usd") is not None]
+        usage, cost, _ = self.spending()
         return {
             "format": SESSION_FORMAT, "id": self.id, "repo": self.repo,
             "created_at": self.created_at, "updated_at": self.updated_at,
-            "settings": self.settings, "usage": usage.to_dict(),
-            "cost_usd": round(sum(costs), 6) if costs else None,
-            "note": self.note, "runs": self.runs, "messages": self.messages,
+            "settings": self.settings, "usage": usage.to_dict(), "cost_usd": cost,
+            "note": self.note, "runs": self.runs, "compactions": self.compactions,
+            "messages": self.messages,
         }  # fmt: skip
 
     @classmethod
@@ -112,18 +134,32 @@ class Session:
             raise ValueError('a session needs "repo" and "messages"')
         for message in messages:
             Message.from_dict(message)  # raises on a malformed one, here rather than mid-run
+        compactions = data.get("compactions")
         return cls(
             session_id, data["repo"], str(data.get("created_at", "")),
             str(data.get("updated_at", "")), messages, runs if isinstance(runs, list) else [],
             dict(data.get("settings") or {}), str(data.get("note") or ""),
+            compactions if isinstance(compactions, list) else [],
         )  # fmt: skip
 
 
-class SessionStore:
-    """The session files in one folder (default: `state_dir()`)."""
+@dataclass(frozen=True)
+class Retention:
+    """Which old sessions are kept: the newest `keep`, and any saved in the last `days`."""
 
-    def __init__(self, root: Path | None = None):
+    keep: int = DEFAULT_KEEP
+    days: float = DEFAULT_KEEP_DAYS
+
+
+class SessionStore:
+    """The session files in one folder (default: `state_dir()`). With a `retention`, the first
+    save prunes the sessions it does not keep (once per store: a save after every step stays
+    cheap)."""
+
+    def __init__(self, root: Path | None = None, retention: Retention | None = None):
         self.root = root if root is not None else state_dir()
+        self.retention = retention
+        self._pruned = retention is None
 
     def new(self, repo: Path) -> Session:
         session_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
@@ -139,6 +175,42 @@ class SessionStore:
         if undo:
             data = {"format": UNDO_FORMAT, "session": session.id, "runs": undo}
             _write_private(self.root / "undo" / f"{session.id}.json", json.dumps(data))
+        if not self._pruned and self.retention is not None:
+            self._pruned = True
+            self.prune(self.retention, spare=session.id)
+
+    def prune(self, retention: Retention, *, spare: str = "") -> list[str]:
+        """Delete the sessions `retention` does not keep (never `spare`), and undo data whose
+        session is gone; returns the ids deleted. Goes by the files' times: nothing is read."""
+        cutoff = time.time() - retention.days * 86400
+        try:
+            files = sorted(((p.stat().st_mtime, p.stem) for p in self.root.glob("*.json")),
+                           reverse=True)  # fmt: skip
+            undo = [(p.stat().st_mtime, p.stem) for p in (self.root / "undo").glob("*.json")]
+        except OSError:
+            return []
+        kept = {stem for _, stem in files[: retention.keep]}
+        old = [stem for mtime, stem in files if mtime < cutoff and stem not in kept]
+        known = {stem for _, stem in files}
+        old += [stem for mtime, stem in undo if mtime < cutoff and stem not in known]
+        deleted = []
+        for session_id in old:
+            if session_id != spare and _ID.fullmatch(session_id):
+                with contextlib.suppress(OSError):
+                    self.delete(session_id)
+                    deleted.append(session_id)
+        return deleted
+
+    def delete(self, session_id: str) -> bool:
+        """Remove a session and its undo data; False when there was neither. Raises OSError."""
+        if not _ID.fullmatch(session_id):
+            raise SessionError(f"{session_id!r} is not a session id")
+        found = False
+        for path in (self.root / f"{session_id}.json", self.root / "undo" / f"{session_id}.json"):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                found = True
+        return found
 
     def undo_data(self, session: Session) -> dict[str, list[dict[str, Any]]]:
         """Run index (as a string) -> that run's file changes; {} when it changed none."""
@@ -173,8 +245,9 @@ class SessionStore:
             raise SessionError(f"no session {id_or_file} in {self.root}")
         return self._from_file(path)
 
-    def sessions(self, repo: Path) -> Iterator[Session]:
-        """The sessions of `repo`, the latest first; unreadable files are skipped."""
+    def sessions(self, repo: Path | None) -> Iterator[Session]:
+        """The sessions of `repo` (of every repository: None), the latest first; unreadable
+        files are skipped."""
         try:
             files = [(p.stat().st_mtime_ns, p) for p in self.root.glob("*.json")]
         except OSError:
@@ -182,7 +255,7 @@ class SessionStore:
         for _, path in sorted(files, reverse=True):
             with contextlib.suppress(OSError, ValueError, TypeError, KeyError, SessionError):
                 session = self._from_file(path)
-                if session.repo == str(repo):
+                if repo is None or session.repo == str(repo):
                     yield session
 
     def latest(self, repo: Path) -> Session | None:
@@ -304,6 +377,34 @@ class SessionRecorder:
         note, self.session.note = self.session.note, ""
         return f"{note}\n\n{text}" if note else text
 
+    def compact(self, llm: LlmClient, budget_tokens: int, cost: CostMeter | None = None
+                ) -> Compacted | None:  # fmt: skip
+        """/compact: the session's conversation, summarised by `llm` (see
+        compact_conversation), saved with a record of what it saved. None: nothing to do, or
+        a summary no shorter than what it replaces (then nothing changes)."""
+        compacted = compact_conversation(self.conversation(), llm, budget_tokens)
+        cost_usd = None
+        if compacted is not None and cost is not None:
+            cost.add(compacted.usage)
+            cost_usd = round(cost.last, 6) if cost.known and cost.last is not None else None
+        if compacted is None:
+            return None
+        applied = compacted.saved > 0  # a summary no shorter is dropped, its cost still counts
+        if applied:
+            self.session.messages = [self.redact(m.to_dict()) for m in compacted.messages]
+        self.session.compactions.append({
+            "compacted_at": _now(), "model": getattr(llm, "model", ""), "applied": applied,
+            "messages_before": len(self._cache), "messages_after": len(compacted.messages),
+            "tokens_before": compacted.tokens_before, "tokens_after": compacted.tokens_after,
+            "usage": compacted.usage.to_dict(), "cost_usd": cost_usd,
+        })  # fmt: skip
+        self.conversation()  # the cache now holds the messages as saved
+        try:
+            self.store.save(self.session, self._undo)
+        except OSError as exc:
+            self.error = f"cannot save the session to {self.store.root}: {exc.strerror or exc}"
+        return compacted if applied else None
+
     def start_new(self) -> None:
         """A new conversation (/clear): a new session from the next task on."""
         self.session = self.store.new(Path(self.session.repo))
@@ -322,6 +423,232 @@ class SessionRecorder:
             self.error = f"cannot save the session to {self.store.root}: {exc.strerror or exc}"
         else:
             self.error = None
+
+
+# --- finding sessions again ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One line of a session listing: what tells sessions apart at a glance."""
+
+    id: str
+    updated_at: str
+    repo: str
+    task: str  # the first line of the first task
+    tasks: int
+    outcome: str  # of the latest task ("" when none ran)
+
+    @classmethod
+    def of(cls, session: Session) -> SessionInfo:
+        runs = [run for run in session.runs if isinstance(run, dict)]
+        first = str(runs[0].get("task", "")) if runs else ""
+        outcome = str(runs[-1].get("outcome") or "") if runs else ""
+        line = first.strip().splitlines()[0] if first.strip() else ""
+        return cls(session.id, session.updated_at or session.created_at, session.repo, line,
+                   len(runs), outcome)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "updated_at": self.updated_at, "repo": self.repo,
+                "task": self.task, "tasks": self.tasks, "outcome": self.outcome}  # fmt: skip
+
+
+def recent_sessions(
+    store: SessionStore, repo: Path | None = None, limit: int = 20
+) -> list[SessionInfo]:
+    """The latest `limit` sessions (all of them: 0), of `repo` or of every repository."""
+    found = []
+    for session in store.sessions(repo):
+        found.append(SessionInfo.of(session))
+        if limit and len(found) >= limit:
+            break
+    return found
+
+
+def format_sessions(infos: Sequence[SessionInfo], numbered: bool = False) -> str:
+    """A table: id, time, outcome, repository, the first line of the task (shown safely: it
+    is what a user or a file wrote)."""
+    home = str(Path.home())
+    rows = [("#",) * numbered + ("id", "updated", "outcome", "repository", "task")]
+    for number, info in enumerate(infos, 1):
+        repo = "~" + info.repo[len(home) :] if info.repo.startswith(home + os.sep) else info.repo
+        task = _cut(info.task, 60) + (f" (+{info.tasks - 1} more)" if info.tasks > 1 else "")
+        rows.append((str(number),) * numbered + (
+            info.id, info.updated_at[:16].replace("T", " "), info.outcome or "-",
+            _cut(repo, 40), task or "(no task yet)"))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]
+             for row in rows]  # fmt: skip
+    return visible("\n".join(line.rstrip() for line in lines))
+
+
+def pick_session(
+    infos: Sequence[SessionInfo], read: Callable[[str], str] = input, out: TextIO | None = None
+) -> str | None:
+    """The id of the session a person picks by number from `infos`; None for none (an empty
+    answer, or end of input)."""
+    out = out or sys.stdout
+    print(format_sessions(infos, numbered=True), file=out, flush=True)
+    while True:
+        try:
+            answer = read(f"resume which session? 1-{len(infos)} (Enter: none): ").strip()
+        except EOFError:
+            return None
+        if not answer:
+            return None
+        if answer.isdigit() and 1 <= int(answer) <= len(infos):
+            return infos[int(answer) - 1].id
+        print(f"type a number from 1 to {len(infos)}, or press Enter", file=out, flush=True)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class _CommandParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise SessionError(message)
+
+
+def sessions_command(argv: Sequence[str], out: TextIO | None = None) -> int:
+    """`toy-agent sessions [list|show ID|delete ID...]`: find, read and remove saved sessions.
+    A mistake is one line on stderr and exit code 2."""
+    out = out or sys.stdout
+    where = f"Saved sessions: list them, show one, delete some. They live in {state_dir()}."
+    parser = _CommandParser(prog="toy-agent sessions", description=where)
+    commands = parser.add_subparsers(dest="command", parser_class=_CommandParser)
+    listing = commands.add_parser("list", help="the latest sessions, newest first (default)")
+    listing.add_argument("--repo", metavar="PATH", help="only the sessions of this repository")
+    listing.add_argument("--limit", type=int, default=20, metavar="N",
+                         help="how many (default: 20; 0: all)")  # fmt: skip
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    show = commands.add_parser("show", help="one session: its tasks, outcomes, tokens, cost")
+    show.add_argument("id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="the whole session file")
+    delete = commands.add_parser("delete", help="remove sessions and their undo data")
+    delete.add_argument("ids", nargs="+", metavar="ID")
+    store = SessionStore()
+    try:
+        args = parser.parse_args(list(argv) or ["list"])
+        if args.command == "show":
+            session = store.load(args.id) if _ID.fullmatch(args.id) else None
+            if session is None or store.is_elsewhere(args.id):
+                raise SessionError(f"no session {args.id} in {store.root}")
+            print(json_text(session.to_dict()) if args.json else describe_session(session),
+                  file=out)  # fmt: skip
+            return 0
+        if args.command == "delete":
+            missing = [i for i in args.ids if not store.delete(i)]
+            for session_id in (i for i in args.ids if i not in missing):
+                print(f"deleted {session_id}", file=out)
+            if missing:
+                raise SessionError(f"no session {', '.join(missing)} in {store.root}")
+            return 0
+        repo = Path(args.repo).expanduser().resolve() if getattr(args, "repo", None) else None
+        infos = recent_sessions(store, repo, max(0, getattr(args, "limit", 20)))
+        if getattr(args, "json", False):
+            for info in infos:
+                print(json_text(info.to_dict(), indent=None), file=out)
+        else:
+            print(format_sessions(infos) if infos else f"no sessions in {store.root}", file=out)
+        return 0
+    except (SessionError, OSError) as exc:
+        text = str(exc) if isinstance(exc, SessionError) else f"{exc.strerror or exc}"
+        print(f"toy-agent: error: {visible(text)}", file=sys.stderr)
+        return 2
+
+
+def describe_session(session: Session) -> str:
+    usage, cost, unpriced = session.spending()
+    lines = [
+        f"session   {session.id}",
+        f"repo      {session.repo}",
+        f"created   {session.created_at}",
+        f"updated   {session.updated_at}",
+        f"messages  {len(session.messages)}"
+        + (f" ({len(session.compactions)} /compact)" if session.compactions else ""),
+        f"tokens    {format_usage(usage)}",
+        f"cost      {format_cost(cost, unpriced)}",
+    ]
+    for number, run in enumerate((r for r in session.runs if isinstance(r, dict)), 1):
+        task = str(run.get("task", "")).strip()
+        more = " …" if len(task.splitlines()) > 1 else ""
+        undone = ", undone" if run.get("undone") else ""
+        lines.append(f"task {number}: [{run.get('outcome')}{undone}] "
+                     f"{_cut(task.splitlines()[0] if task else '', 100)}{more}")  # fmt: skip
+    return visible("\n".join(lines))
+
+
+def format_usage(usage: Usage) -> str:
+    cached = f" ({usage.cached_tokens:,} cached)" if usage.cached_tokens else ""
+    return f"{usage.input_tokens:,} in{cached}, {usage.output_tokens:,} out"
+
+
+def format_cost(cost: float | None, unpriced: int = 0) -> str:
+    if cost is None:
+        return "unknown (no price for the model: see --price-input)" if unpriced else "$0"
+    without = f" (+{unpriced} call(s) without a price)" if unpriced else ""
+    return f"${cost:.4f}{without}"
+
+
+# --- /compact ---------------------------------------------------------------------------------
+
+COMPACT_KEEP_MESSAGES = 4  # the latest steps stay as they are (as context.KEEP_RECENT_MESSAGES)
+SUMMARY_HEADER = "Summary of the earlier steps of this session (they were compacted):"
+COMPACT_SYSTEM_PROMPT = """\
+You summarise the work of a coding agent so far, so that it can go on with a shorter \
+conversation. Write a concise summary in plain text: each task it was given and how it ended, \
+the files it read and changed (with paths), facts it learned about the code, commands it ran \
+and their results, and what is still open. Keep names, paths and numbers exact. Do not invent \
+anything; do not call tools."""
+
+
+@dataclass(frozen=True)
+class Compacted:
+    messages: list[Message]
+    tokens_before: int
+    tokens_after: int
+    usage: Usage
+
+    @property
+    def saved(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+
+def compact_conversation(
+    messages: Sequence[Message], llm: LlmClient, budget_tokens: int
+) -> Compacted | None:
+    """The conversation with the steps between its first task and its latest steps replaced
+    by a summary the model writes (None: too short to compact). The summary joins the first
+    message, and what is kept starts at an assistant turn, so the roles still alternate and no
+    native tool result loses its call. Raises LlmError; SessionError for an empty summary."""
+    cut = len(messages) - COMPACT_KEEP_MESSAGES
+    while cut > 1 and messages[cut].role != "assistant":
+        cut -= 1
+    if cut <= 1:
+        return None
+    first, older, kept = messages[0], messages[1:cut], list(messages[cut:])
+    transcript = "\n\n".join(_transcript(m) for m in older)
+    transcript = cap_text(transcript, budget_tokens * CHARS_PER_TOKEN // 2)
+    request = Message("user", f"The first task:\n{first.content}\n\nThe steps since:\n"
+                              f"{transcript}\n\nWrite the summary now.")  # fmt: skip
+    response = llm.call_llm(COMPACT_SYSTEM_PROMPT, [request])
+    if isinstance(response, str):  # a client written to the seed spec returns text
+        response = LlmResponse(response)
+    summary = response.text.strip()
+    if not summary:
+        raise SessionError("the model wrote an empty summary: nothing was compacted")
+    head = Message("user", f"{first.content}\n\n{SUMMARY_HEADER}\n{summary}")
+    compacted = [head, *kept]
+    return Compacted(compacted, estimate_tokens(messages), estimate_tokens(compacted),
+                     response.usage)  # fmt: skip
+
+
+def _transcript(message: Message) -> str:
+    parts = [cap_text(message.content, 4000)] if message.content.strip() else []
+    parts += [f"(calls {c.name} {json.dumps(c.arguments)[:2000]})" for c in message.tool_calls]
+    parts += [f"(result of {r.name}: {cap_text(r.content, 4000)})" for r in message.tool_results]
+    return f"[{message.role}] " + "\n".join(parts)
 
 
 # --- file backups and undo ----------------------------------------------------------------
