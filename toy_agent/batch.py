@@ -54,8 +54,8 @@ from toy_agent.sandbox import (
     resolve_sandbox,
     sandbox_note,
 )
-from toy_agent.search import file_kind
 from toy_agent.tools import CodeRepositoryTools, run_shell
+from toy_agent.tree import file_kind
 
 logger = logging.getLogger(__name__)
 

@@ -45,12 +45,11 @@ from toy_agent.sandbox import (
 from toy_agent.search import (
     BINARY_SNIFF_BYTES,
     SEARCH_BACKENDS,
-    Listing,
     SearchError,
-    Tree,
     format_matches,
     search,
 )
+from toy_agent.tree import Listing, Tree
 
 logger = logging.getLogger(__name__)
 
