@@ -1075,7 +1075,7 @@ def _setup_logging(
         handlers.append(file_handler)
     for handler in handlers:
         if batch:
-            from toy_agent.batch import TaskLogFilter
+            from toy_agent.task_runner import TaskLogFilter
 
             handler.addFilter(TaskLogFilter())
         handler.addFilter(RedactingFilter(redactor))
