@@ -31,8 +31,9 @@ from toy_agent.permissions import Permissions
 from toy_agent.pricing import meter_for
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import SandboxUnavailable, kill_live_groups, sandbox_note
+from toy_agent.shell import run_shell
 from toy_agent.tasks import Task
-from toy_agent.tools import CodeRepositoryTools, run_shell
+from toy_agent.tools import CodeRepositoryTools
 
 logger = logging.getLogger(__name__)
 
