@@ -1,9 +1,9 @@
-"""Batch runs: every task of a JSONL file, each in its own copy of its repository.
+"""The batch driver: every task of a JSONL file run, its result written, the progress shown.
 
-The driver runs tasks (task_runner.run_task) on threads or as Ray tasks (executors.py), writes
-every result the same way, appending to `DIR/results.jsonl` as each finishes, so a second run
-with the same `DIR` resumes, and shows the progress. The task file is read in tasks.py, the
-copies made in copies.py.
+Each task runs in its own copy of its repository (task_runner.run_task), on threads or as Ray
+tasks (executors.py). Every result is written the same way, appended to `DIR/results.jsonl` as
+each finishes, so a second run with the same `DIR` resumes. The task file is read in tasks.py,
+the copies made in copies.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What the command line runs: one task, the interactive session, a batch, --list-tools,
---undo, the demo and a replay, each given the objects cli.py built from the flags.
+"""What the command line runs: one task, a session, a batch, --list-tools, --undo, demo, replay.
+
+Each mode is given the objects cli.py built from the flags and returns the exit code.
 
 Like cli.py, this imports nothing heavy at the top (the agent, the provider SDKs, mcp, rich),
 so `--help` stays instant; each mode imports what it uses.

@@ -1,5 +1,6 @@
-"""What a repository holds: the walk that skips what git and humans ignore, each folder's scan
-remembered until the folder changes.
+"""What a repository holds: the walk that skips what is ignored, each folder's scan remembered.
+
+A folder's scan is reused until the folder changes; what git and humans ignore is skipped.
 
 list_files and search_in_files both walk through a Tree, so they agree on what the repository
 holds. Callers pass paths already resolved and confined to the repository root; nothing here
