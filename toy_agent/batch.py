@@ -35,18 +35,13 @@ from typing import Any, Protocol, TextIO
 from toy_agent.agent import ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.events import TrajectoryRecorder, json_text
-from toy_agent.llm import (
-    PROVIDER_CLASSES,
-    LlmClient,
-    LlmConfigError,
-    client_for,
-    resolve_settings,
-)
+from toy_agent.llm import LlmClient, LlmConfigError, client_for, resolve_settings
 from toy_agent.mcp_config import McpError, McpServerConfig
 from toy_agent.mcp_tools import McpTools
 from toy_agent.messages import Usage
 from toy_agent.permissions import Permissions
 from toy_agent.pricing import meter_for
+from toy_agent.providers import PROVIDERS
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
     SandboxUnavailable,
@@ -727,13 +722,13 @@ def _one_line(exc: BaseException) -> str:
 def provider_environment(settings: RunSettings) -> dict[str, str]:
     """The key, base URL and API version variables a worker's client reads, from this
     environment."""
-    if settings.make_llm is not None or settings.provider not in PROVIDER_CLASSES:
+    row = PROVIDERS.get(settings.provider)
+    if settings.make_llm is not None or row is None:
         return {}
-    facts = PROVIDER_CLASSES[settings.provider]
     key, url = resolve_settings(settings.provider, None, settings.base_url, os.environ)
-    variables = {facts.key_envs[0]: key, facts.base_url_env: url}
-    if facts.api_version_env and os.environ.get(facts.api_version_env):
-        variables[facts.api_version_env] = os.environ[facts.api_version_env]
+    variables = {row.key_variables[0]: key, row.base_url_variable: url}
+    if row.api_version_variable and os.environ.get(row.api_version_variable):
+        variables[row.api_version_variable] = os.environ[row.api_version_variable]
     return variables
 
 
