@@ -73,7 +73,7 @@ class Provider:
     api_version_variable: str = ""
     models: str = ""
     aliases: tuple[str, ...] = ()
-    prices: Mapping[str, Price] = field(default_factory=dict)
+    prices: Mapping[str, Price] = field(default_factory=dict, hash=False)
     image_types: Callable[[str], frozenset[str]] = _no_images
     sdk_module: str = ""  # imported early (preload) and known as a dependency
     loggers: tuple[str, ...] = ()  # the SDK's loggers, quietened to WARNING
