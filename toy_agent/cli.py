@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from toy_agent import __version__
+from toy_agent import __version__, providers
 from toy_agent.modes import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
@@ -57,7 +57,6 @@ SUBCOMMANDS = {
 }
 
 
-PROVIDER_ALIASES = {"anthropic": "claude", "google": "gemini"}
 _EPILOG = """\
 examples:
   toy-agent "fix the failing test"                    # in the current folder, with Claude
@@ -68,22 +67,28 @@ examples:
   toy-agent                                           # on a terminal: an interactive session
 
 environment:
-  ANTHROPIC_API_KEY, GEMINI_API_KEY (or GOOGLE_API_KEY), OPENAI_API_KEY   provider keys
-  ANTHROPIC_BASE_URL, GOOGLE_GEMINI_BASE_URL, OPENAI_BASE_URL           base URLs
+{variables}
   TOY_AGENT_<FLAG>   a default for any long flag, e.g. TOY_AGENT_MAX_ITERATIONS=30
   NO_COLOR           no colour on the terminal
   a .env in the current folder may set these (never a base URL from inside --repo)"""
 
 
 def provider_for_model(model: str | None) -> str:
-    """The provider a model name belongs to: claude-* -> claude, gemini-* -> gemini, gpt-*
-    and o1/o3/o4-style names -> openai; anything else (or no model) -> claude."""
-    name = (model or "").lower().rsplit("/", 1)[-1]
-    if name.startswith("gemini"):
-        return "gemini"
-    if name.startswith(("gpt-", "chatgpt", "codex")) or re.match(r"o\d(\b|-)", name):
-        return "openai"
-    return "claude"
+    """The provider a model name belongs to, by the rows' model names (claude-* -> claude,
+    gemini-* -> gemini, gpt-* and o1/o3/o4-style names -> openai); anything else (or no
+    model) -> claude."""
+    row = providers.provider_for_model(model)
+    return row.name if row else providers.DEFAULT_PROVIDER
+
+
+def _epilog() -> str:
+    """The examples and the environment variables, the providers' from their rows."""
+    rows = providers.PROVIDERS.values()
+    keys = ", ".join(row.key_names() for row in rows)
+    urls = ", ".join(providers.base_url_variables())
+    width = max(len(keys), len(urls)) + 3
+    variables = f"  {keys:<{width}}provider keys\n  {urls:<{width}}base URLs"
+    return _EPILOG.format(variables=variables)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -102,15 +107,16 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from toy_agent.context import DEFAULT_CONTEXT_BUDGET
-    from toy_agent.llm import DEFAULT_MODELS, PROVIDER_CLASSES
     from toy_agent.parsing import FORMAT_NAMES
     from toy_agent.permissions import PERMISSION_MODES
     from toy_agent.sandbox import SANDBOX_MODES
 
-    models = ", ".join(f"{p}: {m}" for p, m in DEFAULT_MODELS.items())
+    rows = providers.PROVIDERS.values()
+    models = ", ".join(f"{row.name}: {row.default_model}" for row in rows)
+    aliases = providers.aliases()
     parser = _Parser(
         prog="toy-agent",
-        epilog=_EPILOG,
+        epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="A ReAct coding agent: it thinks, calls a tool, observes, until the task\n"
         "is complete. Exit codes: 0 completed, 1 not completed, 2 usage or configuration\n"
@@ -136,17 +142,17 @@ def build_parser() -> argparse.ArgumentParser:
     ).add_argument
     add(
         "--llm-provider",
-        choices=(*PROVIDER_CLASSES, *PROVIDER_ALIASES, "replay"),
-        help="the LLM provider (default: from --model's name, else claude; replay when "
-        "--replay is given); anthropic and google are aliases; replay re-runs a --trajectory "
-        "file offline",
+        choices=(*providers.PROVIDERS, *aliases, providers.REPLAY),
+        help=f"the LLM provider (default: from --model's name, else {providers.DEFAULT_PROVIDER}; "
+        f"replay when --replay is given); {' and '.join(aliases)} are aliases; replay re-runs a "
+        "--trajectory file offline",
     )
     add("-m", "--model", metavar="NAME", help=f"model name (defaults: {models})")
     add(
         "--base-url",
         metavar="URL",
         help="API base URL, e.g. http://localhost:11434/v1 for Ollama "
-        "(default: the SDK's, or ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL / OPENAI_BASE_URL)",
+        f"(default: the SDK's, or {' / '.join(providers.base_url_variables())})",
     )
     add(
         "--replay",
@@ -412,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         except UsageError as exc:
             code = _fail(exc, EXIT_USAGE, debug, json_output=_wants_json(argv))
         except ModuleNotFoundError as exc:
-            if exc.name is None or exc.name.split(".")[0] not in _DEPENDENCIES:
+            package = (exc.name or "").split(".")[0]
+            if package not in _DEPENDENCIES | providers.sdk_packages():
                 raise  # our own bug
             missing = UsageError(
                 f"the {exc.name} package is missing: install toy-agent's dependencies with "
@@ -458,7 +465,7 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
         args.task = args.task_text
     if args.task is None and args.replay and args.tasks_file is None:
         args.task = _recorded_task(args.replay)  # `--replay FILE` alone replays its task
-    args.llm_provider = PROVIDER_ALIASES.get(args.llm_provider, args.llm_provider)
+    args.llm_provider = args.llm_provider and providers.canonical_name(args.llm_provider)
     if args.llm_provider is None:
         args.llm_provider = "replay" if args.replay else provider_for_model(args.model)
     if args.resume == RESUME_PICK:
@@ -527,9 +534,8 @@ def _pick_session(args: argparse.Namespace, given: frozenset[str]) -> str:
 
 # Third-party packages toy_agent imports (by module name): one missing is a setup problem.
 _DEPENDENCIES = frozenset(
-    {"anthropic", "google", "openai", "mcp", "mcp_types", "dotenv", "rich",
-     "httpx", "pydantic", "anyio", "tomli", "prompt_toolkit"}
-)  # fmt: skip
+    {"mcp", "mcp_types", "dotenv", "rich", "httpx", "pydantic", "anyio", "tomli", "prompt_toolkit"}
+)  # and the providers' SDKs
 
 
 def _wants_json(argv: list[str]) -> str | None:
@@ -602,7 +608,7 @@ def _collector_paused(pause: bool) -> Iterator[Callable[[], None]]:
 
 def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -> int:
     from toy_agent.config import load_instructions
-    from toy_agent.environment import KEY_VARIABLES, load_dotenv_file
+    from toy_agent.environment import load_dotenv_file
     from toy_agent.llm import preload_sdk
     from toy_agent.view import TerminalView, run_banner
 
@@ -614,9 +620,10 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     batch = args.tasks_file is not None or args.out is not None
     view = TerminalView(sys.stdout) if live and not (batch or args.list_tools) else None
     redactor, handlers = _setup_logging(args, live or batch, view, batch=batch)
+    keys = providers.key_variables()
     for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():
         os.environ[name] = value
-        if name in KEY_VARIABLES:
+        if name in keys:
             redactor.add_secret(value)
     mcp = None
     try:
@@ -667,9 +674,8 @@ def _model_client(args: argparse.Namespace) -> Callable[[str, str], LlmClient]:
     from toy_agent.llm import client_for
 
     def make(name: str, current: str) -> LlmClient:
-        says = name.lower().rsplit("/", 1)[-1].startswith("claude")
-        provider = provider_for_model(name)
-        provider = provider if provider != "claude" or says else current
+        row = providers.provider_for_model(name)
+        provider = row.name if row else current
         return client_for(provider, model=name, max_retries=args.max_retries,
                           base_url=args.base_url if provider == current else None,
                           timeout=args.timeout)  # fmt: skip
@@ -743,11 +749,10 @@ def _setup_logging(
     On the live view's terminal, console records are printed above its live line. In a batch
     each record names its task, and on a terminal first clears the progress line (which is
     drawn again within half a second)."""
-    from toy_agent.environment import KEY_VARIABLES
     from toy_agent.redaction import RedactingFilter, Redactor
     from toy_agent.view import VisibleFormatter
 
-    redactor = Redactor(secrets=[os.environ[k] for k in KEY_VARIABLES if os.environ.get(k)])
+    redactor = Redactor()  # it reads the providers' keys from the environment itself
     level = args.log_level or ("WARNING" if live or args.quiet else "INFO")
     root = logging.getLogger()
     root.setLevel(logging.DEBUG)
@@ -780,10 +785,7 @@ def _setup_logging(
         "httpcore",
         "httpcore2",
         "hpack",
-        "anthropic",
-        "openai",
-        "google_genai",
-        "google",
+        *providers.sdk_loggers(),
         "mcp",
         "asyncio",
         "urllib3",

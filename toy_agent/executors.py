@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from toy_agent.llm import PROVIDER_CLASSES, resolve_settings
+from toy_agent.llm import resolve_settings
+from toy_agent.providers import PROVIDERS
 from toy_agent.task_runner import (
     Credentials,
     RunSettings,
@@ -138,11 +139,11 @@ def _one_line(exc: BaseException) -> str:
 def provider_environment(settings: RunSettings) -> dict[str, str]:
     """The key, base URL and API version variables a worker's client reads, from this
     environment."""
-    if settings.make_llm is not None or settings.provider not in PROVIDER_CLASSES:
+    row = PROVIDERS.get(settings.provider)
+    if settings.make_llm is not None or row is None:
         return {}
-    facts = PROVIDER_CLASSES[settings.provider]
     key, url = resolve_settings(settings.provider, None, settings.base_url, os.environ)
-    variables = {facts.key_envs[0]: key, facts.base_url_env: url}
-    if facts.api_version_env and os.environ.get(facts.api_version_env):
-        variables[facts.api_version_env] = os.environ[facts.api_version_env]
+    variables = {row.key_variables[0]: key, row.base_url_variable: url}
+    if row.api_version_variable and os.environ.get(row.api_version_variable):
+        variables[row.api_version_variable] = os.environ[row.api_version_variable]
     return variables

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from toy_agent import providers
+
 if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_tools import McpTools
@@ -310,11 +312,10 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
 
 def _batch_prices(args: argparse.Namespace) -> None:
     """Cost limits on a batch need a price for its model, known before any task runs."""
-    from toy_agent.llm import PROVIDER_CLASSES
     from toy_agent.pricing import PriceError, meter_for
 
-    facts = PROVIDER_CLASSES.get(args.llm_provider)
-    model = args.model or (facts.default_model if facts else args.llm_provider)
+    row = providers.PROVIDERS.get(args.llm_provider)
+    model = args.model or (row.default_model if row else args.llm_provider)
     limit = args.max_cost if args.max_cost is not None else args.max_total_cost
     try:
         meter_for(model, limit, args.price_input, args.price_output)

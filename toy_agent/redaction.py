@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from toy_agent.providers import key_variables
+
 REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8  # shorter values would redact ordinary words
 MIN_PASSWORD_LENGTH = 4  # after a password-named key even `hunter2` is a password
@@ -171,8 +173,15 @@ class Redactor:
     """Replaces secrets in text with [REDACTED], in one pass of one compiled regex."""
 
     def __init__(self, secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None):
+        """Redacts `secrets`, every provider's key found in `environ` (whatever it looks like),
+        and the values of its other secret-looking variables."""
         environ = os.environ if environ is None else environ
-        self._secrets = {v for name, v in environ.items() if is_secret_variable(name, v)}
+        keys = key_variables()
+        self._secrets = {
+            value
+            for name, value in environ.items()
+            if (name in keys and len(value) >= MIN_SECRET_LENGTH) or is_secret_variable(name, value)
+        }
         self._regex: re.Pattern[str] | None = None
         for secret in secrets:
             self.add_secret(secret)

@@ -29,6 +29,7 @@ from toy_agent.mcp_tools import McpTools
 from toy_agent.messages import Usage
 from toy_agent.permissions import Permissions
 from toy_agent.pricing import meter_for
+from toy_agent.providers import DEFAULT_PROVIDER
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import SandboxUnavailable, kill_live_groups, sandbox_note
 from toy_agent.shell import run_shell
@@ -64,7 +65,7 @@ class RunSettings:
     `make_llm` replaces the provider settings with a factory (a custom or scripted model); it
     is called once per task, in the worker."""
 
-    provider: str = "claude"
+    provider: str = DEFAULT_PROVIDER
     model: str | None = None
     base_url: str | None = None
     max_retries: int = 4
