@@ -1,0 +1,81 @@
+"""The one cut rule: what a cut keeps adds up, the note is there exactly when something was
+cut, and a cut never splits a surrogate pair, a terminal escape or a UTF-8 character."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toy_agent.cuts import MARK, NOTE_RE, amount, cut, note, split, utf8_head, utf8_tail
+
+PAIR = "\ud83d\ude00"  # 😀 as UTF-16 halves: what JSON "\ud83d\ude00" gives before joining
+PIECES = [PAIR, "\ud83d", "\ude00", "\x1b[31m", "\x1b]0;title\x07", "\n", "\r\n", " ", "é", "ab"]
+texts = st.text() | st.lists(st.sampled_from(PIECES) | st.text(max_size=3)).map("".join)
+keeps = st.sampled_from(["head", "tail", "both"])
+
+
+@settings(max_examples=400)
+@given(texts, st.integers(0, 60), keeps, st.sampled_from(["characters", "lines"]), st.booleans())
+def test_what_a_cut_keeps_and_leaves_out_adds_up_to_the_text(text, limit, keep, by, at_word):
+    part = split(text, limit, keep=keep, by=by, at_word=at_word)
+    assert len(part.head) + part.chars + len(part.tail) == len(text)
+    assert text.startswith(part.head) and text.endswith(part.tail)
+    if by == "characters" and part.chars:
+        assert len(part.head) + len(part.tail) <= limit
+    elif by == "lines":
+        kept = len((part.head + part.tail).splitlines())
+        assert kept + part.lines == len(text.splitlines())
+        assert kept <= limit or not part.lines
+
+
+@settings(max_examples=400)
+@given(texts, st.integers(0, 60), keeps, st.sampled_from(["characters", "lines"]))
+def test_the_note_is_there_exactly_when_something_was_cut(text, limit, keep, by):
+    shown = cut(text, limit, "ask again", keep=keep, by=by)
+    part = split(text, limit, keep=keep, by=by)
+    if part.chars:
+        found = NOTE_RE.search(shown.replace(part.head, "", 1))
+        assert found and found["how"] == "ask again"
+        count = part.lines if by == "lines" else part.chars
+        assert found["what"] == amount(count, by[:-1])
+    else:
+        assert shown == text
+
+
+@settings(max_examples=400)
+@given(texts, st.integers(0, 60), keeps, st.booleans())
+def test_a_cut_never_splits_a_surrogate_pair(text, limit, keep, at_word):
+    part = split(text, limit, keep=keep, at_word=at_word)
+    if not part.chars:
+        return
+    gap_start, gap_end = len(part.head), len(text) - len(part.tail)
+    for i in (gap_start, gap_end):
+        if 0 < i < len(text):
+            assert not ("\ud800" <= text[i - 1] <= "\udbff" and "\udc00" <= text[i] <= "\udfff")
+
+
+def test_a_cut_never_splits_a_terminal_escape():
+    text = "x" * 8 + "\x1b[38;5;196m" + "y" * 30
+    for limit in range(9, 20):
+        head = split(text, limit).head
+        assert head == "x" * 8 or head.startswith("x" * 8 + "\x1b[38;5;196m")
+        tail = split(text, limit + 22, keep="tail").tail
+        assert "\x1b" not in tail or tail.startswith("\x1b[38;5;196m")
+
+
+@given(st.text(), st.integers(0, 40))
+def test_utf8_cuts_keep_whole_characters(text, at):
+    data = text.encode("utf-8", "surrogatepass")
+    head, tail = data[:at], data[at:]
+    head[: utf8_head(head)].decode("utf-8", "surrogatepass")
+    tail[utf8_tail(tail) :].decode("utf-8", "surrogatepass")
+    assert len(head) - utf8_head(head) <= 3 and utf8_tail(tail) <= 3
+
+
+def test_one_wording_for_every_cut():
+    assert note("1,234 characters", "read on") == "[… 1,234 characters cut: read on]"
+    assert note(amount(1, "match")) == "[… 1 match cut]"
+    assert cut("abcdef", 4, "see more", keep="both") == "ab\n[… 2 characters cut: see more]\nef"
+    assert cut("one two three", 9, "x", sep=" ", at_word=True) == "one two [… 6 characters cut: x]"
+    assert cut("a\nb\nc\n", 1, "y", by="lines") == "a\n[… 2 lines cut: y]"
+    assert note("x").startswith(MARK)
