@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from toy_agent import cuts
 from toy_agent.agent import ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.events import TrajectoryRecorder, json_text
@@ -84,6 +85,7 @@ RECORD_KEYS = (
 )  # fmt: skip
 DEFAULT_CHECK_TIMEOUT = 600.0
 CHECK_TAIL_CHARS = 2_000
+_CHECK_HOW = "only the end of the check's output is kept; run the check itself to see it all"
 GIT_TIMEOUT = 300  # seconds for each git call on a copy (a walk of a huge tree included)
 CLONE_TIMEOUT = 1800  # for a clone or a worktree checkout of a big repository
 POLL_SECONDS = 0.5  # how often the driver wakes to redraw the progress line
@@ -582,7 +584,7 @@ def run_check(command: str, tools: CodeRepositoryTools, timeout: float) -> dict[
     code, output, timed_out = run_shell(
         command, tools.repo_path, math.ceil(timeout), policy=tools.sandbox_policy
     )
-    tail = tools.redactor.redact(output)[-CHECK_TAIL_CHARS:]
+    tail = cuts.cut(tools.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
     if timed_out:
         tail += f"\n[the check timed out after {timeout:g}s and was killed]"
         return {"passed": False, "exit_code": None, "output_tail": tail}
