@@ -3,10 +3,27 @@ cut, and a cut never splits a surrogate pair, a terminal escape or a UTF-8 chara
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from fakes import ScriptedLlm, xml_action
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toy_agent.cuts import MARK, NOTE_RE, amount, cut, note, split, utf8_head, utf8_tail
+from toy_agent import ReactAgent
+from toy_agent.batch import CHECK_TAIL_CHARS, run_check
+from toy_agent.cuts import (
+    BUDGET,
+    HOW_TO_SEE_MORE,
+    MARK,
+    NOTE_RE,
+    amount,
+    cut,
+    note,
+    split,
+    utf8_head,
+    utf8_tail,
+)
+from toy_agent.tools import CodeRepositoryTools
 
 PAIR = "\ud83d\ude00"  # 😀 as UTF-16 halves: what JSON "\ud83d\ude00" gives before joining
 PIECES = [PAIR, "\ud83d", "\ude00", "\x1b[31m", "\x1b]0;title\x07", "\n", "\r\n", " ", "é", "ab"]
@@ -79,3 +96,24 @@ def test_one_wording_for_every_cut():
     assert cut("one two three", 9, "x", sep=" ", at_word=True) == "one two [… 6 characters cut: x]"
     assert cut("a\nb\nc\n", 1, "y", by="lines") == "a\n[… 2 lines cut: y]"
     assert note("x").startswith(MARK)
+
+
+def test_an_observation_over_the_budget_says_how_its_tool_shows_more(tmp_path: Path) -> None:
+    (tmp_path / "wide.txt").write_text(("y" * 99 + "\n") * 300)  # 30,000 characters in one read
+    llm = ScriptedLlm(
+        xml_action("read_file", path="wide.txt"), xml_action("task_complete", result="ok")
+    )
+    ReactAgent(llm, tmp_path, context_budget=2_000).run("read it")  # caps an observation at 2,000
+
+    observation = llm.requests[1]["messages"][-1].content
+    found = NOTE_RE.search(observation)
+    assert found and found["how"] == f"{BUDGET}; {HOW_TO_SEE_MORE['read_file']}"
+    assert "   1 | y" in observation and " 300 | y" in observation  # its head and its tail
+
+
+def test_a_long_check_keeps_the_end_of_its_output_with_the_note(tmp_path: Path) -> None:
+    tools = CodeRepositoryTools(tmp_path, allow_commands=True, sandbox="off")
+    tail = run_check("seq 1 5000", tools, timeout=30)["output_tail"]
+    note_line, kept = tail.split("\n", 1)
+    assert NOTE_RE.fullmatch(note_line) and kept.endswith("4999\n5000\n")
+    assert len(kept) <= CHECK_TAIL_CHARS

@@ -780,7 +780,8 @@ def _listing(tool: str, server: str, resources: list[Any], templates: list[Any])
              f'{{"server": "{server}", "uri": URI}}):']  # fmt: skip
     lines += [line(str(r.uri), r) for r in resources[:RESOURCES_LIST_MAX]]
     if len(resources) > RESOURCES_LIST_MAX:
-        lines.append(f"... and {len(resources) - RESOURCES_LIST_MAX} more")
+        hidden = cuts.amount(len(resources) - RESOURCES_LIST_MAX, "resource")
+        lines.append(cuts.note(hidden, "the server lists more than are shown here"))
     if not resources:
         lines.append("(none listed)")
     if templates:

@@ -1032,7 +1032,8 @@ def _snippet(text: str, first: int, last: int, context: int = 3, cap: int = 40) 
     numbered = _number([(n, lines[n - 1]) for n in range(lo, hi + 1)])
     if len(numbered) > cap:
         gap = len(numbered) - cap
-        numbered = [*numbered[: cap // 2], f"     ... ({gap} lines)", *numbered[-cap // 2 :]]
+        gap_note = cuts.note(cuts.amount(gap, "line"), "read_file shows them")
+        numbered = [*numbered[: cap // 2], gap_note, *numbered[-cap // 2 :]]
     return "\n".join(numbered)
 
 
