@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toy_agent import ReactAgent
-from toy_agent.batch import CHECK_TAIL_CHARS, run_check
 from toy_agent.cuts import (
     BUDGET,
     HOW_TO_SEE_MORE,
@@ -23,6 +22,7 @@ from toy_agent.cuts import (
     utf8_head,
     utf8_tail,
 )
+from toy_agent.task_runner import CHECK_TAIL_CHARS, run_check
 from toy_agent.tools import CodeRepositoryTools
 
 PAIR = "\ud83d\ude00"  # 😀 as UTF-16 halves: what JSON "\ud83d\ude00" gives before joining
