@@ -3,6 +3,7 @@ cut, and a cut never splits a surrogate pair, a terminal escape or a UTF-8 chara
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from fakes import ScriptedLlm, xml_action
@@ -22,6 +23,9 @@ from toy_agent.cuts import (
     utf8_head,
     utf8_tail,
 )
+from toy_agent.events import TrajectoryRecorder
+from toy_agent.redaction import Redactor
+from toy_agent.report import write_report
 from toy_agent.task_runner import CHECK_TAIL_CHARS, run_check
 from toy_agent.tools import CodeRepositoryTools
 
@@ -117,3 +121,19 @@ def test_a_long_check_keeps_the_end_of_its_output_with_the_note(tmp_path: Path) 
     note_line, kept = tail.split("\n", 1)
     assert NOTE_RE.fullmatch(note_line) and kept.endswith("4999\n5000\n")
     assert len(kept) <= CHECK_TAIL_CHARS
+
+
+def test_the_report_warns_of_a_cut_the_model_was_told_of(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "wide.txt").write_text(("y" * 99 + "\n") * 300)
+    llm = ScriptedLlm(
+        xml_action("read_file", path="wide.txt"), xml_action("task_complete", result="ok")
+    )
+    trajectory, redactor = tmp_path / "run.json", Redactor()
+    recorder = TrajectoryRecorder(trajectory, redactor.redact_obj)
+    ReactAgent(llm, repo, context_budget=2_000, redactor=redactor, on_event=recorder).run("read")
+
+    page = write_report([trajectory], tmp_path / "r.html").read_text()
+    warnings = page.split('<ul class="warnings">')[1].split("</ul>")[0]
+    assert re.search(r"read_file: [\d,]+ characters of its output cut", warnings)
