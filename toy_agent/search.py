@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from toy_agent import cuts
 from toy_agent.environment import child_environment
 from toy_agent.ignore import _NONBLOCK
 from toy_agent.messages import shown_path
@@ -149,18 +150,13 @@ def format_matches(
         if rel != current:
             out.append(shown_path(rel))
             current = rel
-        text = redact(text)
-        if len(text) > SEARCH_LINE_CHARS:
-            text = text[:SEARCH_LINE_CHARS] + " …"
+        text = cuts.cut(redact(text), SEARCH_LINE_CHARS, "read_file shows the line", sep=" ")
         out.append(f"  {number}: {text.rstrip()}")
     if result.n_matches > len(result.shown):
         rest = result.n_matches - len(result.shown)
         more_files = result.n_matched_files - len({rel for rel, _, _ in result.shown})
-        out.append(
-            f"[{_count(rest, 'more match', 'more matches')} not shown "
-            f"({_count(more_files, 'more file')}). Narrow the search with path, file_pattern "
-            "or a more specific pattern.]"
-        )
+        what = f"{cuts.amount(rest, 'match')} ({_count(more_files, 'more file')})"
+        out.append(cuts.note(what, cuts.how_to_see_more("search_in_files")))
     return "\n".join(out)
 
 

@@ -12,6 +12,7 @@ import threading
 import typing
 from pathlib import Path
 
+from toy_agent import cuts
 from toy_agent.environment import child_environment
 from toy_agent.sandbox import SandboxPolicy, owned_process_group, sandbox_environment
 
@@ -75,9 +76,12 @@ class _OutputCapture(threading.Thread):
         dropped = self.total_bytes - len(head) - len(tail)
         if dropped <= 0:
             return (head + tail).decode("utf-8", "replace")
+        head, tail = head[: cuts.utf8_head(head)], tail[cuts.utf8_tail(tail) :]  # whole chars
+        dropped = self.total_bytes - len(head) - len(tail)
         dropped_lines = self.total_lines - head.count(b"\n") - tail.count(b"\n")
+        what = f"{cuts.amount(dropped, 'byte')} ({cuts.amount(dropped_lines, 'line')})"
         return (
             head.decode("utf-8", "replace")
-            + f"\n[... {dropped:,} bytes ({dropped_lines:,} lines) of output cut ...]\n"
+            + f"\n{cuts.note(what, cuts.how_to_see_more('run_command'))}\n"
             + tail.decode("utf-8", "replace")
         )

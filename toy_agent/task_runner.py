@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toy_agent import cuts
 from toy_agent.agent import ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.copies import GitError, collect_patch, prepare_copy, remove_copy
@@ -56,6 +57,7 @@ class TaskLogFilter(logging.Filter):
 
 DEFAULT_CHECK_TIMEOUT = 600.0
 CHECK_TAIL_CHARS = 2_000
+_CHECK_HOW = "only the end of the check's output is kept; run the check itself to see it all"
 
 
 @dataclass(frozen=True)
@@ -266,7 +268,7 @@ def run_check(command: str, tools: CodeRepositoryTools, timeout: float) -> dict[
     code, output, timed_out = run_shell(
         command, tools.repo_path, math.ceil(timeout), policy=tools.sandbox_policy
     )
-    tail = tools.redactor.redact(output)[-CHECK_TAIL_CHARS:]
+    tail = cuts.cut(tools.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
     if timed_out:
         tail += f"\n[the check timed out after {timeout:g}s and was killed]"
         return {"passed": False, "exit_code": None, "output_tail": tail}

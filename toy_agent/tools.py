@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from toy_agent import cuts
 from toy_agent.messages import path_from_shown, shown_path
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
@@ -53,6 +54,10 @@ LIST_LIMIT = 400
 READ_MAX_LINES = 400
 READ_MAX_CHARS = 40_000
 READ_MAX_LINE_CHARS = 4_000
+_LONG_LINE = (
+    f"read_file shows a line's first {READ_MAX_LINE_CHARS:,} characters; run_command, when "
+    "enabled, can show the rest"
+)
 SCAN_MAX_BYTES = 256 << 20  # read_file and get_file_info read no further into a file
 EDIT_MAX_BYTES = 64 << 20  # edit_file holds the whole file in memory
 DIFF_MAX_BYTES = 8 << 20  # a run's diff shows a bigger file's size, not its lines
@@ -230,11 +235,11 @@ class CodeRepositoryTools:
         last = shown[-1][0]
         out = [f"{rel} (lines {start}-{last} of {of}):", *_number(shown)]
         if next_line is not None:
-            out.append(
-                f"[Shown lines {start}-{last} of {of} (a call returns at most "
-                f"{READ_MAX_LINES} lines / {READ_MAX_CHARS:,} chars). To read on, call "
-                f"read_file with start_line={next_line}.]"
-            )
+            left = (total if end_line is None else min(end_line, total)) - last
+            more = "at least " if window.cut and end_line is None else ""
+            how = (f"to read on, call read_file with start_line={next_line} (a call shows at "
+                   f"most {READ_MAX_LINES} lines / {READ_MAX_CHARS:,} characters)")  # fmt: skip
+            out.append(cuts.note(more + cuts.amount(left, "line"), how))
         elif end_line is not None and end_line > total and not window.cut:
             out.append(f"[end_line {end_line} is past the end: {rel} has {total} lines.]")
         if window.cut:
@@ -494,8 +499,10 @@ class CodeRepositoryTools:
         text = self.redactor.redact(text)
         if whole and len(text) <= READ_MAX_LINE_CHARS:
             return text
-        size = f"over {length:,}" if unfinished else f"{len(text) if whole else length:,}"
-        return f"{text[:READ_MAX_LINE_CHARS]} … [line cut: it has {size} characters]"
+        head = cuts.split(text, READ_MAX_LINE_CHARS).head
+        left = (len(text) if whole or length is None else length) - len(head)
+        what = ("over " if unfinished else "") + cuts.amount(left, "character")
+        return f"{head} {cuts.note(what, _LONG_LINE)}"
 
     def _open_dir(
         self, parts: tuple[str, ...], *, created: list[tuple[str, ...]] | None = None
@@ -1018,7 +1025,8 @@ def _snippet(text: str, first: int, last: int, context: int = 3, cap: int = 40) 
     numbered = _number([(n, lines[n - 1]) for n in range(lo, hi + 1)])
     if len(numbered) > cap:
         gap = len(numbered) - cap
-        numbered = [*numbered[: cap // 2], f"     ... ({gap} lines)", *numbered[-cap // 2 :]]
+        gap_note = cuts.note(cuts.amount(gap, "line"), "read_file shows them")
+        numbered = [*numbered[: cap // 2], gap_note, *numbered[-cap // 2 :]]
     return "\n".join(numbered)
 
 
@@ -1142,14 +1150,12 @@ def _summarise(listing: Listing, top: str) -> list[str]:
                 lines.append(_entry_line(path, listing.special))
         if len(lines) == LIST_LIMIT:
             break
-    if fitting > LIST_LIMIT:
-        lines.append(f"... and {fitting - LIST_LIMIT} more entries at this level")
     example = next((paths[start][:-1] for start, _, _ in shown if paths[start][-1] == "/"), top)
-    lines.append(
-        f"[Too many entries to list ({len(paths):,}); showing {depth} level(s) with file "
-        f"counts per folder. List a folder to see inside, e.g. "
-        f"list_files(path='{shown_path(example)}').]"
-    )
+    level = f"this level alone has {fitting:,}; " if fitting > LIST_LIMIT else ""
+    lines.append(cuts.note(cuts.amount(len(paths) - len(lines), "entry"),
+                      f"{len(paths):,} in all, too many to list; {level}showing {depth} level(s) "
+                      f"with file counts per folder; list a folder to see inside, e.g. "
+                      f"list_files(path='{shown_path(example)}')"))  # fmt: skip
     return lines
 
 
