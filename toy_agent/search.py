@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toy_agent.environment import child_environment
+from toy_agent.files import open_regular_fd
 from toy_agent.messages import shown_path
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,6 @@ SEARCH_TIMEOUT = 60
 FILE_PATTERN_MAX_GLOBS = 256  # what a file_pattern's {a,b} may expand to
 RESEARCH_MAX_BYTES = 64 << 20  # a shown file with lone CRs is searched again up to this size
 SEARCH_BACKENDS = ("rg", "grep", "python")
-BINARY_SNIFF_BYTES = 8192
 IGNORE_FILE_MAX_BYTES = 1 << 20  # a hostile .gitignore is read only this far
 IGNORE_FILE_MAX_LINES = 10_000
 # A longer .gitignore line, or one with more stars, is skipped: no real pattern is, and it
@@ -57,7 +57,6 @@ _KINDS = {
     stat.S_IFDIR: "dir", stat.S_IFREG: "file", stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket",
     stat.S_IFCHR: "char device", stat.S_IFBLK: "block device",
 }  # fmt: skip
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO to read must not wait for a writer
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _SCAN_FD = os.scandir in os.supports_fd and bool(_NOFOLLOW and _DIRECTORY)  # not on Windows
@@ -527,14 +526,15 @@ def _read_ignore_file(file: str, seen: bool) -> tuple[os.stat_result, tuple[str,
     try:
         if not (seen or stat.S_ISREG(os.lstat(file).st_mode)):
             return None
-        fd = os.open(file, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
     except OSError:
         return None
+    opened = open_regular_fd(file, follow=False)  # None if swapped since it was seen or checked
+    if opened is None:
+        return None
+    fd, size = opened
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # swapped since it was seen or checked
-            return None
-        data = os.read(fd, min(st.st_size, IGNORE_FILE_MAX_BYTES) + 1)
+        data = os.read(fd, min(size, IGNORE_FILE_MAX_BYTES) + 1)
     except OSError:
         return None
     finally:
@@ -945,7 +945,7 @@ def _count(n: int, singular: str, plural: str | None = None) -> str:
 
 def _read_regular(path: Path | str, max_bytes: int | None = None) -> bytes | None:
     """The bytes of a regular file; None for anything else, on an error, or over `max_bytes`."""
-    opened = _open_regular(path)
+    opened = open_regular_fd(path)
     if opened is None:
         return None
     fd, size = opened
@@ -960,24 +960,6 @@ def _read_regular(path: Path | str, max_bytes: int | None = None) -> bytes | Non
         return None
     finally:
         os.close(fd)
-
-
-def _open_regular(path: Path | str) -> tuple[int, int] | None:
-    """(descriptor, size) of a regular file, for the caller to close; None for anything else
-    or on an error. Opened without waiting, so a file swapped for a FIFO after the walk
-    cannot block."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_BINARY", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        st = None
-    if st is None or not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        return None
-    return fd, st.st_size
 
 
 def _candidates(tree: Tree, top: Path, file_pattern: str | None) -> Iterator[str]:
@@ -1130,7 +1112,7 @@ _LONE_CR = re.compile(rb"\r(?!\n)")
 def _has_nul(path: Path) -> bool:
     """Whether a file holds a NUL byte, which makes it binary to search; True for anything but
     a regular file. Read a block at a time, up to the first NUL."""
-    opened = _open_regular(path)
+    opened = open_regular_fd(path)
     if opened is None:
         return True
     fd = opened[0]
