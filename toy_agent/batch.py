@@ -35,6 +35,7 @@ from typing import Any, Protocol, TextIO
 from toy_agent.agent import ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.events import TrajectoryRecorder, json_text
+from toy_agent.files import atomic_write
 from toy_agent.llm import (
     PROVIDER_CLASSES,
     LlmClient,
@@ -802,10 +803,7 @@ class ResultsFolder:
         return record
 
     def _rewrite(self, records: Iterable[dict[str, Any]]) -> None:
-        temporary = self.results.with_suffix(".jsonl.tmp")
-        lines = "".join(json_text(r, indent=None) + "\n" for r in records)
-        temporary.write_text(lines, encoding="utf-8")
-        os.replace(temporary, self.results)
+        atomic_write(self.results, "".join(json_text(r, indent=None) + "\n" for r in records))
 
 
 # ------------------------------------------------------------------------------ the driver
