@@ -622,6 +622,15 @@ class LinkIndex:
                 found = self._lookup(st)
         return found
 
+    def check(self, st: os.stat_result, rel: str) -> None:
+        """Refuse to read the file `st` describes unless all its links are inside."""
+        inside = self.inside(st)
+        if inside < st.st_nlink:
+            raise ToolError(
+                f"{rel} has {st.st_nlink} hard links and only {inside} of them are inside "
+                "the repository, so it may be a file from outside; it is not read."
+            )
+
     def _lookup(self, st: os.stat_result) -> int:
         count, ctime = self._counts.get((st.st_dev, st.st_ino), (0, 0))
         return count if ctime == st.st_ctime_ns else 0

@@ -477,9 +477,7 @@ class CodeRepositoryTools:
         return target
 
     # ----------------------------------------------------------------------------- file I/O
-    # Files are opened relative to a descriptor of their folder, walked from the repository
-    # root one component at a time with O_NOFOLLOW: a folder swapped for a symlink between
-    # the path check and the open is refused, never followed.
+    # How files are opened, read and written safely lives in toy_agent.files.
 
     def _cut_line(self, text: str, length: int | None = None, unfinished: bool = False) -> str:
         """Redact, then cut: a cut must never leave the visible head of a secret behind. `text`
@@ -494,19 +492,14 @@ class CodeRepositoryTools:
 
     @contextlib.contextmanager
     def _open_regular(self, target: Path) -> Iterator[typing.BinaryIO]:
-        """The regular file at `target` (a resolved path inside the repository), for reading;
-        see toy_agent.files.open_regular, and _check_links for hard links."""
+        """The regular file at `target` (a resolved path inside the repository), for reading,
+        refused when hard-linked from outside; see toy_agent.files.open_regular."""
         with open_regular(self.repo_path, target.relative_to(self.repo_path).parts,
                           self._check_links) as f:  # fmt: skip
             yield f
 
     def _check_links(self, st: os.stat_result, rel: str) -> None:
-        inside = self.links.inside(st)
-        if inside < st.st_nlink:
-            raise ToolError(
-                f"{rel} has {st.st_nlink} hard links and only {inside} of them are inside "
-                "the repository, so it may be a file from outside; it is not read."
-            )
+        self.links.check(st, rel)
 
     def _rewrite(self, target: Path) -> contextlib.AbstractContextManager[Rewrite]:
         """A locked read-modify-write of `target`: see toy_agent.files.rewrite."""
@@ -536,7 +529,6 @@ class CodeRepositoryTools:
         return ToolError(f"No such file or directory: {path}.{hint} Use list_files to look around.")
 
 
-# --------------------------------------------------------------------------------- descriptors
 # --------------------------------------------------------------------------------- files
 _LINE_KEEP = 16 * READ_MAX_LINE_CHARS  # of a longer line, only this much is kept (and redacted)
 _IDENTICAL = "old_str and new_str are identical; nothing would change."
