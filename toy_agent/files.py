@@ -590,9 +590,6 @@ def file_state(
 
 
 # --------------------------------------------------------------------------------- hard links
-_CLOCK_SLACK_NS = 2_000_000_000  # a file's ctime may lag the clock the index is stamped with
-
-
 class LinkIndex:
     """How many of a file's hard links are inside the repository, in O(1) per file.
 
@@ -600,27 +597,27 @@ class LinkIndex:
     key, a password store) linked in. Writes never reach another link: they replace the file.
     One walk of the whole repository (hidden and ignored folders too) counts the links of
     every multiply-linked file, with the file's ctime; the count stands while the ctime does,
-    because making or removing a link changes it. A file whose ctime is newer than the walk
-    starts one new walk; otherwise a lookup is a dict access."""
+    because making or removing a link (or writing the file) changes it. Only a file the walk
+    did not see as it is now starts a new walk, once per change of it; a lookup is a dict
+    access."""
 
     def __init__(self, root: Path):
         self.root = root
         self.walks = 0
         self._counts: dict[tuple[int, int], tuple[int, int]] = {}  # (dev, ino) -> (n, ctime)
-        self._walked_at: int | None = None  # time.time_ns() when the last walk started
         self._lock = threading.Lock()
 
     def inside(self, st: os.stat_result) -> int:
         """How many of the links of the file `st` describes are inside (all when 1)."""
         if st.st_nlink <= 1:
             return st.st_nlink
+        key = (st.st_dev, st.st_ino)
         with self._lock:
-            found = self._lookup(st)
-            stale = self._walked_at is None or st.st_ctime_ns + _CLOCK_SLACK_NS > self._walked_at
-            if found < st.st_nlink and stale:
+            known = self._counts.get(key)
+            if known is None or known[1] != st.st_ctime_ns:  # not seen as it is now
                 self._walk()
-                found = self._lookup(st)
-        return found
+                known = self._counts.setdefault(key, (0, st.st_ctime_ns))  # still unseen: 0
+        return known[0] if known[1] == st.st_ctime_ns else 0
 
     def check(self, st: os.stat_result, rel: str) -> None:
         """Refuse to read the file `st` describes unless all its links are inside."""
@@ -631,12 +628,7 @@ class LinkIndex:
                 "the repository, so it may be a file from outside; it is not read."
             )
 
-    def _lookup(self, st: os.stat_result) -> int:
-        count, ctime = self._counts.get((st.st_dev, st.st_ino), (0, 0))
-        return count if ctime == st.st_ctime_ns else 0
-
     def _walk(self) -> None:
-        self._walked_at = time.time_ns()
         self.walks += 1
         counts: Counter[tuple[int, int]] = Counter()
         ctimes: dict[tuple[int, int], int] = {}
