@@ -515,3 +515,27 @@ def test_an_edit_refuses_to_overwrite_a_change_made_after_its_read(repo: Path) -
         tools.edit_file("src/app.py", "return 1", "return 2")
     assert (repo / "src/app.py").read_text() == "def main():\n    return 'editor'\n"
     assert names(repo / "src") == ["app.py"]
+
+
+def test_files_are_replaced_atomically_in_one_place_only():
+    """Every atomic write (repository files, trajectories, sessions, undo, batch results) goes
+    through toy_agent.files, so a fix to how files are replaced is made once."""
+    replacing = sorted(
+        path.name
+        for path in (PROJECT / "toy_agent").glob("*.py")
+        if "os.replace(" in path.read_text() or "os.rename(" in path.read_text()
+    )
+    assert replacing == ["files.py"]
+
+
+def test_atomic_write_replaces_a_file_whole_and_keeps_or_sets_its_mode(tmp_path: Path):
+    from toy_agent.files import atomic_write
+
+    target = tmp_path / "trajectory.json"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    atomic_write(target, "new\n")
+    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o640
+    atomic_write(tmp_path / "session.json", b"private\n", mode=0o600)
+    assert stat.S_IMODE((tmp_path / "session.json").stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["session.json", "trajectory.json"]

@@ -306,6 +306,31 @@ def test_hard_links_within_the_repository_are_read(repo: Path):
     assert "print('hi')" in CodeRepositoryTools(repo).read_file("sub/same.py")
 
 
+def test_a_hard_link_to_outside_made_after_the_repository_was_indexed_is_refused(
+    repo: Path, outside: Path
+):
+    os.link(repo / "app.py", repo / "sub" / "same.py")
+    tools = CodeRepositoryTools(repo)
+    assert "print('hi')" in tools.read_file("sub/same.py")  # the link index is built now
+    os.link(outside / "inside.txt", repo / "linked.txt")
+    with pytest.raises(ToolError, match="only 1 of them are inside"):
+        tools.read_file("linked.txt")
+    os.rename(repo / "sub" / "same.py", outside / "moved.py")  # app.py now has a link outside
+    with pytest.raises(ToolError, match="hard links"):
+        tools.read_file("app.py")
+    assert "OUTSIDE SECRET" not in tools.get_file_info("linked.txt")
+
+
+def test_the_hard_link_check_walks_the_repository_once_not_per_read(repo: Path):
+    os.link(repo / "app.py", repo / "sub" / "same.py")
+    os.link(repo / "app.py", repo / "third.py")
+    tools = CodeRepositoryTools(repo)
+    for _ in range(5):
+        for name in ("app.py", "sub/same.py", "third.py"):
+            assert "print('hi')" in tools.read_file(name)
+    assert tools.links.walks == 1
+
+
 def test_writing_through_a_hard_link_never_changes_the_outside_file(repo: Path, outside: Path):
     os.link(outside / "inside.txt", repo / "linked.txt")
     CodeRepositoryTools(repo).write_file("linked.txt", "replaced\n")

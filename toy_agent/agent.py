@@ -256,7 +256,7 @@ class ReactAgent:
                 task = wire_text(task)
                 task_message = Message("user", self.redactor.redact(task))
                 self.conversation_history = _continued(history, task_message, self.format)
-                self._emit(RunStarted(task, self.system_prompt, self.settings()))
+                self._emit(RunStarted(task, self.system_prompt, self.settings(), changes))
                 outcome, answer, error = self._loop()
                 diffs = changes.diffs()
                 result = RunResult(

@@ -25,6 +25,7 @@ from toy_agent.copies import release_worktrees
 from toy_agent.events import json_text
 from toy_agent.executors import Executor, LocalExecutor, RayExecutor
 from toy_agent.executors import provider_environment as provider_environment
+from toy_agent.files import atomic_write
 from toy_agent.llm import LlmConfigError
 from toy_agent.mcp_config import McpError
 from toy_agent.mcp_tools import McpTools
@@ -113,10 +114,7 @@ class ResultsFolder:
         return record
 
     def _rewrite(self, records: Iterable[dict[str, Any]]) -> None:
-        temporary = self.results.with_suffix(".jsonl.tmp")
-        lines = "".join(json_text(r, indent=None) + "\n" for r in records)
-        temporary.write_text(lines, encoding="utf-8")
-        os.replace(temporary, self.results)
+        atomic_write(self.results, "".join(json_text(r, indent=None) + "\n" for r in records))
 
 
 # ------------------------------------------------------------------------------ the driver

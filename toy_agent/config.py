@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toy_agent.environment import OWN_PREFIX, load_dotenv_file
+from toy_agent.files import open_regular
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
 # Flags that are not settings: actions, or what only makes sense for one command.
@@ -230,14 +230,11 @@ def _read_agents_md(tools: CodeRepositoryTools) -> tuple[str, int] | None:
     """(the first MAX_INSTRUCTIONS_BYTES as text, the file's size), or None."""
     try:
         rel = tools.relative(INSTRUCTIONS_FILE)  # follows a link only inside the repository
-        fd = os.open(tools.repo_path / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except (ToolError, OSError):
+        with open_regular(tools.repo_path, tuple(rel.split("/")), tools.links.check) as f:
+            st = os.fstat(f.fileno())
+            data = f.read(MAX_INSTRUCTIONS_BYTES)
+    except (ToolError, OSError):  # not a regular file, hard-linked from outside, unreadable
         return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        data = f.read(MAX_INSTRUCTIONS_BYTES)
     text = data.decode("utf-8", "replace")
     if st.st_size > MAX_INSTRUCTIONS_BYTES:
         text = text.rstrip("\ufffd")  # a character the cut split in two

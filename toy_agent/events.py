@@ -7,7 +7,6 @@ subscriber sees the world as it is at that moment (the change tracker relies on 
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
 import logging
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toy_agent import cuts
+from toy_agent.files import FileState, atomic_write, file_state
 from toy_agent.messages import FailedAttempt, LlmResponse, Message
 from toy_agent.parsing import Action, Observation
 from toy_agent.tools import CodeRepositoryTools, ToolError
@@ -48,6 +48,8 @@ class RunStarted:
     task: str
     system_prompt: str
     settings: dict[str, Any]
+    # The run's change tracker, for a subscriber that keeps what it read (sessions' undo).
+    changes: ChangeTracker | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -382,27 +384,22 @@ def _replace_file(path: Path, data: bytes) -> None:
         with open(path, "wb") as f:
             f.write(data)
         return
-    tmp = path.with_name(f".{path.name[:100]}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, data)
 
 
 @dataclass
 class ChangeTracker:
-    """Remembers each file as it was before the run first changed it, to report a diff.
+    """Remembers each file as it was before the run first changed it, read once (see
+    toy_agent.files.FileState), for both the run's diff and undo (toy_agent.sessions keeps
+    `before` and `new_dirs` as the run's undo data).
 
     It sees `write_file`/`edit_file` calls, and names files by `tools.relative`, so `./a.py`
     and `a.py` are one file; changes made by `run_command` are not tracked.
     """
 
     tools: CodeRepositoryTools
-    originals: dict[str, str | None] = field(default_factory=dict)
+    before: dict[str, FileState] = field(default_factory=dict)
+    new_dirs: dict[str, list[str]] = field(default_factory=dict)  # folders missing before
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ToolStarted) and event.action.tool_name in FILE_CHANGING_TOOLS:
@@ -413,14 +410,21 @@ class ChangeTracker:
                 rel = self.tools.relative(path)
             except ToolError:  # the tool will refuse it too
                 return
-            if rel not in self.originals:
-                self.originals[rel] = self.tools.snapshot(rel)
+            if rel not in self.before:
+                self.before[rel] = self.now(rel)
+                parents = list(Path(rel).parents)[:-1]  # "a/b/c.py" -> a/b, a
+                root = self.tools.repo_path
+                self.new_dirs[rel] = [str(p) for p in reversed(parents) if not (root / p).exists()]
+
+    def now(self, rel: str, *, keep: bool = True) -> FileState:
+        """The file as it is now (with `keep` false, only its digest)."""
+        return file_state(self.tools.repo_path, rel, self.tools.links, keep=keep)
 
     def diffs(self) -> dict[str, str]:
         """Unified diff per changed file (files whose content did not change are left out)."""
         out: dict[str, str] = {}
-        for path, before in self.originals.items():
-            after = self.tools.snapshot(path)
+        for path, state in self.before.items():
+            before, after = state.text(), self.now(path).text()
             if after == before:
                 continue
             diff = difflib.unified_diff(

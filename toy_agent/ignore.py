@@ -15,6 +15,8 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from toy_agent.files import open_regular_fd
+
 logger = logging.getLogger(__name__)
 
 IGNORE_FILE_MAX_BYTES = 1 << 20  # a hostile .gitignore is read only this far
@@ -23,7 +25,6 @@ IGNORE_FILE_MAX_LINES = 10_000
 # compiles to a big regex (each star is an atomic group, see _ignore_regex).
 IGNORE_PATTERN_MAX_CHARS = 1024
 IGNORE_PATTERN_MAX_STARS = 32
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # opening a FIFO to read must not wait for a writer
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 _Specs = tuple[tuple[str, "_Rules"], ...]  # (folder, its ignore file)
@@ -82,14 +83,15 @@ def _read_ignore_file(file: str, seen: bool) -> tuple[os.stat_result, tuple[str,
     try:
         if not (seen or stat.S_ISREG(os.lstat(file).st_mode)):
             return None
-        fd = os.open(file, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
     except OSError:
         return None
+    opened = open_regular_fd(file, follow=False)  # None if swapped since it was seen or checked
+    if opened is None:
+        return None
+    fd, size = opened
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # swapped since it was seen or checked
-            return None
-        data = os.read(fd, min(st.st_size, IGNORE_FILE_MAX_BYTES) + 1)
+        data = os.read(fd, min(size, IGNORE_FILE_MAX_BYTES) + 1)
     except OSError:
         return None
     finally:

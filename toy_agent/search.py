@@ -15,7 +15,6 @@ import os
 import platform
 import re
 import shutil
-import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from toy_agent import cuts
 from toy_agent.environment import child_environment
-from toy_agent.ignore import _NONBLOCK
+from toy_agent.files import open_regular_fd
 from toy_agent.messages import shown_path
 from toy_agent.tree import NOISE_DIRS as NOISE_DIRS
 from toy_agent.tree import Listing as Listing
@@ -40,7 +39,6 @@ SEARCH_TIMEOUT = 60
 FILE_PATTERN_MAX_GLOBS = 256  # what a file_pattern's {a,b} may expand to
 RESEARCH_MAX_BYTES = 64 << 20  # a shown file with lone CRs is searched again up to this size
 SEARCH_BACKENDS = ("rg", "grep", "python")
-BINARY_SNIFF_BYTES = 8192
 
 Match = tuple[str, int, str]  # (repo-relative path, line number, line text)
 
@@ -166,7 +164,7 @@ def _count(n: int, singular: str, plural: str | None = None) -> str:
 
 def _read_regular(path: Path | str, max_bytes: int | None = None) -> bytes | None:
     """The bytes of a regular file; None for anything else, on an error, or over `max_bytes`."""
-    opened = _open_regular(path)
+    opened = open_regular_fd(path)
     if opened is None:
         return None
     fd, size = opened
@@ -181,24 +179,6 @@ def _read_regular(path: Path | str, max_bytes: int | None = None) -> bytes | Non
         return None
     finally:
         os.close(fd)
-
-
-def _open_regular(path: Path | str) -> tuple[int, int] | None:
-    """(descriptor, size) of a regular file, for the caller to close; None for anything else
-    or on an error. Opened without waiting, so a file swapped for a FIFO after the walk
-    cannot block."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NONBLOCK | getattr(os, "O_BINARY", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        st = None
-    if st is None or not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        return None
-    return fd, st.st_size
 
 
 def _candidates(tree: Tree, top: Path, file_pattern: str | None) -> Iterator[str]:
@@ -351,7 +331,7 @@ _LONE_CR = re.compile(rb"\r(?!\n)")
 def _has_nul(path: Path) -> bool:
     """Whether a file holds a NUL byte, which makes it binary to search; True for anything but
     a regular file. Read a block at a time, up to the first NUL."""
-    opened = _open_regular(path)
+    opened = open_regular_fd(path)
     if opened is None:
         return True
     fd = opened[0]

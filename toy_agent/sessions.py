@@ -9,8 +9,9 @@ that changed files, each file's bytes from before the run first changed it (not 
 are written back) and a hash of its content after the run, to refuse an undo when the file
 changed since. Both files are private to the user (mode 0600, folders 0700).
 
-Only `write_file`/`edit_file` changes are tracked, as `toy_agent.events.ChangeTracker` does;
-what `run_command` changes is not.
+Only `write_file`/`edit_file` changes are tracked: the run's `toy_agent.events.ChangeTracker`
+reads each file once before its first change, for the run's diff and for undo; what
+`run_command` changes is not.
 
 Old sessions are pruned when a run first saves: a session goes (with its undo data) once it
 is neither among the newest `Retention.keep` (default 200) nor younger than `Retention.days`
@@ -23,12 +24,10 @@ import argparse
 import base64
 import contextlib
 import difflib
-import hashlib
 import json
 import os
 import re
 import secrets
-import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,8 +37,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from toy_agent.context import CHARS_PER_TOKEN, cap_text, estimate_tokens
 from toy_agent.events import (
-    FILE_CHANGING_TOOLS,
     TRAJECTORY_FORMAT,
+    ChangeTracker,
     Event,
     RunFinished,
     RunStarted,
@@ -47,9 +46,10 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
+from toy_agent.files import DIFF_MAX_BYTES, ToolError, atomic_write, file_state, write_at
 from toy_agent.messages import Image, LlmResponse, Message, Usage, visible
 from toy_agent.parsing import Action, Observation, get_format
-from toy_agent.tools import CodeRepositoryTools, ToolError
+from toy_agent.tools import CodeRepositoryTools
 
 if TYPE_CHECKING:
     from toy_agent.llm import LlmClient
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 SESSION_FORMAT = "toy_agent.session/1"
 DEFAULT_KEEP, DEFAULT_KEEP_DAYS = 200, 30
 UNDO_FORMAT = "toy_agent.undo/1"
-MAX_BACKUP_BYTES = 8 * 1024 * 1024  # a bigger file's content is not kept: no undo for it
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -334,7 +333,8 @@ class SessionRecorder:
         self.history, self.redact = history, redact
         self.error: str | None = None
         self._undo = store.undo_data(session)
-        self._backup: FileBackup | None = None
+        self._changes: ChangeTracker | None = None  # the current run's
+        self._own_tracker = False  # a run without an agent's tracker gets one of ours
         self._cache: list[tuple[Message, dict[str, Any]]] = []  # redacted once, not every step
 
     def __call__(self, event: Event) -> None:
@@ -343,9 +343,10 @@ class SessionRecorder:
                 self.session.settings = {k: v for k, v in settings.items() if k != "tools"}
                 self.session.runs.append({"task": self.redact(task), "started_at": _now(),
                                           "outcome": "running"})  # fmt: skip
-                self._backup = FileBackup(self.tools)
-            case ToolStarted(action=action) if self._backup is not None:
-                self._backup.before(action)
+                self._own_tracker = event.changes is None
+                self._changes = event.changes or ChangeTracker(self.tools)
+            case ToolStarted() if self._own_tracker and self._changes is not None:
+                self._changes(event)
             case StepFinished():
                 self.save()
             case RunFinished(result=result):
@@ -353,7 +354,7 @@ class SessionRecorder:
                 self.session.runs[-1].update({k: result.get(k) for k in keys},
                                              finished_at=_now())  # fmt: skip
                 self.save()
-                self._backup = None
+                self._changes = None
 
     def _redacted(self, history: Sequence[Message]) -> list[dict[str, Any]]:
         """The history as dicts, secrets redacted. A run only appends to its history, so the
@@ -412,8 +413,8 @@ class SessionRecorder:
 
     def save(self) -> None:
         self.session.messages = self._redacted(self.history())
-        if self._backup is not None and self.session.runs:
-            changes = self._backup.changes()
+        if self._changes is not None and self.session.runs:
+            changes = _undo_records(self._changes)
             index = str(len(self.session.runs) - 1)
             if changes or index in self._undo:
                 self._undo[index] = changes
@@ -654,46 +655,23 @@ def _transcript(message: Message) -> str:
 # --- file backups and undo ----------------------------------------------------------------
 
 
-class FileBackup:
-    """Each file a run changes, as it was before the run first changed it (in bytes, so any
-    file comes back exactly), and which of its folders the run created."""
-
-    def __init__(self, tools: CodeRepositoryTools):
-        self.repo = tools.repo_path
-        self.tools = tools
-        self.files: dict[str, dict[str, Any]] = {}
-
-    def before(self, action: Action) -> None:
-        path = action.parameters.get("path")
-        if action.tool_name not in FILE_CHANGING_TOOLS or not isinstance(path, str):
-            return
-        try:
-            rel = self.tools.relative(path)
-        except ToolError:  # the tool will refuse it too
-            return
-        if rel in self.files:
-            return
-        data, digest = _read(self.repo, rel)
-        parents = list(Path(rel).parents)[:-1]  # "a/b/c.py" -> a/b, a
-        backup: dict[str, Any] = {
-            "path": rel, "before_sha256": digest,
-            "new_dirs": [str(p) for p in reversed(parents) if not (self.repo / p).exists()],
-        }  # fmt: skip
-        if data is None and digest is not None:  # too big, not a regular file, unreadable
-            too_big = f"larger than {MAX_BACKUP_BYTES // (1024 * 1024)} MB"
-            backup["unrestorable"] = digest.strip("<>") if digest.startswith("<") else too_big
-        elif data is not None:
-            backup.update(_encode(data))
-        self.files[rel] = backup
-
-    def changes(self) -> list[dict[str, Any]]:
-        """The files whose content differs from before the run, with their hash now."""
-        changed = []
-        for rel, backup in self.files.items():
-            _, now = _read(self.repo, rel, keep=False)
-            if now != backup["before_sha256"]:
-                changed.append({**backup, "after_sha256": now})
-        return changed
+def _undo_records(changes: ChangeTracker) -> list[dict[str, Any]]:
+    """The run's undo data: each file whose content differs from before the run, with its
+    bytes from before (from the change tracker's one read) and its hash now."""
+    records = []
+    for rel, before in changes.before.items():
+        now = changes.now(rel, keep=False).digest
+        if now == before.digest:
+            continue
+        record: dict[str, Any] = {"path": rel, "before_sha256": before.digest,
+                                  "new_dirs": changes.new_dirs.get(rel, [])}  # fmt: skip
+        if before.data is None and before.digest is not None:  # too big, not regular, unreadable
+            too_big = f"larger than {DIFF_MAX_BYTES >> 20} MB"
+            record["unrestorable"] = too_big if before.too_big else before.digest.strip("<>")
+        elif before.data is not None:
+            record.update(_encode(before.data))
+        records.append({**record, "after_sha256": now})
+    return records
 
 
 @dataclass(frozen=True)
@@ -742,7 +720,7 @@ def session_diff(store: SessionStore, session: Session) -> str:
     repo, out = Path(session.repo), []
     for rel, change in first.items():
         before = _decoded(change)
-        now, _ = _read(repo, rel)
+        now = file_state(repo, rel).data
         if before == now or (before is None and "unrestorable" in change):
             continue
         diff = difflib.unified_diff(
@@ -766,7 +744,7 @@ def _undo(
     store: SessionStore, session: Session, index: int, changes: list[dict[str, Any]]
 ) -> Undone:
     repo = Path(session.repo)
-    changed = [c["path"] for c in changes if _read(repo, c["path"], keep=False)[1]
+    changed = [c["path"] for c in changes if file_state(repo, c["path"], keep=False).digest
                != c["after_sha256"]]  # fmt: skip
     if changed:
         raise UndoRefused(f"cannot undo: changed since the run: {', '.join(changed)}")
@@ -785,10 +763,11 @@ def _undo(
                     with contextlib.suppress(OSError):
                         (repo / folder).rmdir()  # only if the run left it empty
             else:
-                _replace(target, before)
-        except OSError as exc:
+                write_at(repo, change["path"], before)
+        except (OSError, ToolError) as exc:
             done = ", ".join(restored + removed) or "nothing"
-            raise UndoRefused(f"undo stopped at {change['path']}: {exc.strerror or exc} "
+            reason = getattr(exc, "strerror", None) or exc
+            raise UndoRefused(f"undo stopped at {change['path']}: {reason} "
                               f"(reverted so far: {done})") from exc  # fmt: skip
         (removed if before is None else restored).append(change["path"])
     task = str(session.runs[index].get("task", ""))
@@ -815,31 +794,6 @@ def _target(repo: Path, rel: str) -> Path:
     return target
 
 
-def _read(repo: Path, rel: str, keep: bool = True) -> tuple[bytes | None, str | None]:
-    """(content, sha256) of a file; (None, None) when it does not exist. With `keep` false the
-    content is None. Over MAX_BACKUP_BYTES no copy is kept and the file is not read at all (it
-    may be a sparse terabyte): its size and times stand for the hash. A file that cannot be
-    read as a regular file (a link, a FIFO, no permission) gives (None, "<why>")."""
-    try:
-        fd = os.open(repo / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        return None, f"<{exc.strerror or exc}>"
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            return None, "<not a regular file>"
-        if st.st_size > MAX_BACKUP_BYTES:
-            return None, f"{st.st_size} bytes, modified {st.st_mtime_ns}, {st.st_ctime_ns}"
-        digest, chunks = hashlib.sha256(), []
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-            if keep:
-                chunks.append(chunk)
-    return b"".join(chunks) if keep else None, digest.hexdigest()
-
-
 def _encode(data: bytes) -> dict[str, str]:
     try:
         return {"before": data.decode("utf-8")}
@@ -861,39 +815,8 @@ def _text_lines(data: bytes | None) -> list[str]:
     return lines
 
 
-def _replace(target: Path, data: bytes) -> None:
-    """Write `data` over `target` atomically, keeping the file's mode."""
-    try:
-        mode: int | None = stat.S_IMODE(os.lstat(target).st_mode)
-    except FileNotFoundError:
-        mode = None
-    tmp = target.with_name(f".{target.name[:100]}.{secrets.token_hex(4)}.undo.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _write_private(path: Path, text: str) -> None:
     """Atomically, readable by the user only: a session holds the conversation, and the undo
     data the files' old contents."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, text + "\n", mode=0o600)

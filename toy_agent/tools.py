@@ -9,17 +9,13 @@ words the observations.
 from __future__ import annotations
 
 import bisect
-import codecs
 import contextlib
 import difflib
-import errno
-import fcntl
 import inspect
 import itertools
 import logging
 import os
 import re
-import secrets
 import stat
 import time
 import typing
@@ -31,6 +27,35 @@ from pathlib import Path
 from typing import Any
 
 from toy_agent import cuts
+from toy_agent.files import (
+    BINARY_SNIFF_BYTES,
+    EDIT_MAX_BYTES,
+    ENDING,
+    ENDING_NAMES,
+    SCAN_MAX_BYTES,
+    UNDECODABLE,
+    Encoding,
+    LinkIndex,
+    Rewrite,
+    Scan,
+    Text,
+    ToolError,
+    encode_text,
+    existing_format,
+    file_state,
+    open_dir,
+    open_regular,
+    pieces,
+    reading,
+    rewrite,
+    special_kind,
+    special_message,
+    text_encoding,
+    undecoded,
+)
+from toy_agent.files import (
+    STALE_TEMP_SECONDS as STALE_TEMP_SECONDS,  # the tests' and callers' old home of it
+)
 from toy_agent.messages import path_from_shown, shown_path
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
@@ -39,7 +64,6 @@ from toy_agent.sandbox import (
     sandbox_policy,
 )
 from toy_agent.search import (
-    BINARY_SNIFF_BYTES,
     SEARCH_BACKENDS,
     SearchError,
     format_matches,
@@ -58,36 +82,7 @@ _LONG_LINE = (
     f"read_file shows a line's first {READ_MAX_LINE_CHARS:,} characters; run_command, when "
     "enabled, can show the rest"
 )
-SCAN_MAX_BYTES = 256 << 20  # read_file and get_file_info read no further into a file
-EDIT_MAX_BYTES = 64 << 20  # edit_file holds the whole file in memory
-DIFF_MAX_BYTES = 8 << 20  # a run's diff shows a bigger file's size, not its lines
 COMMAND_MAX_TIMEOUT = 600
-STALE_TEMP_SECONDS = 600  # a temp file untouched this long was left by a killed write
-LOCK_WAIT_SECONDS = 30  # how long a write waits for another write in the same folder
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO never blocks
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_SWAPPED = "{} changed into a symlink while it was being opened; refused."
-_SPECIAL_KINDS = (
-    (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "char device"),
-    (stat.S_ISBLK, "block device"),
-)  # fmt: skip
-
-
-def special_kind(mode: int) -> str | None:
-    """'fifo', 'socket', 'char device' or 'block device' for a special file, else None."""
-    return next((word for test, word in _SPECIAL_KINDS if test(mode)), None)
-
-
-def _special_message(rel: str, mode: int) -> str:
-    kind = special_kind(mode) or "special file"
-    return f"{rel} is a {kind}, not a regular file; special files are never opened."
-
-
-class ToolError(Exception):
-    """A tool could not do what was asked; the message becomes the LLM's observation."""
 
 
 class CodeRepositoryTools:
@@ -122,6 +117,7 @@ class CodeRepositoryTools:
         )  # fmt: skip
         self._sandbox_named = False  # the model is told about the sandbox once
         self.tree = Tree(self.repo_path)  # what list_files and search see, kept between calls
+        self.links = LinkIndex(self.repo_path)  # whether a file's hard links are all inside
 
     # ----------------------------------------------------------------------------- dispatch
     def specs(self) -> list[dict[str, Any]]:
@@ -149,18 +145,10 @@ class CodeRepositoryTools:
         """A file's text as it is now, or None when it is not a readable regular file (used to
         diff a run's changes; never follows a link out of the repository)."""
         try:
-            target = self._resolve(path)
-            with self._open_regular(target) as f:
-                st = os.fstat(f.fileno())
-                if st.st_size > DIFF_MAX_BYTES:  # its size and time stand for its lines
-                    return f"({st.st_size:,} bytes, too big to diff; modified {st.st_mtime_ns})\n"
-                data = f.read()
-        except (ToolError, OSError, IndexError):
+            rel = self.relative(path)
+        except ToolError:
             return None
-        encoding = _text_encoding(data[:BINARY_SNIFF_BYTES])
-        if encoding is not None and encoding.codec != "utf-8":  # UTF-16/32 with its mark
-            return data[len(encoding.bom) :].decode(encoding.codec, "replace")
-        return data.decode("utf-8", "surrogateescape")
+        return file_state(self.repo_path, rel, self.links).text()
 
     def execute(self, name: str, parameters: dict[str, Any] | None) -> str:
         """Run local tool `name`; bad parameters and failures raise ToolError."""
@@ -262,22 +250,22 @@ class CodeRepositoryTools:
         target = self._writable(path)
         rel = self._shown(target)
         with self._rewrite(target) as file:
-            encoding, ending = _existing_format(file)
+            encoding, ending = existing_format(file)
             text = content.removeprefix("\ufeff") if encoding.bom else content
             if ending is not None and "\n" in text and "\r" not in text:
                 converted, text = ending, text.replace("\n", ending)
             else:
                 converted = None
-            data = _encode(text, encoding, "content")
+            data = encode_text(text, encoding, "content")
             old_size = None if file.seen is None else file.seen.st_size
             file.replace(data)
-        lines = len(_ENDING.findall(content)) + (content[-1:] not in ("", "\n", "\r"))
+        lines = len(ENDING.findall(content)) + (content[-1:] not in ("", "\n", "\r"))
         logger.info("wrote %s: %d bytes, %d lines", rel, len(data), lines)
         done = f"Wrote {rel}: {len(data):,} bytes, {lines} lines"
         if old_size is None:
             return f"{done} (created)."
         kept = [f"its {encoding.name} encoding with byte-order mark"] if encoding.bom else []
-        kept += [f"its {_ENDING_NAMES[converted]} line endings"] if converted else []
+        kept += [f"its {ENDING_NAMES[converted]} line endings"] if converted else []
         note = f"; kept {' and '.join(kept)}" if kept else ""
         return f"{done} (overwrote the previous {old_size:,} bytes{note})."
 
@@ -292,7 +280,7 @@ class CodeRepositoryTools:
         target = self._writable(path)
         rel = self._shown(target)
         self._existing_file(path)
-        with self._rewrite(target) as file, _reading(rel), file.open() as f:
+        with self._rewrite(target) as file, reading(rel), file.open() as f:
             st = os.fstat(f.fileno())
             self._check_links(st, rel)
             if st.st_size > EDIT_MAX_BYTES:
@@ -300,7 +288,7 @@ class CodeRepositoryTools:
                     f"{rel} is {st.st_size:,} bytes; edit_file edits files up to "
                     f"{EDIT_MAX_BYTES >> 20} MB. write_file can replace it whole."
                 )
-            doc = _Text.parse(f.read(), rel)
+            doc = Text.parse(f.read(), rel)
             pos = _locate(doc.text, old, rel)
             new_text = doc.text[:pos] + new + doc.text[pos + len(old) :]
             data = doc.encode(new_text, _edited_endings(doc, pos, old, new))
@@ -374,7 +362,7 @@ class CodeRepositoryTools:
         mtime = datetime.fromtimestamp(st.st_mtime, tz=timezone.utc).isoformat(timespec="seconds")
         info = [f"path: {self._shown(target)}"]
         if target.is_dir():
-            fd = self._open_dir(target.relative_to(self.repo_path).parts)
+            fd = open_dir(self.repo_path, target.relative_to(self.repo_path).parts)
             try:
                 with os.scandir(fd) as scan:
                     children = list(scan)
@@ -388,7 +376,7 @@ class CodeRepositoryTools:
             ]
         elif special_kind(st.st_mode):
             info.append(f"type: {special_kind(st.st_mode)} (a special file: never read or written)")
-        elif self._links_inside(st) < st.st_nlink:
+        elif self.links.inside(st) < st.st_nlink:
             info.append(
                 f"type: file with {st.st_nlink} hard links, some outside the repository "
                 "(its content is not examined)"
@@ -483,18 +471,16 @@ class CodeRepositoryTools:
         if stat.S_ISDIR(mode):
             raise ToolError(f"{rel} is a directory; use list_files(path='{rel}') to see inside.")
         if not stat.S_ISREG(mode):
-            raise ToolError(_special_message(rel, mode))
+            raise ToolError(special_message(rel, mode))
         return target
 
     # ----------------------------------------------------------------------------- file I/O
-    # Files are opened relative to a descriptor of their folder, walked from the repository
-    # root one component at a time with O_NOFOLLOW: a folder swapped for a symlink between
-    # the path check and the open is refused, never followed.
+    # How files are opened, read and written safely lives in toy_agent.files.
 
     def _cut_line(self, text: str, length: int | None = None, unfinished: bool = False) -> str:
         """Redact, then cut: a cut must never leave the visible head of a secret behind. `text`
         may be only the first _LINE_KEEP characters of a line `length` characters long, or
-        longer still when `unfinished` (the read stopped in it, see _Scan)."""
+        longer still when `unfinished` (the read stopped in it, see Scan)."""
         whole = not unfinished and (length is None or length == len(text))
         text = self.redactor.redact(text)
         if whole and len(text) <= READ_MAX_LINE_CHARS:
@@ -504,113 +490,20 @@ class CodeRepositoryTools:
         what = ("over " if unfinished else "") + cuts.amount(left, "character")
         return f"{head} {cuts.note(what, _LONG_LINE)}"
 
-    def _open_dir(
-        self, parts: tuple[str, ...], *, created: list[tuple[str, ...]] | None = None
-    ) -> int:
-        """A descriptor of the folder repo/parts; the caller closes it. Missing folders are made
-        when `created` is a list, and the parts of each one made are appended to it."""
-        fd = os.open(self.repo_path, _DIR_FLAGS)
-        try:
-            for i, part in enumerate(parts):
-                where = "/".join(parts[: i + 1])
-                try:
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except FileNotFoundError:
-                    if created is None:
-                        raise ToolError(f"No such folder: {where}.") from None
-                    with contextlib.suppress(FileExistsError):  # or a concurrent write made it
-                        os.mkdir(part, 0o777, dir_fd=fd)
-                        created.append(parts[: i + 1])
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                        raise ToolError(f"Cannot open folder {where}: {exc.strerror}.") from exc
-                    if stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
-                        raise ToolError(_SWAPPED.format(where)) from exc
-                    raise ToolError(f"Cannot create folder {where}: a file is in the way.") from exc
-                os.close(fd)
-                fd = child
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
     @contextlib.contextmanager
     def _open_regular(self, target: Path) -> Iterator[typing.BinaryIO]:
-        """The regular file at `target` (a resolved path inside the repository), for reading.
-        Special files are refused unopened; see _check_links for hard links. An error while
-        opening or reading says so ("Cannot read x: Permission denied"), never "binary"."""
-        parts = target.relative_to(self.repo_path).parts
-        rel = "/".join(parts)
-        dir_fd = self._open_dir(parts[:-1])
-        try:
-            with _reading(rel):
-                f = _open_file_at(dir_fd, parts[-1], rel)
-        finally:
-            os.close(dir_fd)
-        with f, _reading(rel):
-            self._check_links(os.fstat(f.fileno()), rel)
+        """The regular file at `target` (a resolved path inside the repository), for reading,
+        refused when hard-linked from outside; see toy_agent.files.open_regular."""
+        with open_regular(self.repo_path, target.relative_to(self.repo_path).parts,
+                          self._check_links) as f:  # fmt: skip
             yield f
 
     def _check_links(self, st: os.stat_result, rel: str) -> None:
-        inside = self._links_inside(st)
-        if inside < st.st_nlink:
-            raise ToolError(
-                f"{rel} has {st.st_nlink} hard links and only {inside} of them are inside "
-                "the repository, so it may be a file from outside; it is not read."
-            )
+        self.links.check(st, rel)
 
-    def _links_inside(self, st: os.stat_result) -> int:
-        """How many of a file's hard links are inside the repository (counting stops at all of
-        them). A file is read only when every link is inside: otherwise it may be a file from
-        outside (a key, a password store) linked in. Writes never reach another link: they
-        replace the file with a new one."""
-        if st.st_nlink <= 1:
-            return st.st_nlink
-        inside = 0
-        for folder, dirs, files in os.walk(self.repo_path):
-            for name in itertools.chain(files, dirs):
-                with contextlib.suppress(OSError):
-                    other = os.stat(os.path.join(folder, name), follow_symlinks=False)
-                    inside += (other.st_ino, other.st_dev) == (st.st_ino, st.st_dev)
-            if inside >= st.st_nlink:
-                break
-        return inside
-
-    @contextlib.contextmanager
-    def _rewrite(self, target: Path) -> Iterator[_Rewrite]:
-        """A read-modify-write of `target` that no other toy_agent write in its folder can
-        interleave with (see _lock_folder). Folders made for it are removed again unless it
-        is written, and temp files that killed writes left in the folder are cleared."""
-        parts = target.relative_to(self.repo_path).parts
-        rel = "/".join(parts)
-        created: list[tuple[str, ...]] = []
-        file = None
-        try:
-            dir_fd = self._open_dir(parts[:-1], created=created)
-            try:
-                _lock_folder(dir_fd, rel)
-                _remove_stale_temps(dir_fd)
-                file = _Rewrite(dir_fd, parts[-1], rel)
-                yield file
-            finally:
-                os.close(dir_fd)  # releases the lock
-        except OSError as exc:  # making a folder; reading and writing raise ToolError
-            reason = exc.strerror or str(exc)
-            raise ToolError(f"Could not write {rel}: {reason}; nothing changed.") from exc
-        finally:
-            if file is None or not file.written:
-                self._remove_folders(created)
-
-    def _remove_folders(self, created: list[tuple[str, ...]]) -> None:
-        """Undo the folders a failed write made, deepest first; one no longer empty stays."""
-        for parts in reversed(created):
-            with contextlib.suppress(OSError, ToolError):
-                parent = self._open_dir(parts[:-1])
-                try:
-                    os.rmdir(parts[-1], dir_fd=parent)
-                finally:
-                    os.close(parent)
+    def _rewrite(self, target: Path) -> contextlib.AbstractContextManager[Rewrite]:
+        """A locked read-modify-write of `target`: see toy_agent.files.rewrite."""
+        return rewrite(self.repo_path, target.relative_to(self.repo_path).parts)
 
     def _writable(self, path: str) -> Path:
         if os.path.basename(path.strip()) in ("", ".", ".."):
@@ -636,152 +529,7 @@ class CodeRepositoryTools:
         return ToolError(f"No such file or directory: {path}.{hint} Use list_files to look around.")
 
 
-# --------------------------------------------------------------------------------- descriptors
-_CHANGED = (
-    "{} was changed by another program while this call was working on it, so it was not "
-    "written (that change would have been lost). Read it again and redo the change."
-)
-_TEMP_STEM_BYTES = 100  # ".{stem}.{8 hex}.tmp" stays within NAME_MAX (255 bytes)
-_TEMP_NAME = re.compile(r"\.(.+)\.[0-9a-f]{8}\.tmp", re.DOTALL)
-
-
-class _Rewrite:
-    """A file being rewritten in a locked folder: look at what is there (`seen`, `open`),
-    then `replace` it. The replacement is refused if the file changed since it was looked at,
-    which only a writer that does not take the lock can do (an editor, a formatter)."""
-
-    def __init__(self, dir_fd: int, name: str, rel: str):
-        self.dir_fd, self.name, self.rel = dir_fd, name, rel
-        self.seen = _stat_entry(dir_fd, name, rel)  # None for a new file
-        self.written = False
-
-    def open(self) -> typing.BinaryIO:
-        """The file as it is now, for reading; `replace` then expects this version of it."""
-        f = _open_file_at(self.dir_fd, self.name, self.rel)
-        self.seen = os.fstat(f.fileno())
-        return f
-
-    def replace(self, data: bytes) -> None:
-        """Temp file + rename: the file is either old or new, never half written, and a failure
-        leaves no temp file behind. An existing file keeps its mode."""
-        tmp = _temp_name(self.name)
-        try:
-            fd = os.open(tmp, _CREATE_FLAGS, 0o666, dir_fd=self.dir_fd)  # umask applies
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(fd)
-                if self.seen is not None:
-                    os.fchmod(fd, stat.S_IMODE(self.seen.st_mode))
-            if _version(_stat_entry(self.dir_fd, self.name, self.rel)) != _version(self.seen):
-                raise ToolError(_CHANGED.format(self.rel))
-            os.replace(tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-            self.written = True
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=self.dir_fd)
-            if isinstance(exc, OSError):
-                outcome = "nothing was created" if self.seen is None else "it is unchanged"
-                reason = exc.strerror or str(exc)
-                raise ToolError(f"Could not write {self.rel}: {reason}; {outcome}.") from exc
-            raise
-
-
-def _version(st: os.stat_result | None) -> tuple[int, ...] | None:
-    """What changes whenever a file is written, in place or by replacing it."""
-    if st is None:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _stat_entry(dir_fd: int, name: str, rel: str) -> os.stat_result | None:
-    """The regular file `name` in folder dir_fd, not followed if a symlink; None if missing."""
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISDIR(st.st_mode):
-        raise ToolError(f"{rel} is a directory; give a file path.")
-    if stat.S_ISLNK(st.st_mode):
-        raise ToolError(_SWAPPED.format(rel))
-    if not stat.S_ISREG(st.st_mode):
-        raise ToolError(_special_message(rel, st.st_mode))
-    return st
-
-
-def _open_file_at(dir_fd: int, name: str, rel: str) -> typing.BinaryIO:
-    """The regular file `name` in folder dir_fd, for reading: never through a symlink, and
-    never blocking on a FIFO swapped in. Other failures raise OSError (see _reading)."""
-    if _stat_entry(dir_fd, name, rel) is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), rel)
-    try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ToolError(_SWAPPED.format(rel)) from exc
-        raise
-    f = os.fdopen(fd, "rb")
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):  # swapped between the stat and the open
-        f.close()
-        raise ToolError(_special_message(rel, mode))
-    os.set_blocking(fd, True)
-    return f
-
-
-@contextlib.contextmanager
-def _reading(rel: str) -> Iterator[None]:
-    """OSError while opening or reading `rel` becomes "Cannot read rel: <reason>."."""
-    try:
-        yield
-    except OSError as exc:
-        raise ToolError(f"Cannot read {rel}: {exc.strerror or exc}.") from exc
-
-
-def _lock_folder(dir_fd: int, rel: str) -> None:
-    """Take the folder's exclusive flock, released when dir_fd is closed: toy_agent writes in
-    one folder (from threads or processes) take turns, so none is lost to another."""
-    deadline = time.monotonic() + LOCK_WAIT_SECONDS
-    while True:
-        try:
-            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise ToolError(
-                    f"{rel} was not written: another write in its folder has held the folder "
-                    f"lock for over {LOCK_WAIT_SECONDS}s. Try again later."
-                ) from None
-            time.sleep(0.002)
-        except OSError:  # no flock here (some network filesystems): _Rewrite still checks
-            return
-
-
-def _temp_name(name: str) -> str:
-    stem = os.fsencode(name)[:_TEMP_STEM_BYTES].decode("utf-8", "ignore") or "_"
-    return f".{stem}.{secrets.token_hex(4)}.tmp"
-
-
-def _remove_stale_temps(dir_fd: int) -> None:
-    """Delete what writes killed midway (kill -9, a crash) left in the folder: regular files
-    named like _temp_name's, untouched for STALE_TEMP_SECONDS."""
-    cutoff = time.time() - STALE_TEMP_SECONDS
-    with contextlib.suppress(OSError), os.scandir(dir_fd) as entries:  # never fails a write
-        for entry in entries:
-            match = _TEMP_NAME.fullmatch(entry.name)
-            if not match or len(os.fsencode(match[1])) > _TEMP_STEM_BYTES:
-                continue
-            with contextlib.suppress(OSError):
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
-                    os.unlink(entry.name, dir_fd=dir_fd)
-
-
 # --------------------------------------------------------------------------------- files
-_ENDING = re.compile(r"\r\n|\r|\n")
-_ENDING_NAMES = {"\r\n": "CRLF", "\n": "LF", "\r": "CR"}
-_UNDECODABLE = re.compile("[\udc80-\udcff]")  # UTF-8 bytes kept as surrogate escapes
-_CHUNK = 1 << 20
 _LINE_KEEP = 16 * READ_MAX_LINE_CHARS  # of a longer line, only this much is kept (and redacted)
 _IDENTICAL = "old_str and new_str are identical; nothing would change."
 _ENDINGS_ONLY = (
@@ -790,84 +538,12 @@ _ENDINGS_ONLY = (
 )
 
 
-@dataclass(frozen=True)
-class _Encoding:
-    codec: str  # a Python codec that writes no byte-order mark itself
-    bom: bytes
-    name: str
-
-
-_UTF8 = _Encoding("utf-8", b"", "UTF-8")
-_BOMS = (  # UTF-32 LE first: its mark starts with UTF-16 LE's
-    _Encoding("utf-32-le", codecs.BOM_UTF32_LE, "UTF-32 LE"),
-    _Encoding("utf-32-be", codecs.BOM_UTF32_BE, "UTF-32 BE"),
-    _Encoding("utf-16-le", codecs.BOM_UTF16_LE, "UTF-16 LE"),
-    _Encoding("utf-16-be", codecs.BOM_UTF16_BE, "UTF-16 BE"),
-    _Encoding("utf-8", codecs.BOM_UTF8, "UTF-8"),
-)
-
-
-def _text_encoding(head: bytes) -> _Encoding | None:
-    """How a file starting with `head` is decoded, or None for binary: UTF-8 unless a byte-
-    order mark names another Unicode encoding; binary when the decoded head has a NUL."""
-    encoding = next((e for e in _BOMS if head.startswith(e.bom)), _UTF8)
-    if encoding.codec == "utf-8":
-        return None if b"\0" in head else encoding
-    decoder = codecs.getincrementaldecoder(encoding.codec)("replace")  # holds back a cut char
-    return None if "\0" in decoder.decode(head[len(encoding.bom) :]) else encoding
-
-
-class _Scan:
-    """How far one pass over a file may read: a file can be far bigger than anything worth
-    reading whole, and a sparse one claims terabytes it does not hold. `cut` once the pass
-    stopped before the end."""
-
-    __slots__ = ("cut", "left")
-
-    def __init__(self, limit: int = SCAN_MAX_BYTES):
-        self.left, self.cut = limit, False
-
-    def read(self, f: typing.BinaryIO) -> bytes:
-        if self.left <= 0:
-            self.cut = self.cut or bool(f.read(1))
-            return b""
-        chunk = f.read(min(_CHUNK, self.left))
-        self.left -= len(chunk)
-        return chunk
-
-
-def _pieces(f: typing.BinaryIO, encoding: _Encoding, scan: _Scan) -> Iterator[tuple[str, str]]:
-    """The text after the byte-order mark as (piece, line ending) pairs, split after "\\n",
-    "\\r\\n" and a lone "\\r"; the ending is "" when the line goes on in the next piece (or the
-    file ends). Read in chunks, so no line is ever held whole, and no further than `scan`
-    allows (the text ends there). Undecodable UTF-8 bytes come as surrogate escapes, other
-    undecodable bytes as \\ufffd."""
-    errors = "surrogateescape" if encoding.codec == "utf-8" else "replace"
-    decoder = codecs.getincrementaldecoder(encoding.codec)(errors)
-    f.seek(len(encoding.bom))
-    held = ""
-    while True:
-        chunk = scan.read(f)
-        text = held + decoder.decode(chunk, final=not chunk)
-        held = "\r" if chunk and text.endswith("\r") else ""  # maybe half of a "\r\n"
-        text = text[: len(text) - len(held)]
-        start = 0
-        if "\n" in text or "\r" in text:
-            for match in _ENDING.finditer(text):
-                yield text[start : match.start()], match.group()
-                start = match.end()
-        if start < len(text):
-            yield text[start:], ""
-        if not chunk:
-            return
-
-
-def _lines(f: typing.BinaryIO, encoding: _Encoding, scan: _Scan) -> Iterator[tuple[str, int]]:
+def _lines(f: typing.BinaryIO, encoding: Encoding, scan: Scan) -> Iterator[tuple[str, int]]:
     """Each line as (its first _LINE_KEEP characters, its length): memory stays bounded
-    however long a line is, and time too (see _Scan)."""
+    however long a line is, and time too (see Scan)."""
     head: list[str] = []
     length = 0
-    for piece, ending in _pieces(f, encoding, scan):
+    for piece, ending in pieces(f, encoding, scan):
         if length < _LINE_KEEP:
             head.append(piece[: _LINE_KEEP - length])
         length += len(piece)
@@ -878,18 +554,12 @@ def _lines(f: typing.BinaryIO, encoding: _Encoding, scan: _Scan) -> Iterator[tup
         yield "".join(head), length
 
 
-def _undecoded(text: str, encoding: _Encoding) -> bool:
-    if encoding.codec == "utf-8":
-        return not text.isascii() and _UNDECODABLE.search(text) is not None
-    return "\ufffd" in text
-
-
 @dataclass(frozen=True)
 class _Window:
     lines: list[tuple[int, str, int]]  # number, text (see _lines), length
     total: int  # lines in the file, or in the part read when `cut`
     next_line: int | None  # the first line left out because of the caps
-    encoding: _Encoding
+    encoding: Encoding
     lossy: bool  # some bytes shown did not decode; they are shown as \ufffd
     cut: bool = False  # the file goes on past SCAN_MAX_BYTES, which were all that was read
 
@@ -897,7 +567,7 @@ class _Window:
 def _read_window(f: typing.BinaryIO, rel: str, start: int, end: int | None) -> _Window:
     """Lines start..end within the caps, and the file's line count. Streams: big files and
     huge lines are fine, and no more than SCAN_MAX_BYTES are read."""
-    encoding = _text_encoding(f.read(BINARY_SNIFF_BYTES))
+    encoding = text_encoding(f.read(BINARY_SNIFF_BYTES))
     if encoding is None:
         size = os.fstat(f.fileno()).st_size
         raise ToolError(
@@ -906,7 +576,7 @@ def _read_window(f: typing.BinaryIO, rel: str, start: int, end: int | None) -> _
         )
     shown: list[tuple[int, str, int]] = []
     chars, total, next_line = 0, 0, None
-    scan = _Scan()
+    scan = Scan()
     lines = _lines(f, encoding, scan)
     for total, (text, length) in enumerate(lines, 1):
         if total < start:
@@ -919,56 +589,17 @@ def _read_window(f: typing.BinaryIO, rel: str, start: int, end: int | None) -> _
         shown.append((total, text, length))
         chars += min(length, READ_MAX_LINE_CHARS)
     total += sum(1 for _ in lines)  # the lines after a break
-    lossy = any(_undecoded(text, encoding) for _, text, _ in shown)
+    lossy = any(undecoded(text, encoding) for _, text, _ in shown)
     if lossy and encoding.codec == "utf-8":
-        shown = [(n, _UNDECODABLE.sub("\ufffd", text), size) for n, text, size in shown]
+        shown = [(n, UNDECODABLE.sub("\ufffd", text), size) for n, text, size in shown]
     return _Window(shown, total, next_line, encoding, lossy, scan.cut)
-
-
-@dataclass(frozen=True)
-class _Text:
-    """A text file as edit_file matches it, every line ending as "\\n", with what writing it
-    back byte for byte takes: the original ending of each "\\n", and the encoding."""
-
-    text: str
-    endings: list[str]
-    encoding: _Encoding
-
-    @classmethod
-    def parse(cls, data: bytes, rel: str) -> _Text:
-        encoding = _text_encoding(data[:BINARY_SNIFF_BYTES])
-        if encoding is None:
-            raise ToolError(f"{rel} is a binary file; edit_file only edits text.")
-        # undecodable UTF-8 bytes survive the round trip as surrogate escapes
-        errors = "surrogateescape" if encoding.codec == "utf-8" else "strict"
-        try:
-            raw = data[len(encoding.bom) :].decode(encoding.codec, errors)
-        except UnicodeDecodeError as exc:
-            raise ToolError(
-                f"{rel} has bytes that are not valid {encoding.name} (at byte "
-                f"{exc.start + len(encoding.bom):,}); edit_file would lose them, so it does "
-                "not edit this file."
-            ) from exc
-        parts = re.split(r"(\r\n|\r|\n)", raw)
-        return cls("\n".join(parts[::2]), parts[1::2], encoding)
-
-    def dominant(self) -> str:
-        """The most common line ending; "\\n" on a tie with it or when there is none."""
-        counts = Counter(self.endings)
-        return max(_ENDING_NAMES, key=lambda ending: (counts[ending], ending == "\n"))
-
-    def encode(self, text: str, endings: list[str]) -> bytes:
-        lines = text.split("\n")
-        body = "".join(itertools.chain.from_iterable(zip(lines, [*endings, ""], strict=True)))
-        errors = "surrogateescape" if self.encoding.codec == "utf-8" else "strict"
-        return _encode(body, self.encoding, "new_str", errors)
 
 
 def _unify_endings(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _edited_endings(doc: _Text, pos: int, old: str, new: str) -> list[str]:
+def _edited_endings(doc: Text, pos: int, old: str, new: str) -> list[str]:
     """The line endings once `old` at `pos` is `new`: a line kept or changed in place keeps
     its own ending, an inserted line gets the file's dominant one."""
     first = doc.text.count("\n", 0, pos)
@@ -983,35 +614,6 @@ def _edited_endings(doc: _Text, pos: int, old: str, new: str) -> list[str]:
     tail = len(olds) == len(old_lines)  # else the edit ends the file: its last line has none
     news = news if tail else news[:-1]
     return doc.endings[:first] + news + doc.endings[first + len(old_lines) :]
-
-
-def _encode(text: str, encoding: _Encoding, what: str, errors: str = "strict") -> bytes:
-    try:
-        return encoding.bom + text.encode(encoding.codec, errors)
-    except UnicodeEncodeError as exc:
-        raise ToolError(f"{what} cannot be written as {encoding.name}: {exc.reason}.") from exc
-
-
-def _existing_format(file: _Rewrite) -> tuple[_Encoding, str | None]:
-    """The encoding of the file being replaced, and its line ending when it uses one other
-    than "\\n" throughout; UTF-8 and None for a new, binary, empty or unreadable file."""
-    if file.seen is None:
-        return _UTF8, None
-    try:
-        f = file.open()
-    except PermissionError:  # not readable, yet replaceable: written as given
-        return _UTF8, None
-    with f, _reading(file.rel):
-        encoding = _text_encoding(f.read(BINARY_SNIFF_BYTES))
-        if encoding is None:
-            return _UTF8, None
-        endings: set[str] = set()
-        scan = _Scan()
-        for _, ending in _pieces(f, encoding, scan):
-            endings.update((ending,) if ending else ())
-            if len(endings) > 1 or "\n" in endings:
-                return encoding, None
-    return encoding, None if scan.cut else next(iter(endings), None)
 
 
 def _number(lines: list[tuple[int, str]]) -> list[str]:
@@ -1092,14 +694,14 @@ def _file_kind(f: typing.BinaryIO, name: str) -> list[str]:
     so huge files cost no memory."""
     suffix = os.path.splitext(name)[1].lower()
     language = _LANGUAGES.get(name) or _LANGUAGES.get(suffix, "unknown")
-    encoding = _text_encoding(f.read(BINARY_SNIFF_BYTES))
+    encoding = text_encoding(f.read(BINARY_SNIFF_BYTES))
     if encoding is None:
         return ["type: file (binary)"]
     endings: Counter[str] = Counter()
-    lossy, ending, scan = False, "\n", _Scan()  # an empty file has no line left open
-    for piece, ending in _pieces(f, encoding, scan):
+    lossy, ending, scan = False, "\n", Scan()  # an empty file has no line left open
+    for piece, ending in pieces(f, encoding, scan):
         endings.update((ending,) if ending else ())
-        lossy = lossy or _undecoded(piece, encoding)
+        lossy = lossy or undecoded(piece, encoding)
     lines = endings.total() + (ending == "")  # a last line without an ending counts too
     kind = f"{encoding.name} with a byte-order mark" if encoding.bom else encoding.name
     if lossy:
@@ -1109,7 +711,7 @@ def _file_kind(f: typing.BinaryIO, name: str) -> list[str]:
     )
     info = [f"type: file (text, {kind})", f"language: {language}", f"lines: {counted}"]
     if set(endings) - {"\n"}:
-        counts = ", ".join(f"{n:,} {_ENDING_NAMES[e]}" for e, n in endings.most_common())
+        counts = ", ".join(f"{n:,} {ENDING_NAMES[e]}" for e, n in endings.most_common())
         info.append(f"line endings: {counts}")
     return info
 
