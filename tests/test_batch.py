@@ -55,9 +55,8 @@ class TaskScripts(FakeProvider):
         self.delays = delays or {}
         self.seen: dict[str, list[float]] = defaultdict(list)  # marker -> request times
 
-    def _next(self, request: RecordedRequest) -> Reply:
-        with self._lock:
-            self.requests.append(request)
+    def reply_to(self, request: RecordedRequest) -> Reply:
+        self.record(request)
         messages = request.body["messages"]
         marker = next((m for m in self.scripts if m in json.dumps(messages[0])), None)
         if marker is None:

@@ -303,9 +303,8 @@ def test_a_continued_conversation_is_fitted_to_the_context_budget(home, repo):
         xml_action("read_file", path="hello.py"),
         xml_action("task_complete", result="done"),
     )
-    agent = ReactAgent(llm, tools=tools, context_budget=500)
     sessions = SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
-    agent._subscribers.append(sessions)
+    agent = ReactAgent(llm, tools=tools, context_budget=500, on_event=sessions)
     agent.run_result("read big.txt")
     agent.run_result("now something else", history=store.load(sessions.session.id).history())
 
@@ -325,10 +324,8 @@ def test_the_session_is_saved_after_every_step(home, repo):
             return super().call_llm(system_prompt, messages, tools=tools, on_text=on_text)
 
     llm = Peeking(xml_action("list_files"), xml_action("task_complete", result="ok"))
-    agent = ReactAgent(llm, tools=tools)
-    agent._subscribers.append(
-        SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
-    )
+    sessions = SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
+    agent = ReactAgent(llm, tools=tools, on_event=sessions)
     agent.run_result("look around")
 
     assert seen and seen[-1]["runs"][0]["outcome"] == "running"
@@ -410,10 +407,8 @@ def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(ho
 def edit_run(repo: Path, *replies: str, task: str = "edit") -> SessionStore:
     store = SessionStore()
     tools = CodeRepositoryTools(repo)
-    agent = ReactAgent(ScriptedLlm(*replies), tools=tools)
-    agent._subscribers.append(
-        SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
-    )
+    sessions = SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
+    agent = ReactAgent(ScriptedLlm(*replies), tools=tools, on_event=sessions)
     agent.run_result(task)
     return store
 
