@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from toy_agent.environment import ENDPOINT_VARIABLES, KEY_VARIABLES
+from toy_agent.providers import endpoint_variables, key_variables
 
 _SCRATCH = tempfile.mkdtemp(prefix="toy-agent-tests-")
 atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
@@ -37,7 +37,7 @@ def private_state_and_config(tmp_path_factory, monkeypatch):
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No provider key, base URL, API version or Ray address from the developer's shell, and a
     working directory of the test's own (so without a .env file). Returns that directory."""
-    for name in (*KEY_VARIABLES, *ENDPOINT_VARIABLES, "RAY_ADDRESS"):
+    for name in (*key_variables(), *endpoint_variables(), "RAY_ADDRESS"):
         monkeypatch.delenv(name, raising=False)
     workdir = tmp_path / "cwd"
     workdir.mkdir()

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from toy_agent.llm import PROVIDER_CLASSES
 from toy_agent.messages import ToolCall, Usage
+from toy_agent.providers import PROVIDERS
 
 __all__ = [
     "FakeProvider",
@@ -100,8 +100,8 @@ class FakeProvider:
     def env(self, provider: str, key: str = "test-key") -> dict[str, str]:
         """The variables that point toy_agent's `provider` client here (for CLI tests)."""
         suffix = "/v1" if provider == "openai" else ""  # as for Ollama: .../v1/chat/completions
-        facts = PROVIDER_CLASSES[provider]
-        return {facts.key_envs[0]: key, facts.base_url_env: self.url + suffix}
+        row = PROVIDERS[provider]
+        return {row.key_variables[0]: key, row.base_url_variable: self.url + suffix}
 
     def enqueue(self, *replies: Reply) -> FakeProvider:
         with self._lock:

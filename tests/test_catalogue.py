@@ -169,9 +169,10 @@ def test_long_descriptions_are_cut_at_a_word_boundary():
     }
     shown = json.loads(compact_parameters(tool))["x"]
     description = shown.split(": ", 1)[1]
-    assert description.endswith("…") and len(description) <= 300
-    assert description[:-1].split()[-1] in {"alpha", "beta", "gamma", "delta", "epsilon"}
-    assert cut_words("one two three", 9) == "one two…"
+    kept, cut_note = description.split(" [… ")
+    assert cut_note.endswith(" characters cut]") and len(kept) <= 300
+    assert kept.split()[-1] in {"alpha", "beta", "gamma", "delta", "epsilon"}
+    assert cut_words("one two three", 9) == "one two [… 6 characters cut]"
     assert cut_words("short", 9) == "short"
 
 

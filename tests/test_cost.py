@@ -11,9 +11,9 @@ from fakes import ScriptedLlm, xml_action
 
 from toy_agent import ReactAgent
 from toy_agent.cli import main
-from toy_agent.llm import DEFAULT_MODELS
 from toy_agent.messages import LlmResponse, Usage
 from toy_agent.pricing import CostLimitReached, CostMeter, Price, price_for
+from toy_agent.providers import PROVIDERS
 
 
 @pytest.fixture
@@ -32,8 +32,8 @@ def env(tmp_path, monkeypatch):
 
 
 def test_every_default_model_has_a_price():
-    for provider, model in DEFAULT_MODELS.items():
-        assert price_for(model) is not None, provider
+    for provider, row in PROVIDERS.items():
+        assert price_for(row.default_model) is not None, provider
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ import time
 import pytest
 
 from toy_agent.llm import (
-    DEFAULT_MODELS,
     MAX_RETRY_WAIT,
     ClaudeLlmClient,
     GeminiLlmClient,
@@ -35,6 +34,7 @@ from toy_agent.llm import (
     to_openai_tools,
 )
 from toy_agent.messages import Message, ToolCall, ToolResult
+from toy_agent.providers import PROVIDERS
 
 READ_FILE = {
     "name": "read_file",
@@ -112,7 +112,7 @@ def test_factory_builds_each_provider_with_its_default_model():
         client = create_llm_client(provider, environ=env, max_retries=7, timeout=9.0)
         assert type(client) is cls and client.provider == provider
         assert (client.model, client.max_retries, client.timeout) == (
-            DEFAULT_MODELS[provider],
+            PROVIDERS[provider].default_model,
             7,
             9.0,
         )

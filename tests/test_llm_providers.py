@@ -17,6 +17,7 @@ from fake_providers import (
     sse_reply,
 )
 
+from toy_agent import providers
 from toy_agent.llm import (
     ClaudeLlmClient,
     GeminiLlmClient,
@@ -200,7 +201,7 @@ def test_unreachable_server_is_an_llm_error(provider, server):
     ],
 )
 def test_permanent_errors_fail_at_once_with_the_fix(provider, server, status, fix):
-    env = re.escape(" / ".join(PROVIDERS[provider][0].key_envs))
+    env = re.escape(" / ".join(providers.PROVIDERS[provider].key_variables))
     server.enqueue(error_reply(status, f"no luck for {KEY}", retry_after="0"))
     with pytest.raises(LlmError) as caught:
         ask(make_client(provider, server))

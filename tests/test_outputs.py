@@ -113,7 +113,9 @@ def test_output_json_s_diff_is_bounded_and_says_it_was_cut(repo, tmp_path):
     assert result["diff_truncated"] is True
     assert len(result["diff"]) < 100_100
     last = result["diff"].splitlines()[-1]
-    assert last.startswith("[... diff cut: ") and last.endswith(" more characters ...]")
+    assert last.startswith("[… ") and last.endswith(
+        " characters cut: git diff in the repository shows all of it]"
+    )
     assert result["diff"].splitlines()[-2].startswith("+line ")  # cut at a line's end
 
 

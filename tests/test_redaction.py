@@ -384,8 +384,8 @@ def test_slack_webhook_keeps_its_host_and_loses_its_path() -> None:
     [
         ("key sk-ant-api03-abcdefghij…", "key [R]…"),  # tools.py: text[:limit] + "…"
         ("  3: ANTHROPIC_KEY=sk-ant-api03-abcdefghij …", "  3: ANTHROPIC_KEY=[R] …"),  # search
-        ("token ghp_a1B2c3D4e5F6 … [line cut: it has 9,001 characters]", "token [R] … [line cut"),
-        ("x sk-ant-api03-abcdefghij\n[... 4,096 bytes (12 lines) of output cut ...]\n", "x [R]\n"),
+        ("token ghp_a1B2c3D4e5F6 [… 5,001 characters cut: see]", "token [R] [… 5,001"),  # a line
+        ("x sk-ant-api03-abcdefghij\n[… 4,096 bytes (12 lines) cut: pipe]\n", "x [R]\n"),  # output
         ('  "SessionToken": "IQoJb3JpZ2luX2VjEJr//wEaCXVz…', '  "SessionToken": "[R]…'),
         ("npm_a1B2c3D4e5F6g7H8", "[R]"),  # the end of the text
         ("key sk-ant-api03-abcdefghij and more", "key sk-ant-api03-abcdefghij and more"),

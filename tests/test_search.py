@@ -18,16 +18,16 @@ from fakes import finishes
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from toy_agent.search import (
+from toy_agent.ignore import (
     IGNORE_FILE_MAX_BYTES,
     IGNORE_FILE_MAX_LINES,
     IGNORE_PATTERN_MAX_STARS,
-    SEARCH_MAX_MATCHES,
-    _gitignored,
-    _ignore_regex,
-    _ignore_rules,
-    _ignored_names,
+    gitignored,
+    ignore_regex,
+    ignore_rules,
+    ignored_names,
 )
+from toy_agent.search import SEARCH_MAX_MATCHES
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -239,7 +239,7 @@ def test_results_are_capped_with_a_count_of_the_rest(tmp_path: Path) -> None:
     out = CodeRepositoryTools(tmp_path).search_in_files("hit")
     assert out.splitlines()[0] == "150 matches in 30 files for 'hit' (30 files under .):"
     assert out.count(": hit") == SEARCH_MAX_MATCHES
-    assert "[50 more matches not shown (10 more files). Narrow the search" in out
+    assert "[… 50 matches (10 more files) cut: narrow the search with path, file_pattern" in out
 
 
 @pytest.mark.slow
@@ -249,7 +249,7 @@ def test_counts_are_worded_in_the_singular_for_one(tmp_path: Path, backend: str)
         write(tmp_path, f"f{i:03d}.txt", "hit\n")
     out = search(tmp_path, backend, "hit")
     assert out.splitlines()[0] == "101 matches in 101 files for 'hit' (101 files under .):"
-    assert "[1 more match not shown (1 more file). Narrow the search" in out
+    assert "[… 1 match (1 more file) cut: narrow the search" in out
     out = search(tmp_path, backend, "hit", path="f000.txt")
     assert out.splitlines()[0] == "1 match in 1 file for 'hit' (1 file under f000.txt):"
     assert search(tmp_path, backend, "miss", path="f000.txt") == (
@@ -281,7 +281,8 @@ def test_binary_files_are_judged_alike_when_hundreds_of_files_match(
 @pytest.mark.slow
 def test_long_lines_are_cut(tree: Path) -> None:
     out = search(tree, "python", "x{400}")
-    assert "  1: handler " + "x" * 192 + " …" in out
+    line = "  1: handler " + "x" * 192 + " [… 308 characters cut: read_file shows the line]"
+    assert line in out.splitlines()
 
 
 def test_search_refuses_empty_multiline_and_escaping_patterns(tree: Path) -> None:
@@ -507,7 +508,7 @@ def test_grep_and_rg_get_no_keys_and_no_loader_variables(
     ],
 )
 def test_ignore_patterns_follow_git(line: str, ignored: list[str], kept: list[str]) -> None:
-    translated = _ignore_regex(line)
+    translated = ignore_regex(line)
     assert translated is not None
     regex = re.compile(translated[0])
     assert [p for p in ignored if not regex.match(p)] == []
@@ -549,13 +550,13 @@ def test_the_walk_puts_every_name_a_pattern_could_ignore_to_the_patterns(
 ) -> None:
     """The walk matches only the names an ignoring pattern's last segment allows (its literal
     start or end): that shortcut must decide exactly as matching every name does."""
-    rules = _ignore_rules(tuple(lines))
+    rules = ignore_rules(tuple(lines))
     assume(rules is not None)
     specs = (("", rules), ("a", rules)) if prefix else (("", rules),)
     dirs, files = names[::2], names[1::2]
-    each = {n for n in names if _gitignored(prefix + n, n in dirs, specs)}
+    each = {n for n in names if gitignored(prefix + n, n in dirs, specs)}
     block = "\0" + "\0".join(files) + "\0"
-    assert _ignored_names(block, set(), dirs, prefix, specs) == each
+    assert ignored_names(block, set(), dirs, prefix, specs) == each
 
 
 def test_a_hit_cut_in_the_middle_of_a_key_shows_no_part_of_it(tmp_path: Path) -> None:

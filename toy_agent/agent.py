@@ -436,7 +436,8 @@ class ReactAgent:
         self._state.tool_errors += is_error
         content, images = self._with_images(content)
         content = wire_text(content)
-        content = cap_text(self.redactor.redact(content), observation_cap(self.context_budget))
+        content = self.redactor.redact(content)
+        content = cap_text(content, observation_cap(self.context_budget), action.tool_name)
         content += self._repetition_warning(action)
         observation = Observation(action, content, is_error, images)
         self._emit(ToolFinished(self.iteration, observation, seconds))

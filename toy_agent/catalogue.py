@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from toy_agent import cuts
 from toy_agent.messages import ToolSpec
 
 DESCRIPTION_MAX_CHARS = 300  # one property's description; cut at a word boundary
@@ -45,12 +46,7 @@ def compact_parameters(tool: ToolSpec) -> str:
 
 def cut_words(text: str, limit: int) -> str:
     """`text` on one line, cut at the last word boundary within `limit` characters."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    head = text[: limit - 1]
-    space = head.rfind(" ")
-    return (head[:space] if space > limit // 2 else head).rstrip(" ,;:.-") + "…"
+    return cuts.cut(" ".join(text.split()), limit, sep=" ", at_word=True)
 
 
 def _render(schema: Any, described: str, budget: int) -> str:

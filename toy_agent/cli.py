@@ -1,4 +1,4 @@
-"""The command line: parse flags, build the objects, run, map the outcome to an exit code.
+"""The command line: parse flags, build the objects, run a mode (modes.py), return its exit code.
 
 Heavy modules (the agent, the provider SDKs, mcp) are imported only after the flags are
 parsed, so `--help` and `--version` are instant.
@@ -18,33 +18,34 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from toy_agent import __version__
+from toy_agent import __version__, providers
+from toy_agent.modes import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    UsageError,
+    _list_tools,
+    _load_session,
+    _recorded_task,
+    _refuse_single_run_flags,
+    _run_agent,
+    _run_batch,
+    _undo,
+    _use_demo,
+)
 
 if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_tools import McpTools
-    from toy_agent.messages import Message
     from toy_agent.permissions import Permissions
-    from toy_agent.pricing import CostMeter
     from toy_agent.redaction import Redactor
-    from toy_agent.sessions import Session, SessionRecorder, SessionStore
     from toy_agent.tools import CodeRepositoryTools
     from toy_agent.view import TerminalView
 
-EXIT_COMPLETED, EXIT_NOT_COMPLETED, EXIT_USAGE, EXIT_PROVIDER, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head`
-OUTCOME_EXIT_CODES = {
-    "completed": EXIT_COMPLETED,
-    "max_iterations": EXIT_NOT_COMPLETED,
-    "provider_error": EXIT_PROVIDER,
-    "cancelled": EXIT_INTERRUPTED,
-    "replay_diverged": EXIT_NOT_COMPLETED,
-    "cost_limit": EXIT_NOT_COMPLETED,
-}
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 RESUME_PICK = "\0pick"  # --resume without an id: pick one from a list
 
@@ -56,7 +57,6 @@ SUBCOMMANDS = {
 }
 
 
-PROVIDER_ALIASES = {"anthropic": "claude", "google": "gemini"}
 _EPILOG = """\
 examples:
   toy-agent "fix the failing test"                    # in the current folder, with Claude
@@ -67,22 +67,28 @@ examples:
   toy-agent                                           # on a terminal: an interactive session
 
 environment:
-  ANTHROPIC_API_KEY, GEMINI_API_KEY (or GOOGLE_API_KEY), OPENAI_API_KEY   provider keys
-  ANTHROPIC_BASE_URL, GOOGLE_GEMINI_BASE_URL, OPENAI_BASE_URL           base URLs
+{variables}
   TOY_AGENT_<FLAG>   a default for any long flag, e.g. TOY_AGENT_MAX_ITERATIONS=30
   NO_COLOR           no colour on the terminal
   a .env in the current folder may set these (never a base URL from inside --repo)"""
 
 
 def provider_for_model(model: str | None) -> str:
-    """The provider a model name belongs to: claude-* -> claude, gemini-* -> gemini, gpt-*
-    and o1/o3/o4-style names -> openai; anything else (or no model) -> claude."""
-    name = (model or "").lower().rsplit("/", 1)[-1]
-    if name.startswith("gemini"):
-        return "gemini"
-    if name.startswith(("gpt-", "chatgpt", "codex")) or re.match(r"o\d(\b|-)", name):
-        return "openai"
-    return "claude"
+    """The provider a model name belongs to, by the rows' model names (claude-* -> claude,
+    gemini-* -> gemini, gpt-* and o1/o3/o4-style names -> openai); anything else (or no
+    model) -> claude."""
+    row = providers.provider_for_model(model)
+    return row.name if row else providers.DEFAULT_PROVIDER
+
+
+def _epilog() -> str:
+    """The examples and the environment variables, the providers' from their rows."""
+    rows = providers.PROVIDERS.values()
+    keys = ", ".join(row.key_names() for row in rows)
+    urls = ", ".join(providers.base_url_variables())
+    width = max(len(keys), len(urls)) + 3
+    variables = f"  {keys:<{width}}provider keys\n  {urls:<{width}}base URLs"
+    return _EPILOG.format(variables=variables)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,21 +110,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-class UsageError(Exception):
-    """A mistake in the flags or the environment: one line on stderr, exit code 2."""
-
-
 def build_parser() -> _Parser:
     from toy_agent.context import DEFAULT_CONTEXT_BUDGET
-    from toy_agent.llm import DEFAULT_MODELS, PROVIDER_CLASSES
     from toy_agent.parsing import FORMAT_NAMES
     from toy_agent.permissions import PERMISSION_MODES
     from toy_agent.sandbox import SANDBOX_MODES
 
-    models = ", ".join(f"{p}: {m}" for p, m in DEFAULT_MODELS.items())
+    rows = providers.PROVIDERS.values()
+    models = ", ".join(f"{row.name}: {row.default_model}" for row in rows)
+    aliases = providers.aliases()
     parser = _Parser(
         prog="toy-agent",
-        epilog=_EPILOG,
+        epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="A ReAct coding agent: it thinks, calls a tool, observes, until the task\n"
         "is complete. Exit codes: 0 completed, 1 not completed, 2 usage or configuration\n"
@@ -144,17 +147,17 @@ def build_parser() -> _Parser:
     ).add_argument
     add(
         "--llm-provider",
-        choices=(*PROVIDER_CLASSES, *PROVIDER_ALIASES, "replay"),
-        help="the LLM provider (default: from --model's name, else claude; replay when "
-        "--replay is given); anthropic and google are aliases; replay re-runs a --trajectory "
-        "file offline",
+        choices=(*providers.PROVIDERS, *aliases, providers.REPLAY),
+        help=f"the LLM provider (default: from --model's name, else {providers.DEFAULT_PROVIDER}; "
+        f"replay when --replay is given); {' and '.join(aliases)} are aliases; replay re-runs a "
+        "--trajectory file offline",
     )
     add("-m", "--model", metavar="NAME", help=f"model name (defaults: {models})")
     add(
         "--base-url",
         metavar="URL",
         help="API base URL, e.g. http://localhost:11434/v1 for Ollama "
-        "(default: the SDK's, or ANTHROPIC_BASE_URL / GOOGLE_GEMINI_BASE_URL / OPENAI_BASE_URL)",
+        f"(default: the SDK's, or {' / '.join(providers.base_url_variables())})",
     )
     add(
         "--replay",
@@ -420,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         except UsageError as exc:
             code = _fail(exc, EXIT_USAGE, debug, json_output=_wants_json(argv))
         except ModuleNotFoundError as exc:
-            if exc.name is None or exc.name.split(".")[0] not in _DEPENDENCIES:
+            package = (exc.name or "").split(".")[0]
+            if package not in _DEPENDENCIES | providers.sdk_packages():
                 raise  # our own bug
             missing = UsageError(
                 f"the {exc.name} package is missing: install toy-agent's dependencies with "
@@ -466,7 +470,7 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
         args.task = args.task_text
     if args.task is None and args.replay and args.tasks_file is None:
         args.task = _recorded_task(args.replay)  # `--replay FILE` alone replays its task
-    args.llm_provider = PROVIDER_ALIASES.get(args.llm_provider, args.llm_provider)
+    args.llm_provider = args.llm_provider and providers.canonical_name(args.llm_provider)
     if args.llm_provider is None:
         args.llm_provider = "replay" if args.replay else provider_for_model(args.model)
     if args.resume == RESUME_PICK:
@@ -535,9 +539,8 @@ def _pick_session(args: argparse.Namespace, given: frozenset[str]) -> str:
 
 # Third-party packages toy_agent imports (by module name): one missing is a setup problem.
 _DEPENDENCIES = frozenset(
-    {"anthropic", "google", "openai", "mcp", "mcp_types", "dotenv", "rich",
-     "httpx", "pydantic", "anyio", "tomli", "prompt_toolkit"}
-)  # fmt: skip
+    {"mcp", "mcp_types", "dotenv", "rich", "httpx", "pydantic", "anyio", "tomli", "prompt_toolkit"}
+)  # and the providers' SDKs
 
 
 def _wants_json(argv: list[str]) -> str | None:
@@ -549,40 +552,6 @@ def _wants_json(argv: list[str]) -> str | None:
         if flag == "--output" and value in ("json", "stream-json"):
             return value
     return None
-
-
-def _use_demo(args: argparse.Namespace) -> None:
-    """--demo: the bundled demo repository copied into a fresh temporary folder (so running
-    it twice never collides), replayed with its bundled recording, the diff shown."""
-    import json
-    import shutil
-    import tempfile
-    from importlib.resources import as_file, files
-
-    if args.task or args.task_text or args.replay:
-        raise UsageError("--demo brings its own task and recording: leave out the task and "
-                         "--replay")  # fmt: skip
-    folder = Path(tempfile.mkdtemp(prefix="toy-agent-demo-"))
-    demo = files("toy_agent") / "demo"
-    with as_file(demo / "repo") as repo, as_file(demo / "trajectory.json") as recording:
-        shutil.copytree(repo, folder / "demo")
-        shutil.copyfile(recording, folder / "trajectory.json")
-    args.repo, args.replay = str(folder / "demo"), str(folder / "trajectory.json")
-    args.task = json.loads((folder / "trajectory.json").read_text(encoding="utf-8"))["task"]
-    args.llm_provider, args.show_diff, args.demo_folder = "replay", True, folder
-
-
-def _recorded_task(path: str) -> str | None:
-    """The task a recording ran; None when the file says none (the replay client reports a
-    file it cannot read)."""
-    import json
-
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    task = data.get("task") if isinstance(data, dict) else None
-    return task if isinstance(task, str) and task.strip() else None
 
 
 def _silence_stdout() -> None:
@@ -644,7 +613,7 @@ def _collector_paused(pause: bool) -> Iterator[Callable[[], None]]:
 
 def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -> int:
     from toy_agent.config import load_instructions
-    from toy_agent.environment import KEY_VARIABLES, load_dotenv_file
+    from toy_agent.environment import load_dotenv_file
     from toy_agent.llm import preload_sdk
     from toy_agent.view import TerminalView, run_banner
 
@@ -656,9 +625,10 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     batch = args.tasks_file is not None or args.out is not None
     view = TerminalView(sys.stdout) if live and not (batch or args.list_tools) else None
     redactor, handlers = _setup_logging(args, live or batch, view, batch=batch)
+    keys = providers.key_variables()
     for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():
         os.environ[name] = value
-        if name in KEY_VARIABLES:
+        if name in keys:
             redactor.add_secret(value)
     mcp = None
     try:
@@ -689,7 +659,9 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         llm = _llm_client(args)
         started()
         mcp = _mcp_tools(args, redactor)
-        return _run_agent(args, repo, task, llm, mcp, redactor, view, tools, instructions.text)
+        models = _model_client(args)
+        return _run_agent(args, repo, task, llm, mcp, redactor, view, tools, models,
+                          instructions.text)  # fmt: skip
     finally:
         if view is not None:
             view.close()
@@ -700,102 +672,6 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
             handler.close()
 
 
-def _run_agent(
-    args: argparse.Namespace,
-    repo: Path,
-    task: str | None,
-    llm: LlmClient,
-    mcp: McpTools | None,
-    redactor: Redactor,
-    view: TerminalView | None,
-    tools: CodeRepositoryTools,
-    instructions: str = "",
-) -> int:
-    """One task, or (`task` None) the interactive session; either way saved as a session."""
-    from toy_agent.agent import ReactAgent
-    from toy_agent.events import (
-        OUTPUT_SCHEMA_VERSION,
-        JsonLinesWriter,
-        TrajectoryRecorder,
-        run_diff,
-    )
-    from toy_agent.messages import visible
-    from toy_agent.view import format_summary, make_confirm, to_json, use_color
-
-    subscribers: list[Any] = []
-    lines = JsonLinesWriter(sys.stdout, redactor.redact_obj)
-    if args.output == "stream-json":
-        subscribers.append(lines)
-    if view is not None:
-        subscribers.append(view)
-    recorder = None
-    if args.trajectory:
-        recorder = TrajectoryRecorder(Path(args.trajectory), redactor.redact_obj)
-        subscribers.append(recorder)
-    sessions = _session_recorder(args, repo, tools, redactor, lambda: agent.conversation_history)
-    subscribers.append(sessions)
-    permissions = args.permissions
-    confirm = None
-    if permissions.may_ask(tools.allow_commands):
-        confirm = make_confirm(tools, view.ask if view else _ask)
-    agent = ReactAgent(
-        llm,
-        repo,
-        args.max_iterations,
-        tools=tools,
-        mcp_tools=mcp,
-        tool_format=args.tool_format,
-        context_budget=args.context_budget,
-        allow_commands=args.allow_commands,
-        redactor=redactor,
-        on_event=subscribers,
-        confirm=confirm,
-        stream=args.stream and view is not None,
-        instructions=instructions,
-        cost=_cost_meter(args, llm),
-        permissions=permissions,
-    )
-    lines.session = sessions.session.id
-    if task is None:
-        from toy_agent.interactive import Repl
-
-        return Repl(agent, sessions, view, show_diff=args.show_diff,
-                    models=_model_client(args)).run()  # fmt: skip
-    outcome = agent.run_result(sessions.task(task), history=sessions.conversation())
-    diff, diff_cut = run_diff(redactor.redact_obj(outcome.diffs))
-    result = {"schema_version": OUTPUT_SCHEMA_VERSION,
-              **redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox,
-              "permission_mode": permissions.mode,
-              "session": sessions.session.id, "provider": args.llm_provider,
-              "model": getattr(llm, "model", None), "trajectory": args.trajectory,
-              "exit_code": OUTCOME_EXIT_CODES[outcome.outcome],
-              "diff": diff, "diff_truncated": diff_cut}  # fmt: skip
-    if outcome.outcome == "provider_error":  # once, here: the log does not repeat it
-        print(f"toy-agent: error: {visible(result['error'] or 'the provider failed')}",
-              file=sys.stderr)  # fmt: skip
-    if args.output == "json":
-        print(to_json(result))
-    elif args.output == "stream-json":
-        lines.write({"type": "run_finished", **result})
-    else:
-        diffs = redactor.redact_obj(outcome.diffs)
-        shown = {**result, "error": None} if outcome.outcome == "provider_error" else result
-        summary = format_summary(shown, diffs, show_diff=args.show_diff,
-                                 color=use_color(sys.stdout))  # fmt: skip
-        (view.show if view else print)(summary)  # the view wraps it to the terminal's width
-    sys.stdout.flush()
-    if recorder is not None and recorder.error:
-        print(f"toy-agent: error: {recorder.error}", file=sys.stderr)
-    if sessions.error:
-        print(f"toy-agent: warning: {sessions.error}", file=sys.stderr)
-    if getattr(args, "demo_folder", None):
-        where = sys.stdout if args.output == "text" else sys.stderr
-        print(f"\nThe demo ran on a copy in {args.demo_folder / 'demo'}: look around, or "
-              f"run the tests there (python -m pytest {args.demo_folder / 'demo'}).",
-              file=where)  # fmt: skip
-    return OUTCOME_EXIT_CODES[result["outcome"]]
-
-
 def _model_client(args: argparse.Namespace) -> Callable[[str, str], LlmClient]:
     """/model NAME in a session: a client for NAME. A name that says its provider (claude-*,
     gemini-*, gpt-*, o3...) switches to it (with its own key and base URL variables);
@@ -803,94 +679,13 @@ def _model_client(args: argparse.Namespace) -> Callable[[str, str], LlmClient]:
     from toy_agent.llm import client_for
 
     def make(name: str, current: str) -> LlmClient:
-        says = name.lower().rsplit("/", 1)[-1].startswith("claude")
-        provider = provider_for_model(name)
-        provider = provider if provider != "claude" or says else current
+        row = providers.provider_for_model(name)
+        provider = row.name if row else current
         return client_for(provider, model=name, max_retries=args.max_retries,
                           base_url=args.base_url if provider == current else None,
                           timeout=args.timeout)  # fmt: skip
 
     return make
-
-
-def _session_recorder(
-    args: argparse.Namespace,
-    repo: Path,
-    tools: CodeRepositoryTools,
-    redactor: Redactor,
-    history: Callable[[], Sequence[Message]],
-) -> SessionRecorder:
-    """The run's session: a new one, the latest of --repo (--continue) or --resume's."""
-    from toy_agent.sessions import Retention, SessionError, SessionRecorder, SessionStore
-
-    demo = getattr(args, "demo_folder", None)  # the demo's session stays in its own folder
-    retention = Retention(args.sessions_keep, args.sessions_keep_days)
-    store = SessionStore(demo / "sessions") if demo else SessionStore(retention=retention)
-    if args.resume and args.continue_session:
-        raise UsageError("--continue and --resume: give one of them")
-    if args.resume:
-        session = _load_session(args.resume, store)
-    elif args.continue_session:
-        latest = store.latest(repo)
-        if latest is None:
-            raise UsageError(f"no saved session of {repo} to continue (sessions: {store.root})")
-        session = latest
-    else:
-        session = store.new(repo)
-    session.repo = str(repo)  # a session resumed with another --repo moves there
-    try:
-        return SessionRecorder(store, session, tools, history, redactor.redact_obj)
-    except SessionError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _load_session(id_or_file: str, store: SessionStore | None = None) -> Session:
-    from toy_agent.sessions import SessionError, SessionStore
-
-    try:
-        return (store or SessionStore()).load(id_or_file)
-    except SessionError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _cost_meter(args: argparse.Namespace, llm: LlmClient) -> CostMeter:
-    """The price of the model (the table's, or --price-input/--price-output) and --max-cost."""
-    from toy_agent.pricing import PriceError, meter_for
-
-    try:
-        return meter_for(getattr(llm, "model", "") or "", args.max_cost, args.price_input,
-                         args.price_output)  # fmt: skip
-    except PriceError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _undo(args: argparse.Namespace, repo: Path) -> int:
-    """--undo: revert the latest run in --repo; refused (exit 1) when a file changed since."""
-    from toy_agent.sessions import (
-        NothingToUndo,
-        SessionError,
-        SessionStore,
-        UndoRefused,
-        undo_latest_in_repo,
-    )
-    from toy_agent.view import to_json, visible
-
-    if args.task or args.continue_session or args.resume:
-        raise UsageError("--undo reverts the latest run and exits: it takes no --task, "
-                         "--continue or --resume")  # fmt: skip
-    try:
-        undone = undo_latest_in_repo(SessionStore(), repo)
-    except (UndoRefused, NothingToUndo) as exc:
-        print(f"toy-agent: {visible(str(exc))}", file=sys.stderr)
-        return EXIT_NOT_COMPLETED
-    except SessionError as exc:
-        raise UsageError(str(exc)) from exc
-    if args.output == "json":
-        print(to_json({"session": undone.session.id, "task": undone.task,
-                       "restored": undone.restored, "removed": undone.removed}))  # fmt: skip
-    else:
-        print(f"toy-agent: {visible(undone.describe())}")
-    return EXIT_COMPLETED
 
 
 def _interactive(args: argparse.Namespace) -> bool:
@@ -900,101 +695,6 @@ def _interactive(args: argparse.Namespace) -> bool:
     if args.output == "json":
         raise UsageError("the interactive session prints text: with --output json give --task")
     return True
-
-
-def _refuse_single_run_flags(args: argparse.Namespace) -> None:
-    single = {"--continue": args.continue_session, "--resume": args.resume, "--undo": args.undo,
-              "--append-system-prompt": args.append_system_prompt}  # fmt: skip
-    for flag in (flag for flag, given in single.items() if given):
-        raise UsageError(f"{flag} is for a single run or session, not for --tasks-file")
-
-
-def _run_batch(args: argparse.Namespace, live: bool) -> int:
-    """--tasks-file: toy_agent.batch runs every task in its own copy and writes --out."""
-    from toy_agent.batch import BatchError, RunSettings, run_batch
-    from toy_agent.mcp_config import McpError, load_mcp_config
-    from toy_agent.view import to_json
-
-    if not args.tasks_file or not args.out:
-        raise UsageError("batch runs need both --tasks-file TASKS.jsonl and --out DIR")
-    single = {"--task": args.task, "--repo": args.repo != ".", "--trajectory": args.trajectory,
-              "--confirm": args.confirm, "--stream": args.stream, "--show-diff": args.show_diff,
-              "--list-tools": args.list_tools}  # fmt: skip
-    for flag in (flag for flag, given in single.items() if given):
-        raise UsageError(f"{flag} is for a single run: with --tasks-file each line names its "
-                         "repo and task, and patches and trajectories go to --out")  # fmt: skip
-    if args.permissions.mode == "ask":
-        raise UsageError("--permission-mode ask waits for your answer before every change, "
-                         "which a batch cannot give: use edits, auto or read-only")  # fmt: skip
-    try:
-        config = load_mcp_config(args.mcp_config) if args.mcp_config else []
-    except McpError as exc:
-        raise UsageError(str(exc)) from exc
-    if args.max_total_cost is not None or args.max_cost is not None:
-        _batch_prices(args)
-    settings = RunSettings(
-        provider=args.llm_provider, model=args.model, base_url=args.base_url,
-        max_retries=args.max_retries, timeout=args.timeout, replay=args.replay,
-        replay_lenient=args.replay_lenient, max_iterations=args.max_iterations,
-        tool_format=args.tool_format, context_budget=args.context_budget,
-        allow_commands=args.allow_commands, sandbox=args.sandbox,
-        sandbox_network=args.sandbox_network, sandbox_read=tuple(args.sandbox_read),
-        mcp_servers=(*args.mcp_server, *config),
-        mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
-        max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
-        permissions=args.permissions,
-    )  # fmt: skip
-    try:
-        summary = run_batch(
-            args.tasks_file, args.out, settings, workers=args.workers, redo=args.redo,
-            executor=args.executor, ray_address=args.ray_address, live=live,
-            max_total_cost=args.max_total_cost,
-            progress=None if args.output == "json" else sys.stdout, quiet=args.quiet,
-        )  # fmt: skip
-    except BatchError as exc:
-        raise UsageError(str(exc)) from exc
-    if args.output == "json":
-        print(to_json(summary.to_dict()))
-    return summary.exit_code
-
-
-def _batch_prices(args: argparse.Namespace) -> None:
-    """Cost limits on a batch need a price for its model, known before any task runs."""
-    from toy_agent.llm import PROVIDER_CLASSES
-    from toy_agent.pricing import PriceError, meter_for
-
-    facts = PROVIDER_CLASSES.get(args.llm_provider)
-    model = args.model or (facts.default_model if facts else args.llm_provider)
-    limit = args.max_cost if args.max_cost is not None else args.max_total_cost
-    try:
-        meter_for(model, limit, args.price_input, args.price_output)
-    except PriceError as exc:
-        raise UsageError(str(exc).replace("--max-cost", "a cost limit")) from exc
-
-
-def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTools | None) -> int:
-    import json
-
-    from toy_agent.permissions import OfferedTools
-    from toy_agent.routes import RouteTable
-
-    offered = [OfferedTools.of(mcp, args.permissions)] if mcp else []
-    specs = RouteTable.build(OfferedTools.of(tools, args.permissions), offered).specs
-    if args.output == "json":
-        print(json.dumps(specs, indent=2))
-        return EXIT_COMPLETED
-    from toy_agent.messages import visible
-
-    for spec in specs:  # an MCP server's names and descriptions may hold escape sequences
-        schema = spec.get("parameters") or {}
-        required = set(schema.get("required", []))
-        params = ", ".join(p if p in required else f"{p}?" for p in schema.get("properties", {}))
-        description = (spec.get("description") or "").strip()
-        print(visible(f"{spec['name']}({params})"))
-        print(visible(f"    {description.splitlines()[0] if description else ''}"))
-    policy = tools.sandbox_policy
-    print(f"sandbox: {policy.describe() if policy else tools.sandbox}")
-    return EXIT_COMPLETED
 
 
 def _local_tools(args: argparse.Namespace, repo: Path, redactor: Redactor) -> CodeRepositoryTools:
@@ -1054,11 +754,10 @@ def _setup_logging(
     On the live view's terminal, console records are printed above its live line. In a batch
     each record names its task, and on a terminal first clears the progress line (which is
     drawn again within half a second)."""
-    from toy_agent.environment import KEY_VARIABLES
     from toy_agent.redaction import RedactingFilter, Redactor
     from toy_agent.view import VisibleFormatter
 
-    redactor = Redactor(secrets=[os.environ[k] for k in KEY_VARIABLES if os.environ.get(k)])
+    redactor = Redactor()  # it reads the providers' keys from the environment itself
     level = args.log_level or ("WARNING" if live or args.quiet else "INFO")
     root = logging.getLogger()
     root.setLevel(logging.DEBUG)
@@ -1080,7 +779,7 @@ def _setup_logging(
         handlers.append(file_handler)
     for handler in handlers:
         if batch:
-            from toy_agent.batch import TaskLogFilter
+            from toy_agent.task_runner import TaskLogFilter
 
             handler.addFilter(TaskLogFilter())
         handler.addFilter(RedactingFilter(redactor))
@@ -1091,10 +790,7 @@ def _setup_logging(
         "httpcore",
         "httpcore2",
         "hpack",
-        "anthropic",
-        "openai",
-        "google_genai",
-        "google",
+        *providers.sdk_loggers(),
         "mcp",
         "asyncio",
         "urllib3",
@@ -1143,16 +839,6 @@ def _task(task: str | None) -> str:
     if not task.strip():
         raise UsageError("the task is empty")
     return task.strip()
-
-
-def _ask(preview: str, question: str) -> str:
-    """--confirm without the live view: the preview and the question on stderr."""
-    sys.stderr.write(f"\n{preview}\n{question}")
-    sys.stderr.flush()
-    line = sys.stdin.readline()
-    if not line:
-        raise EOFError
-    return line
 
 
 def _fail(exc: Exception, code: int, debug: bool, *, json_output: str | None = None) -> int:

@@ -12,6 +12,7 @@ import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from toy_agent.cuts import BUDGET, cut, how_to_see_more
 from toy_agent.llm import Message
 from toy_agent.messages import Image
 
@@ -19,6 +20,7 @@ CHARS_PER_TOKEN = 4
 DEFAULT_CONTEXT_BUDGET = 100_000  # tokens; below every supported cloud model's window
 KEEP_RECENT_MESSAGES = 4  # the latest two steps (assistant + observation each) stay whole
 ELIDED_STUB_CHARS = 300
+_AGAIN = "run the tool again if you need them"
 # Images: what every provider takes (Claude refuses one over 5 MB of base64), and what a run
 # may spend on them (an image costs ~1,600 tokens whatever its size, in every request it is in).
 IMAGE_MAX_BYTES = 3_750_000  # one image, decoded: 5 MB as base64
@@ -39,17 +41,10 @@ def observation_cap(budget_tokens: int) -> int:
     return max(2_000, min(60_000, budget_tokens * CHARS_PER_TOKEN // 4))
 
 
-def cap_text(text: str, max_chars: int) -> str:
-    """Keep the head and the tail of `text`, with a note of what was cut in between."""
-    if len(text) <= max_chars:
-        return text
-    half = max_chars // 2
-    cut = len(text) - 2 * half
-    head, tail = text[:half], text[-half:]
-    return (
-        f"{head}\n[... {cut:,} characters cut here to fit the context budget; "
-        f"ask for a narrower range to see them ...]\n{tail}"
-    )
+def cap_text(text: str, max_chars: int, tool: str = "") -> str:
+    """Keep the head and the tail of `text`, with the note of what was cut in between and how
+    `tool` shows more."""
+    return cut(text, max_chars, f"{BUDGET}; {how_to_see_more(tool)}", keep="both")
 
 
 def fit_to_budget(messages: Sequence[Message], budget_tokens: int) -> list[Message]:
@@ -106,13 +101,7 @@ def _stubbed(images: tuple[Image, ...]) -> tuple[Image, ...]:
 
 
 def _stub(text: str) -> str:
-    if len(text) <= ELIDED_STUB_CHARS:
-        return text
-    return (
-        f"{text[:ELIDED_STUB_CHARS]}\n[... {len(text) - ELIDED_STUB_CHARS:,} more characters "
-        "elided from this old message to stay within the context budget; run the tool again "
-        "if you need them ...]"
-    )
+    return cut(text, ELIDED_STUB_CHARS, f"elided from this old message {BUDGET}; {_AGAIN}")
 
 
 def _stub_value(value: object) -> object:

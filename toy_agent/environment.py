@@ -14,13 +14,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from toy_agent.providers import base_url_variables, endpoint_variables, key_variables
+
 logger = logging.getLogger(__name__)
 
-KEY_VARIABLES = ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY")
-BASE_URL_VARIABLES = ("ANTHROPIC_BASE_URL", "GOOGLE_GEMINI_BASE_URL", "OPENAI_BASE_URL")
-# Where requests go: the base URLs, and the API version in their path (a .env that is not the
-# user's own sets neither: see load_dotenv_file).
-ENDPOINT_VARIABLES = (*BASE_URL_VARIABLES, "GOOGLE_GENAI_API_VERSION")
+# The providers' key, base URL and API version variables come from their rows
+# (toy_agent.providers); a .env that is not the user's own sets only keys: see load_dotenv_file.
 OWN_PREFIX = "TOY_AGENT_"  # this project's own settings
 SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 # Variables a child keeps even though a part of the name looks secret: sockets and paths.
@@ -37,7 +36,7 @@ _LOADER_NAMES = frozenset(
 
 def is_agent_variable(name: str) -> bool:
     """The variables toy_agent itself reads: the only ones a `.env` file may set."""
-    return name in KEY_VARIABLES or name in ENDPOINT_VARIABLES or name.startswith(OWN_PREFIX)
+    return name in key_variables() or name in endpoint_variables() or name.startswith(OWN_PREFIX)
 
 
 def load_dotenv_file(
@@ -62,12 +61,13 @@ def load_dotenv_file(
         logger.warning("ignoring %s: %s", path, exc)
         return {}
     distrust = dotenv_distrust(path, repo)
+    keys = key_variables()
     taken: dict[str, str] = {}
     dropped: list[str] = []
     for name, value in values.items():
         if value is None or name in environ or not is_agent_variable(name):
             continue
-        if distrust and name not in KEY_VARIABLES:
+        if distrust and name not in keys:
             dropped.append(name)
             continue
         taken[name] = value
@@ -136,8 +136,8 @@ def is_unsafe_for_child(name: str) -> bool:
     if upper in _SAFE_SECRETISH:
         return False
     return (
-        name in KEY_VARIABLES
-        or name in BASE_URL_VARIABLES
+        name in key_variables()
+        or name in base_url_variables()
         or any(part in upper for part in SECRET_NAME_PARTS)
     )
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toy_agent import cuts
 from toy_agent.messages import FailedAttempt, LlmResponse, Message
 from toy_agent.parsing import Action, Observation
 from toy_agent.tools import CodeRepositoryTools, ToolError
@@ -354,9 +355,10 @@ def run_diff(diffs: dict[str, str], limit: int = MAX_OUTPUT_DIFF_CHARS) -> tuple
     text = "".join(diff if diff.endswith("\n") else diff + "\n" for diff in diffs.values())
     if len(text) <= limit:
         return text, False
-    cut = text.rfind("\n", 0, limit) + 1
-    left = text[cut:]
-    return f"{text[:cut]}[... diff cut: {len(left):,} more characters ...]\n", True
+    head = cuts.split(text, limit).head
+    head = head[: head.rfind("\n") + 1]  # whole lines
+    left = cuts.amount(len(text) - len(head), "character")
+    return f"{head}{cuts.note(left, 'git diff in the repository shows all of it')}\n", True
 
 
 def json_text(obj: Any, indent: int | None = 2) -> str:

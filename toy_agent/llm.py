@@ -39,6 +39,7 @@ from toy_agent.messages import (
     ToolSpec,
     Usage,
 )
+from toy_agent.providers import GEMINI, PROVIDERS, Provider, image_types
 from toy_agent.redaction import mask_key
 
 logger = logging.getLogger(__name__)
@@ -261,19 +262,18 @@ def resolve_settings(
     provider: str, api_key: str | None, base_url: str | None, environ: Mapping[str, str]
 ) -> tuple[str, str]:
     """The key and base URL for `provider`: explicit values win over the environment."""
-    facts = PROVIDER_CLASSES[provider]
-    custom_url = base_url or environ.get(facts.base_url_env, "").strip() or None
-    names = facts.key_envs
+    row = PROVIDERS[provider]
+    custom_url = base_url or environ.get(row.base_url_variable, "").strip() or None
+    names = row.key_variables
     key = (api_key or next((environ[n] for n in names if environ.get(n)), "")).strip()
-    if not key and provider == "openai" and custom_url:
+    if not key and row.keyless_base_url and custom_url:
         key = LOCAL_SERVER_KEY
     if not key:
-        shown = names[0] + "".join(f" (or {n})" for n in names[1:])
-        others = [p for p, c in PROVIDER_CLASSES.items()
-                  if p != provider and any(environ.get(n) for n in c.key_envs)]  # fmt: skip
+        others = [p for p, other in PROVIDERS.items()
+                  if p != provider and any(map(environ.get, other.key_variables))]  # fmt: skip
         hint = f", or use --llm-provider {others[0]} (its key is set)" if others else ""
-        raise LlmConfigError(f"{shown} is not set: export it or put it in .env{hint}")
-    return key, custom_url or facts.default_base_url
+        raise LlmConfigError(f"{row.key_names()} is not set: export it or put it in .env{hint}")
+    return key, custom_url or row.default_base_url
 
 
 def client_for(
@@ -315,14 +315,15 @@ def create_llm_client(
     environ: Mapping[str, str] = os.environ,
 ) -> LlmClient:
     """Build the client for a real provider, reading keys and base URLs from `environ` only."""
-    if provider not in PROVIDER_CLASSES:
-        names = ", ".join(PROVIDER_CLASSES)
+    if provider not in PROVIDERS:
+        names = ", ".join(PROVIDERS)
         raise LlmConfigError(f"unknown LLM provider {provider!r}: use one of {names}")
     key, url = resolve_settings(provider, None, base_url, environ)
-    client = PROVIDER_CLASSES[provider]
-    return client(
+    cls = PROVIDERS[provider].client_class()
+    client: LlmClient = cls(
         key, model, base_url=url, max_retries=max_retries, timeout=timeout, environ=environ
     )
+    return client
 
 
 # --- retries and errors ---------------------------------------------------------------------
@@ -461,22 +462,16 @@ def _attempt_error(failure: _Failure) -> str:
 class _ProviderClient(LlmClient):
     """Retries, error messages and logging shared by the SDK-backed clients.
 
-    Each subclass states its provider's facts: `provider` (the --llm-provider name),
-    `default_model`, `key_envs` (the key variables, first preferred), `base_url_env` and
-    `default_base_url`. `api_key` and `base_url` default to those variables, read from
-    `environ` (the process environment unless given), like any other setting a provider has.
+    Each subclass names its provider's row (toy_agent.providers) in `provider`: the row holds
+    its facts (default model, key and base URL variables, default base URL). `api_key` and
+    `base_url` default to those variables, read from `environ` (the process environment unless
+    given), like any other setting a provider has.
 
     The SDKs' own retries are off (max_retries=0): anthropic and openai neither cap a long
     Retry-After nor log at WARNING, and google-genai ignores Retry-After; one loop here gives
     all three the same behaviour.
     """
 
-    default_model = ""
-    sdk_module = ""  # what _make_sdk imports: preload_sdk can start it early
-    key_envs: tuple[str, ...] = ()
-    base_url_env = ""
-    default_base_url = ""
-    api_version_env = ""  # a variable choosing the API version, where the provider has one
     retry_base_delay = 1.0  # seconds of backoff before the first retry; tests set 0
     _parse: Callable[[dict[str, Any]], LlmResponse]  # one of the from_*_response functions
 
@@ -495,14 +490,19 @@ class _ProviderClient(LlmClient):
         self._api_key, self.base_url = resolve_settings(
             self.provider, api_key, base_url, self._environ
         )
-        self.model = model or self.default_model
+        self.model = model or self.row.default_model
         self.max_retries, self.timeout, self.max_tokens = max(0, max_retries), timeout, max_tokens
         self._sdk = self._make_sdk()
 
     @property
+    def row(self) -> Provider:
+        """This client's provider row: its facts."""
+        return PROVIDERS[self.provider]
+
+    @property
     def key_env(self) -> str:
         """The key variables as error messages name them."""
-        return " / ".join(self.key_envs)
+        return " / ".join(self.row.key_variables)
 
     @abstractmethod
     def _make_sdk(self) -> Any: ...
@@ -678,28 +678,12 @@ class _ProviderClient(LlmClient):
 
 # --- Images: which models take them ----------------------------------------------------------
 
-_COMMON_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-_GEMINI_IMAGES = frozenset({"image/png", "image/jpeg", "image/webp"})
-# Chat Completions servers serve any model; these families take images (OpenAI's own, and the
-# open vision models local servers run). Any other name is taken to be text-only.
-_OPENAI_VISION = re.compile(
-    r"gpt-4o|gpt-4\.1|gpt-4\.5|gpt-4-turbo|gpt-4-vision|gpt-5|(^|/)o1(?!-mini|-preview)|"
-    r"(^|/)o3(?!-mini)|(^|/)o4|claude-(3|sonnet|opus|haiku)|gemini|llava|vision|[-_.]vl\b|"
-    r"pixtral|gemma-?3|llama-?4|minicpm-v|moondream|bakllava"
-)
-
 
 def model_image_types(provider: str, model: str) -> frozenset[str]:
-    """The image types `model` of `provider` takes: every Claude 3+ and Gemini model; on an
-    OpenAI-compatible server, the known vision families only (the conservative rule)."""
-    name = model.lower()
-    if provider == "claude":
-        return frozenset() if re.match(r"claude-(2|instant)", name) else _COMMON_IMAGES
-    if provider == "gemini":
-        return _GEMINI_IMAGES if "gemini" in name else frozenset()
-    if provider == "openai":
-        return _COMMON_IMAGES if _OPENAI_VISION.search(name) else frozenset()
-    return frozenset()
+    """The image types `model` of `provider` takes, by its row's rule (toy_agent.providers):
+    every Claude 3+ and Gemini model; on an OpenAI-compatible server, the known vision
+    families only (the conservative rule)."""
+    return image_types(provider, model)
 
 
 # --- Claude (Anthropic Messages API) --------------------------------------------------------
@@ -792,11 +776,6 @@ class ClaudeLlmClient(_ProviderClient):
     """Claude through the anthropic SDK's Messages API, with prompt caching."""
 
     provider = "claude"
-    default_model = "claude-sonnet-5-5"
-    sdk_module = "anthropic"
-    key_envs = ("ANTHROPIC_API_KEY",)
-    base_url_env = "ANTHROPIC_BASE_URL"
-    default_base_url = "https://api.anthropic.com"
     _parse = staticmethod(from_anthropic_response)
 
     def _make_sdk(self) -> Any:
@@ -844,7 +823,6 @@ class ClaudeLlmClient(_ProviderClient):
 
 # --- Gemini (google-genai generate_content) -------------------------------------------------
 
-GEMINI_API_VERSION_ENV = "GOOGLE_GENAI_API_VERSION"  # google-genai's own variable
 _GEMINI_SAFETY = ("SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY")
 _GEMINI_STOPS: dict[str | None, StopReason] = {"STOP": "end", "MAX_TOKENS": "max_tokens"}
 _GEMINI_STOPS.update(dict.fromkeys(_GEMINI_SAFETY, "safety"))
@@ -897,10 +875,10 @@ def gemini_api_version(base_url: str, environ: Mapping[str, str]) -> str | None:
     set ("beta" is v1beta, as google-genai reads it); else, behind a custom base URL, v1beta,
     the version proxies (LiteLLM, API gateways) serve, where the SDK would ask for v1. None
     leaves google-genai's own default for Google's URL."""
-    version = environ.get(GEMINI_API_VERSION_ENV, "").strip()
+    version = environ.get(GEMINI.api_version_variable, "").strip()
     if version:
         return "v1beta" if version == "beta" else version
-    custom = base_url.rstrip("/") != GeminiLlmClient.default_base_url.rstrip("/")
+    custom = base_url.rstrip("/") != GEMINI.default_base_url.rstrip("/")
     return "v1beta" if custom else None
 
 
@@ -961,12 +939,6 @@ class GeminiLlmClient(_ProviderClient):
     """Gemini through google-genai (never the retired google-generativeai)."""
 
     provider = "gemini"
-    default_model = "gemini-2.5-flash"
-    sdk_module = "google.genai"
-    key_envs = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
-    base_url_env = "GOOGLE_GEMINI_BASE_URL"
-    default_base_url = "https://generativelanguage.googleapis.com/"
-    api_version_env = GEMINI_API_VERSION_ENV
     _parse = staticmethod(from_gemini_response)
 
     def _make_sdk(self) -> Any:
@@ -1145,11 +1117,6 @@ class OpenAICompatibleLlmClient(_ProviderClient):
     """Any Chat Completions server: OpenAI, Ollama, vLLM, llama.cpp, LM Studio, OpenRouter."""
 
     provider = "openai"
-    default_model = "gpt-5-mini"
-    sdk_module = "openai"
-    key_envs = ("OPENAI_API_KEY",)
-    base_url_env = "OPENAI_BASE_URL"
-    default_base_url = "https://api.openai.com/v1"
     _parse = staticmethod(from_openai_response)
 
     def _make_sdk(self) -> Any:
@@ -1190,20 +1157,13 @@ class OpenAICompatibleLlmClient(_ProviderClient):
         return _stainless_failure(openai, exc, self.base_url)
 
 
-# The providers, from their classes' own facts: the CLI's choices and tables derive from here.
-PROVIDER_CLASSES: dict[str, type[_ProviderClient]] = {
-    c.provider: c for c in (ClaudeLlmClient, GeminiLlmClient, OpenAICompatibleLlmClient)
-}
-DEFAULT_MODELS = {name: c.default_model for name, c in PROVIDER_CLASSES.items()}
-
-
 def preload_sdk(provider: str) -> None:
     """Start importing `provider`'s SDK in a background thread (anthropic alone takes about a
     second), so it loads while the caller reads .env, starts MCP servers and builds the prompt.
     Building the client later waits for this import instead of starting another."""
-    facts = PROVIDER_CLASSES.get(provider)
-    if facts is not None:
-        worker = threading.Thread(target=_import_quietly, args=(facts.sdk_module,), daemon=True)
+    row = PROVIDERS.get(provider)
+    if row is not None and row.sdk_module:
+        worker = threading.Thread(target=_import_quietly, args=(row.sdk_module,), daemon=True)
         worker.start()
 
 

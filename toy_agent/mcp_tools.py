@@ -35,6 +35,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from toy_agent import cuts
 from toy_agent.mcp_config import (
     McpError,
     McpServerConfig,
@@ -506,8 +507,9 @@ class McpTools:
             for tool, name in zip(tools, given, strict=True):
                 self._routes[name] = (server, tool.name)
                 description = tool.description or tool.title or ""
-                if len(description) > MCP_DESCRIPTION_MAX_CHARS:
-                    description = description[:MCP_DESCRIPTION_MAX_CHARS] + " … [cut]"
+                description = cuts.cut(
+                    description, MCP_DESCRIPTION_MAX_CHARS, sep=" ", at_word=True
+                )
                 self._tools.append(
                     {
                         "name": name,
@@ -778,7 +780,8 @@ def _listing(tool: str, server: str, resources: list[Any], templates: list[Any])
              f'{{"server": "{server}", "uri": URI}}):']  # fmt: skip
     lines += [line(str(r.uri), r) for r in resources[:RESOURCES_LIST_MAX]]
     if len(resources) > RESOURCES_LIST_MAX:
-        lines.append(f"... and {len(resources) - RESOURCES_LIST_MAX} more")
+        hidden = cuts.amount(len(resources) - RESOURCES_LIST_MAX, "resource")
+        lines.append(cuts.note(hidden, "the server lists more than are shown here"))
     if not resources:
         lines.append("(none listed)")
     if templates:

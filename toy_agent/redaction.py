@@ -17,6 +17,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from toy_agent.cuts import MARK
+from toy_agent.providers import key_variables
+
 REDACTED = "[REDACTED]"
 MIN_SECRET_LENGTH = 8  # shorter values would redact ordinary words
 MIN_PASSWORD_LENGTH = 4  # after a password-named key even `hunter2` is a password
@@ -27,7 +30,8 @@ SECRET_NAME_PARTS = (
 _NOT_SECRETS = frozenset({"true", "false", "enabled", "disabled", "none", "null", "undefined"})
 
 # Where the tools cut long text: a key cut there is redacted from a shorter visible head.
-_CUT_END = r"(?=[ \t]?…|\n\[\.\.\. |\Z)"
+_CUT_AT = rf"[ \t\n]?{re.escape(MARK)}|[ \t]?…"  # the cut note, or a plain "…"
+_CUT_END = rf"(?={_CUT_AT}|\Z)"
 _TOKEN_CHAR, _ALNUM = r"[\w-]", "[A-Za-z0-9]"
 # Where a key may start: not inside a word, nor right after a [REDACTED] (so that redacting
 # twice gives what redacting once gave).
@@ -54,7 +58,7 @@ _KEY_LINE = (
     rf"(?<![^\n])(?P<key_line_pre>{_LINE_PREFIX})"
     r"(?=[A-Za-z+/]*\d[A-Za-z+/]*\d)(?=[a-z0-9+/]*[A-Z][a-z0-9+/]*[A-Z])"
     r"(?=[A-Z0-9+/]*[a-z][A-Z0-9+/]*[a-z])"
-    r"[A-Za-z0-9+/]{40,}={0,2}(?=[ \t\r]*(?:\n|\Z)|[ \t]?…)"
+    rf"[A-Za-z0-9+/]{{40,}}={{0,2}}(?=[ \t\r]*(?:\n|\Z)|{_CUT_AT})"
 )
 # `NAME = value` in .env, shell, YAML, JSON, INI, TOML or code, for a secret-looking NAME. Only
 # the value is redacted, and only if it is a literal: _assigns_literal() leaves code alone.
@@ -139,7 +143,7 @@ _SECRET_NAME_RE = re.compile(_SECRET_NAME)
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _MEMBER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")  # "google.auth.credentials.Credentials"
 _RANDOM = re.compile(r"\d|[a-z][A-Z]|[+=!@#$%^&*~?]")  # wJalrXUtnFEMI, not Confidential-client
-_LINE_END = re.compile(r"[ \t]*(?:#.*)?(?:\r?\n|\Z)|[ \t]?…")
+_LINE_END = re.compile(rf"[ \t]*(?:#.*)?(?:\r?\n|\Z)|{_CUT_AT}")
 
 
 def is_secret_variable(name: str, value: str) -> bool:
@@ -171,8 +175,15 @@ class Redactor:
     """Replaces secrets in text with [REDACTED], in one pass of one compiled regex."""
 
     def __init__(self, secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None):
+        """Redacts `secrets`, every provider's key found in `environ` (whatever it looks like),
+        and the values of its other secret-looking variables."""
         environ = os.environ if environ is None else environ
-        self._secrets = {v for name, v in environ.items() if is_secret_variable(name, v)}
+        keys = key_variables()
+        self._secrets = {
+            value
+            for name, value in environ.items()
+            if (name in keys and len(value) >= MIN_SECRET_LENGTH) or is_secret_variable(name, value)
+        }
         self._regex: re.Pattern[str] | None = None
         for secret in secrets:
             self.add_secret(secret)

@@ -27,14 +27,15 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 from urllib.parse import quote
 
-from toy_agent import __version__
+from toy_agent import __version__, cuts
 from toy_agent.agent import DECLINED
-from toy_agent.batch import RESULTS_FILE, TASK_ID
+from toy_agent.batch import RESULTS_FILE
 from toy_agent.events import TRAJECTORY_FORMAT
 from toy_agent.messages import LlmResponse, Message, visible
 from toy_agent.parsing import ActionFormat, ParseError, get_format
 from toy_agent.redaction import REDACTED, Redactor, is_secret_variable
 from toy_agent.sessions import SESSION_FORMAT
+from toy_agent.tasks import TASK_ID
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,12 @@ _SANDBOX_NOTE = "[Note: commands run in a bubblewrap sandbox"
 _REFUSED = re.compile(
     r"\brefus(?:ed|ing)\b|is outside the repository|leads outside|off limits", re.IGNORECASE
 )  # the tools' refusals: a path outside the repository, .git/, a symlink escape
-_CUT = re.compile(
-    r"\[\.\.\. [\d,]+ (?:characters cut here to fit|bytes \([\d,]+ lines\) of output cut)"
+_CUT_BEFORE_25 = re.compile(  # the notes of trajectories recorded before the one cut note
+    r"\[\.\.\. (?P<what>[\d,]+ characters) cut here to fit"
+    r"|\[\.\.\. (?P<output>[\d,]+ bytes \([\d,]+ lines\)) of output cut"
 )
+_IN_PATCH = "cut for this report; the patch file has all of it"
+_IN_RECORD = "cut for this report; the file it comes from has all of it"
 
 
 class Redacts(Protocol):
@@ -702,8 +706,9 @@ def _found(raw: str, shown: str, tool: str, is_error: bool) -> tuple[tuple[str, 
     elif is_error:
         kind = "refused" if _REFUSED.search(raw) else "error"
         found.append((kind, f"{tool}: {_first_line(shown, 240)}"))
-    if _CUT.search(raw):
-        found.append(("cut", f"{tool}: output cut to fit the context budget"))
+    cut = cuts.NOTE_RE.search(raw) or _CUT_BEFORE_25.search(raw)
+    if cut:
+        found.append(("cut", f"{tool}: {cut['what'] or cut['output']} of its output cut"))
     return tuple(found)
 
 
@@ -869,26 +874,23 @@ def _diff_views(
 ) -> tuple[tuple[FileDiff, ...], str]:
     """Each file's diff as classed lines, the whole cut at `caps.diff` characters; the note
     says when it was cut."""
-    views, budget, note = [], caps.diff, ""
+    views, budget, left = [], caps.diff, 0
     for path, text in parts:
         if budget <= 0:
-            note = "the diff was cut here for this report; the patch file has all of it"
-            break
-        if len(text) > budget:
-            text = text[:budget]
-            note = "the diff was cut here for this report; the patch file has all of it"
-        budget -= len(text)
+            left += len(text)
+            continue
+        part = cuts.split(text, budget)
+        text, left = part.head, left + part.chars
+        budget = budget - len(text) if not part.chars else 0
         text = redactor.redact(text)
         lines, added, removed = [], 0, 0
         for line in text.splitlines():
             kind = _line_kind(line)
             added += kind == "add"
             removed += kind == "del"
-            if len(line) > caps.line:
-                line = f"{line[: caps.line]} … [line cut: {len(line):,} characters]"
-            lines.append((kind, visible(line)))
+            lines.append((kind, visible(cuts.cut(line, caps.line, _IN_PATCH, sep=" "))))
         views.append(FileDiff(visible(redactor.redact(path))[:500], added, removed, tuple(lines)))
-    return tuple(views), note
+    return tuple(views), cuts.note(cuts.amount(left, "character"), _IN_PATCH) if left else ""
 
 
 def _line_kind(line: str) -> str:
@@ -908,11 +910,7 @@ def _line_kind(line: str) -> str:
 def _clean(redactor: Redacts, text: str, cap: int) -> str:
     """Text for the page: cut (head and tail), secrets redacted, control characters shown as
     escapes (they could hide or reorder text: bidi overrides)."""
-    if len(text) > cap:
-        half = cap // 2
-        cut = len(text) - 2 * half
-        text = f"{text[:half]}\n[... {cut:,} characters cut for this report ...]\n{text[-half:]}"
-    return visible(redactor.redact(text))
+    return visible(redactor.redact(cuts.cut(text, cap, _IN_RECORD, keep="both")))
 
 
 def _plain_file(path: Path) -> bool:

@@ -1,8 +1,9 @@
 """Repository tools: every path is confined to the repository root.
 
 Each tool method returns the observation text for the LLM or raises ToolError with a message the
-LLM can act on. Which files count (the ignore rules) and how text is found in them live in
-toy_agent.search; this module confines paths, checks parameters and words the observations.
+LLM can act on. Which files count (tree.py, ignore.py), how text is found in them (search.py)
+and how a command runs (shell.py) live apart; this module confines paths, checks parameters and
+words the observations.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ import os
 import re
 import secrets
 import stat
-import subprocess
-import threading
 import time
 import typing
 from collections import Counter
@@ -31,26 +30,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from toy_agent.environment import child_environment
+from toy_agent import cuts
 from toy_agent.messages import path_from_shown, shown_path
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
-    SandboxPolicy,
-    owned_process_group,
     resolve_sandbox,
-    sandbox_environment,
     sandbox_note,
     sandbox_policy,
 )
 from toy_agent.search import (
     BINARY_SNIFF_BYTES,
     SEARCH_BACKENDS,
-    Listing,
     SearchError,
-    Tree,
     format_matches,
     search,
 )
+from toy_agent.shell import run_shell
+from toy_agent.tree import Listing, Tree
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +54,14 @@ LIST_LIMIT = 400
 READ_MAX_LINES = 400
 READ_MAX_CHARS = 40_000
 READ_MAX_LINE_CHARS = 4_000
+_LONG_LINE = (
+    f"read_file shows a line's first {READ_MAX_LINE_CHARS:,} characters; run_command, when "
+    "enabled, can show the rest"
+)
 SCAN_MAX_BYTES = 256 << 20  # read_file and get_file_info read no further into a file
 EDIT_MAX_BYTES = 64 << 20  # edit_file holds the whole file in memory
 DIFF_MAX_BYTES = 8 << 20  # a run's diff shows a bigger file's size, not its lines
 COMMAND_MAX_TIMEOUT = 600
-OUTPUT_HEAD_BYTES = 8_000
-OUTPUT_TAIL_BYTES = 8_000
 STALE_TEMP_SECONDS = 600  # a temp file untouched this long was left by a killed write
 LOCK_WAIT_SECONDS = 30  # how long a write waits for another write in the same folder
 
@@ -237,11 +235,11 @@ class CodeRepositoryTools:
         last = shown[-1][0]
         out = [f"{rel} (lines {start}-{last} of {of}):", *_number(shown)]
         if next_line is not None:
-            out.append(
-                f"[Shown lines {start}-{last} of {of} (a call returns at most "
-                f"{READ_MAX_LINES} lines / {READ_MAX_CHARS:,} chars). To read on, call "
-                f"read_file with start_line={next_line}.]"
-            )
+            left = (total if end_line is None else min(end_line, total)) - last
+            more = "at least " if window.cut and end_line is None else ""
+            how = (f"to read on, call read_file with start_line={next_line} (a call shows at "
+                   f"most {READ_MAX_LINES} lines / {READ_MAX_CHARS:,} characters)")  # fmt: skip
+            out.append(cuts.note(more + cuts.amount(left, "line"), how))
         elif end_line is not None and end_line > total and not window.cut:
             out.append(f"[end_line {end_line} is past the end: {rel} has {total} lines.]")
         if window.cut:
@@ -501,8 +499,10 @@ class CodeRepositoryTools:
         text = self.redactor.redact(text)
         if whole and len(text) <= READ_MAX_LINE_CHARS:
             return text
-        size = f"over {length:,}" if unfinished else f"{len(text) if whole else length:,}"
-        return f"{text[:READ_MAX_LINE_CHARS]} … [line cut: it has {size} characters]"
+        head = cuts.split(text, READ_MAX_LINE_CHARS).head
+        left = (len(text) if whole or length is None else length) - len(head)
+        what = ("over " if unfinished else "") + cuts.amount(left, "character")
+        return f"{head} {cuts.note(what, _LONG_LINE)}"
 
     def _open_dir(
         self, parts: tuple[str, ...], *, created: list[tuple[str, ...]] | None = None
@@ -1025,7 +1025,8 @@ def _snippet(text: str, first: int, last: int, context: int = 3, cap: int = 40) 
     numbered = _number([(n, lines[n - 1]) for n in range(lo, hi + 1)])
     if len(numbered) > cap:
         gap = len(numbered) - cap
-        numbered = [*numbered[: cap // 2], f"     ... ({gap} lines)", *numbered[-cap // 2 :]]
+        gap_note = cuts.note(cuts.amount(gap, "line"), "read_file shows them")
+        numbered = [*numbered[: cap // 2], gap_note, *numbered[-cap // 2 :]]
     return "\n".join(numbered)
 
 
@@ -1149,82 +1150,13 @@ def _summarise(listing: Listing, top: str) -> list[str]:
                 lines.append(_entry_line(path, listing.special))
         if len(lines) == LIST_LIMIT:
             break
-    if fitting > LIST_LIMIT:
-        lines.append(f"... and {fitting - LIST_LIMIT} more entries at this level")
     example = next((paths[start][:-1] for start, _, _ in shown if paths[start][-1] == "/"), top)
-    lines.append(
-        f"[Too many entries to list ({len(paths):,}); showing {depth} level(s) with file "
-        f"counts per folder. List a folder to see inside, e.g. "
-        f"list_files(path='{shown_path(example)}').]"
-    )
+    level = f"this level alone has {fitting:,}; " if fitting > LIST_LIMIT else ""
+    lines.append(cuts.note(cuts.amount(len(paths) - len(lines), "entry"),
+                      f"{len(paths):,} in all, too many to list; {level}showing {depth} level(s) "
+                      f"with file counts per folder; list a folder to see inside, e.g. "
+                      f"list_files(path='{shown_path(example)}')"))  # fmt: skip
     return lines
-
-
-# --------------------------------------------------------------------------------- commands
-_COMMAND_ENV = {
-    "PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", "NO_COLOR": "1", "CLICOLOR": "0",
-    "GIT_TERMINAL_PROMPT": "0", "DEBIAN_FRONTEND": "noninteractive",
-}  # fmt: skip
-
-
-def run_shell(
-    command: str, cwd: Path, timeout: int, *, policy: SandboxPolicy | None = None
-) -> tuple[int, str, bool]:
-    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
-    secrets in the environment. The command leads its own session, and the whole group is
-    killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM
-    through the CLI); in bwrap's PID namespace that includes what escaped the group."""
-    argv, env = ["/bin/sh", "-c", command], child_environment(_COMMAND_ENV)
-    if policy is not None:
-        argv, env = policy.argv() + argv, sandbox_environment(env, policy)
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    timed_out = False
-    with owned_process_group(proc):
-        assert proc.stdout is not None  # stdout=PIPE
-        capture = _OutputCapture(proc.stdout)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-    capture.join(timeout=2)  # a process that left the group (setsid) may still hold the pipe
-    return proc.returncode, capture.text(), timed_out
-
-
-class _OutputCapture(threading.Thread):
-    """Reads a pipe to the end keeping only its head and tail, so endless output is cheap."""
-
-    def __init__(self, stream: typing.IO[bytes]):
-        super().__init__(daemon=True)
-        self.stream = stream
-        self.head, self.tail = bytearray(), bytearray()
-        self.total_bytes = self.total_lines = 0
-        self.start()
-
-    def run(self) -> None:
-        fd = self.stream.fileno()
-        while chunk := os.read(fd, 65536):
-            self.total_bytes += len(chunk)
-            self.total_lines += chunk.count(b"\n")
-            room = OUTPUT_HEAD_BYTES - len(self.head)
-            self.head += chunk[:room]
-            self.tail += chunk[room:] if room > 0 else chunk
-            del self.tail[:-OUTPUT_TAIL_BYTES]
-        self.stream.close()
-
-    def text(self) -> str:
-        head, tail = bytes(self.head), bytes(self.tail)
-        dropped = self.total_bytes - len(head) - len(tail)
-        if dropped <= 0:
-            return (head + tail).decode("utf-8", "replace")
-        dropped_lines = self.total_lines - head.count(b"\n") - tail.count(b"\n")
-        return (
-            head.decode("utf-8", "replace")
-            + f"\n[... {dropped:,} bytes ({dropped_lines:,} lines) of output cut ...]\n"
-            + tail.decode("utf-8", "replace")
-        )
 
 
 # --------------------------------------------------------------------------------- schemas

@@ -487,14 +487,14 @@ def run_banner(
     bwrap`. All of it is known from the flags; MCP servers are connected later, so only named.
     `instructions` names the project's instructions file, when the prompt has one; a
     permission mode other than auto is named too."""
-    from toy_agent.llm import PROVIDER_CLASSES
+    from toy_agent.providers import PROVIDERS
     from toy_agent.routes import RouteTable
 
     permissions = permissions or Permissions()
     if provider == "replay":
         model = Path(replay).name if replay else ""
-    elif not model and provider in PROVIDER_CLASSES:
-        model = PROVIDER_CLASSES[provider].default_model
+    elif not model and provider in PROVIDERS:
+        model = PROVIDERS[provider].default_model
     count = len(RouteTable.build(OfferedTools.of(tools, permissions)).specs)
     commands = tools.allow_commands and not permissions.read_only
     parts = [
