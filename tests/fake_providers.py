@@ -108,8 +108,14 @@ class FakeProvider:
             self._replies.extend(replies)
         return self
 
-    def _next(self, request: RecordedRequest) -> Reply:
+    def record(self, request: RecordedRequest) -> None:
+        """Keep `request` in `requests` (a subclass's own reply_to calls this first)."""
         with self._lock:
+            self.requests.append(request)
+
+    def reply_to(self, request: RecordedRequest) -> Reply:
+        """The next queued reply (the server's handler asks this for every request)."""
+        with self._lock:  # recorded and answered at once: requests[i] got the i-th reply
             self.requests.append(request)
             if not request.path.startswith(self.serves):
                 return error_reply(404, f"fake proxy: only {self.serves} is served")
@@ -143,7 +149,7 @@ def _handler_for(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = raw
             headers = {k.lower(): v for k, v in self.headers.items()}
-            reply = provider._next(RecordedRequest("POST", self.path, headers, body))
+            reply = provider.reply_to(RecordedRequest("POST", self.path, headers, body))
             time.sleep(reply.delay)
             if reply.drop:
                 self.close_connection = True

@@ -229,6 +229,7 @@ def test_refused_confirmation_becomes_an_observation(repo):
     assert "declined" in llm.requests[1]["messages"][-1].content
 
 
+@pytest.mark.slow
 def test_the_wait_for_a_confirmation_is_not_counted_as_the_tools_time(repo):
     def slow_yes(action):
         time.sleep(CONFIRM_WAIT)  # a person reading the preview
@@ -250,6 +251,7 @@ def test_the_wait_for_a_confirmation_is_not_counted_as_the_tools_time(repo):
 CONFIRM_WAIT = 1.0  # far longer than writing a 2-byte file takes
 
 
+@pytest.mark.slow
 def test_requests_stay_within_the_context_budget_on_huge_files(repo):
     (repo / "huge.txt").write_text(("x" * 199 + "\n") * 20_000)  # 4 MB
     budget = 20_000

@@ -49,9 +49,8 @@ class TaskScripts(FakeProvider):
         self.delays = delays or {}
         self.seen: dict[str, list[float]] = defaultdict(list)  # marker -> request times
 
-    def _next(self, request: RecordedRequest) -> Reply:
-        with self._lock:
-            self.requests.append(request)
+    def reply_to(self, request: RecordedRequest) -> Reply:
+        self.record(request)
         messages = request.body["messages"]
         marker = next((m for m in self.scripts if m in json.dumps(messages[0])), None)
         if marker is None:
@@ -148,6 +147,7 @@ def run_batch_cli(
 
 
 # ------------------------------------------------------------------------- the main scenario
+@pytest.mark.slow
 def test_a_batch_over_a_git_repo_and_a_plain_folder_records_patches_checks_and_trajectories(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
@@ -201,6 +201,7 @@ def test_a_batch_over_a_git_repo_and_a_plain_folder_records_patches_checks_and_t
     assert "4 tasks: 2 passed, 2 failed" in out_text and "\x1b" not in out_text
 
 
+@pytest.mark.slow
 def test_a_second_run_resumes_without_any_llm_request_and_redo_reruns(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
@@ -301,6 +302,7 @@ def test_executor_ray_without_ray_names_the_install_command(
 
 
 # ---------------------------------------------------------------------------------- Ctrl-C
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_results_and_the_next_run_does_the_rest(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
@@ -332,6 +334,7 @@ def test_ctrl_c_keeps_finished_results_and_the_next_run_does_the_rest(
     assert "1 task to run with 1 worker (1 of 2 already have results)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_on_a_terminal_a_progress_line_shows_done_running_tokens_and_eta(
     sources: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -347,6 +350,7 @@ def test_on_a_terminal_a_progress_line_shows_done_running_tokens_and_eta(
     assert "2 tasks: 2 passed, 0 failed" in screen
 
 
+@pytest.mark.slow
 def test_on_a_terminal_a_task_warning_names_its_task_above_the_progress_line(
     sources: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -414,6 +418,7 @@ def test_log_records_of_a_task_name_it_even_from_the_llm_calls_thread(
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_checks_run_sandboxed_without_secrets_and_are_killed_at_the_timeout(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -472,6 +477,7 @@ def test_copies_are_fresh_and_leave_the_source_as_it_was(
     assert snapshot(sources["repo"]) == before
 
 
+@pytest.mark.slow
 def test_a_repository_whose_git_config_runs_programs_runs_none_of_them(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -536,6 +542,7 @@ def test_a_command_that_moves_the_work_tree_cannot_put_files_outside_the_copy_in
     assert "MARKER-SECRET" not in patch and ".aws" not in patch
 
 
+@pytest.mark.slow
 def test_a_ray_that_cannot_be_imported_or_reached_is_one_line_and_exit_2(
     sources: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -571,6 +578,7 @@ def test_a_ray_that_cannot_be_imported_or_reached_is_one_line_and_exit_2(
         assert reply["outcome"] == "usage_error" and reply["exit_code"] == 2
 
 
+@pytest.mark.slow
 def test_a_plain_folder_with_a_fifo_and_a_socket_is_copied_without_reading_them(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -592,6 +600,7 @@ def test_a_plain_folder_with_a_fifo_and_a_socket_is_copied_without_reading_them(
     assert sorted(f["path"] for f in record["files_changed"]) == ["notes.txt", "sub/added.md"]
 
 
+@pytest.mark.slow
 def test_a_task_that_changes_a_file_whose_name_is_not_utf8_is_recorded(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -613,6 +622,7 @@ def test_a_task_that_changes_a_file_whose_name_is_not_utf8_is_recorded(
 
 
 # -------------------------------------------------------------------------------------- Ray
+@pytest.mark.slow
 def test_ray_runs_the_same_task_file_with_results_identical_in_shape_to_local(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
@@ -676,6 +686,7 @@ def ray_dir() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_ray_workers_get_the_key_as_an_argument_and_ray_never_writes_it_down(
     sources: dict[str, Path],
     tmp_path: Path,
@@ -712,6 +723,7 @@ def test_ray_workers_get_the_key_as_an_argument_and_ray_never_writes_it_down(
 
 
 # ------------------------------------------------------------------------------- cost limits
+@pytest.mark.slow
 def test_max_cost_limits_each_task_and_max_total_cost_starts_no_task_past_it(
     sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from fakes import ScriptedLlm, xml_action
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -263,6 +264,7 @@ _schema = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_schema, st.text(max_size=20))
 def test_any_json_schema_renders_as_valid_json(schema, description):

@@ -45,6 +45,7 @@ def run_cli(*args: str, stdin: str = "", env: dict | None = None, **kwargs):
     )
 
 
+@pytest.mark.slow
 def test_help_lists_the_seed_flags_without_importing_provider_sdks():
     code = (
         "import sys\nfrom toy_agent.cli import main\n"
@@ -128,6 +129,7 @@ def test_json_output_is_one_object_on_stdout_for_scripts(repo, tmp_path, capsys)
     assert set(result) >= {"success", "iterations", "conversation_length", "result", "error"}
 
 
+@pytest.mark.slow
 def test_trajectory_file_records_the_run_and_replays_it(repo, tmp_path, capsys):
     replay = write_replay(
         tmp_path / "r.json",
@@ -210,6 +212,7 @@ def test_bad_flag_values_exit_with_code_two(capsys):
     assert err == "toy-agent: error: argument --max-iterations: must be at least 1, got 0\n"
 
 
+@pytest.mark.slow
 def test_task_dash_reads_the_task_from_stdin(repo, tmp_path):
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
     trajectory = tmp_path / "t.json"
@@ -243,6 +246,7 @@ def test_list_tools_prints_every_tool_and_exits_zero(repo, capsys):
         assert line in out
 
 
+@pytest.mark.slow
 def test_confirm_is_driven_through_stdin(repo, tmp_path):
     replay = write_replay(
         tmp_path / "r.json",
@@ -269,6 +273,7 @@ def test_confirm_is_driven_through_stdin(repo, tmp_path):
     assert "+A" in proc.stderr and "Allow write_file a.txt?" in proc.stderr
 
 
+@pytest.mark.slow
 def test_non_tty_output_has_no_spinner_or_escape_codes(repo, tmp_path):
     replay = write_replay(
         tmp_path / "r.json", xml_action("list_files"), xml_action("task_complete", result="ok")
@@ -282,6 +287,7 @@ def test_non_tty_output_has_no_spinner_or_escape_codes(repo, tmp_path):
     assert "Iteration 1/10" in proc.stderr  # INFO logging goes to stderr, not stdout
 
 
+@pytest.mark.slow
 def test_terminal_view_in_a_pseudo_terminal_shows_each_step(repo, tmp_path):
     replay = write_replay(
         tmp_path / "r.json",
@@ -312,6 +318,7 @@ def test_terminal_view_in_a_pseudo_terminal_shows_each_step(repo, tmp_path):
     assert "✓ completed" in plain and "iterations used: 3" in plain
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("flag", "env"), [("--quiet", {}), ("--stream", {"NO_COLOR": "1"})])
 def test_quiet_and_no_color_are_honoured_on_a_terminal(flag, env, repo, tmp_path):
     replay = write_replay(
@@ -340,6 +347,7 @@ def test_quiet_and_no_color_are_honoured_on_a_terminal(flag, env, repo, tmp_path
         assert not re.search(r"\x1b\[[0-9;]*m", output)  # NO_COLOR: no colour
 
 
+@pytest.mark.slow
 def test_a_run_with_claude_through_the_real_sdk_on_a_loopback_server(repo, monkeypatch, capsys):
     with FakeProvider() as server:
         server.enqueue(
@@ -381,11 +389,12 @@ class _CollectorWatch(FakeProvider):
         super().__init__()
         self.collector: list[tuple[bool, int]] = []
 
-    def _next(self, request):
+    def reply_to(self, request):
         self.collector.append((gc.isenabled(), gc.get_freeze_count()))
-        return super()._next(request)
+        return super().reply_to(request)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("as_process", [True, False])
 def test_the_process_starts_with_the_collector_paused_and_runs_with_it_on(
     as_process, repo, monkeypatch
@@ -434,6 +443,7 @@ def test_a_rejected_key_exits_with_code_three_and_one_line(repo, monkeypatch, ca
     assert len(server.requests) == 1  # never retried
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_llm_call_writes_the_trajectory_and_exits_130(repo, tmp_path):
     trajectory = tmp_path / "t.json"
     with FakeProvider() as server:
@@ -535,6 +545,7 @@ def test_show_diff_prints_the_full_diff_of_changed_files(repo, tmp_path, capsys)
     assert "new.txt  +1 -0" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", [["-m", "toy_agent"], [str(ROOT / "main.py")]])
 def test_module_and_script_entry_points_print_the_version(entry):
     proc = subprocess.run(
@@ -561,6 +572,7 @@ def test_the_readme_quick_start_replays_the_demo_exactly(tmp_path, capsys):
     assert result["files_changed"] == [{"path": "stats.py", "added": 1, "removed": 1}]
 
 
+@pytest.mark.slow
 def test_a_replay_that_leaves_the_recording_stops_as_diverged(tmp_path, capsys):
     import shutil
 
@@ -605,8 +617,7 @@ def test_the_reference_flag_table_lists_exactly_the_parsers_flags():
         if row.startswith("| `"):
             first_cell = row.split("|")[1]
             documented |= set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", first_cell))
-    flags = {option for action in build_parser()._actions for option in action.option_strings}
-    assert documented == flags - {"-h", "--help"}
+    assert documented == set(build_parser().flags) - {"-h", "--help"}
 
 
 def test_a_positional_task_and_short_flags_work_like_the_long_ones(repo, tmp_path, capsys):
@@ -671,6 +682,7 @@ def test_help_has_examples_and_the_environment_it_reads(capsys):
     assert "ANTHROPIC_API_KEY" in out and "TOY_AGENT_<FLAG>" in out
 
 
+@pytest.mark.slow
 def test_a_missing_dependency_is_one_line_naming_the_install_command(tmp_path, clean_env):
     blocker = tmp_path / "block"
     blocker.mkdir()
@@ -689,6 +701,7 @@ def test_a_missing_dependency_is_one_line_naming_the_install_command(tmp_path, c
     assert "pip install" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_stream_json_is_one_object_per_line_ending_with_the_json_result(tmp_path):
     import shutil
 

@@ -75,6 +75,7 @@ def test_switches_and_repeatable_flags_take_their_natural_values(home):
     assert settings(["--mcp-server", "c"]).mcp_server == ["c"]  # the flag replaces the list
 
 
+@pytest.mark.slow
 def test_a_config_file_sets_defaults_for_a_real_run(home, tmp_path, capsys):
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -94,6 +94,7 @@ def test_the_agent_reports_cost_for_known_models_and_none_otherwise(tmp_path):
     assert ReactAgent(ScriptedLlm(reply), tmp_path).run_result("x").cost_usd is None
 
 
+@pytest.mark.slow
 def test_max_cost_stops_a_run_whose_calls_report_large_usage(env, capsys, monkeypatch):
     big = Usage(200_000, 10_000)  # claude-sonnet-5-5: $0.60 + $0.15 = $0.75 a call
     trajectory = env / "run.json"
@@ -122,6 +123,7 @@ def test_max_cost_stops_a_run_whose_calls_report_large_usage(env, capsys, monkey
     assert saved["runs"][0]["outcome"] == "cost_limit"
 
 
+@pytest.mark.slow
 def test_an_unknown_model_reports_null_unless_prices_are_given(env, capsys, monkeypatch):
     with FakeProvider() as server:
         server.enqueue(
@@ -150,6 +152,7 @@ def test_max_cost_without_a_price_is_a_usage_error(env, capsys, monkeypatch):
     assert server.requests == []
 
 
+@pytest.mark.slow
 def test_the_text_summary_shows_the_cost(env, capsys, monkeypatch):
     with FakeProvider() as server:
         server.enqueue(anthropic_reply(xml_action("task_complete", result="ok"),

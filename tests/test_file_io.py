@@ -291,6 +291,7 @@ def test_stale_temp_clearing_touches_only_our_own_regular_files(
 
 
 # ------------------------------------------------------------------------------ unreadable
+@pytest.mark.slow
 def test_unreadable_paths_are_reported_as_unreadable(repo: Path) -> None:
     """Permission bits bind root too once it gives up CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH."""
     prefix: tuple[str, ...] = ()
@@ -349,6 +350,7 @@ def test_unreadable_file_and_folder_are_not_called_binary_or_empty(
         (repo / "locked").chmod(0o755)
 
 
+@pytest.mark.slow
 def test_an_unreadable_file_can_still_be_replaced(repo: Path) -> None:
     """write_file reads the old file only for its format: not being able to is no reason to
     refuse, as a plain rename would succeed."""
@@ -377,6 +379,7 @@ def sparse_text_file(path: Path, size: int) -> None:
         pytest.skip("this filesystem does not keep sparse files sparse")
 
 
+@pytest.mark.slow
 def test_a_huge_file_is_never_read_whole_by_a_run_that_replaces_it(repo: Path) -> None:
     """A 1 TB sparse file (a repository can hold one): edit_file refuses it, write_file
     replaces it, and neither the diff nor the undo backup reads it; nothing takes long."""
@@ -405,6 +408,7 @@ def test_a_huge_file_is_never_read_whole_by_a_run_that_replaces_it(repo: Path) -
     assert "-(1,099,511,627,776 bytes, too big to diff" in diff and "+short now" in diff
 
 
+@pytest.mark.slow
 def test_reading_around_a_2gb_line_keeps_memory_bounded(repo: Path) -> None:
     """3000 short lines, then a sparse 2 GB run of NULs ending in one byte: that last "line"
     must never be loaded whole, checked under a 1 GB address-space limit, nor read to its
@@ -453,6 +457,7 @@ def test_a_line_ending_or_character_split_between_read_chunks_stays_whole(
 
 
 # ------------------------------------------------------------------------------ concurrency
+@pytest.mark.slow
 def test_concurrent_edits_of_one_file_are_never_lost(
     tools: CodeRepositoryTools, repo: Path
 ) -> None:
@@ -484,6 +489,7 @@ def test_concurrent_edits_of_one_file_are_never_lost(
     assert len(final) == 4 * n
 
 
+@pytest.mark.slow
 def test_concurrent_writes_to_one_folder_all_land(repo: Path) -> None:
     def agent(who: str) -> None:
         own = CodeRepositoryTools(repo)

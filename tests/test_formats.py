@@ -55,6 +55,7 @@ def answered_call_ids(provider: str, body: dict) -> list[str]:
     return [p.get("functionResponse", p.get("function_response"))["name"] for p in parts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["claude", "gemini", "openai"])
 def test_native_tool_calls_round_trip_through_each_provider(provider, repo):
     reply = REPLY_BUILDERS[provider]

@@ -89,6 +89,7 @@ def _image_holders(body: Any) -> list[Any]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["xml", "native"])
 def test_claude_gets_an_image_block_in_the_tool_turn(fmt, content_mcp, tmp_path):
     body = _run("claude", fmt, content_mcp, tmp_path)
@@ -110,6 +111,7 @@ def test_claude_gets_an_image_block_in_the_tool_turn(fmt, content_mcp, tmp_path)
     assert _image_holders(body) == [image]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["xml", "native"])
 def test_gemini_gets_inline_data_beside_the_observation(fmt, content_mcp, tmp_path):
     body = _run("gemini", fmt, content_mcp, tmp_path)
@@ -244,6 +246,7 @@ def test_a_replay_sees_the_observations_the_recording_saw(content_mcp, tmp_path)
     assert result["outcome"] == "completed"
 
 
+@pytest.mark.slow
 def test_text_blobs_embedded_resources_and_links_over_stdio(tmp_path):
     """The real SDK server as a subprocess: a text blob is decoded, a resource link says how to
     read it, read_resource lists and reads (an image resource comes as an image), and what it
@@ -289,6 +292,7 @@ def test_read_resource_mistakes_are_tool_errors(content_mcp):
     assert "memo://notes.txt" in content_mcp.call("read_resource", {})  # one server: implied
 
 
+@pytest.mark.slow
 def test_read_resource_is_not_offered_without_resources(tmp_path):
     from test_mcp_integration import SERVER_COMMAND
 

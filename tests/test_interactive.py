@@ -22,6 +22,8 @@ from fakes import ScriptedLlm, write_replay, xml_action
 from toy_agent.messages import LlmResponse, Message, ToolCall, ToolResult, Usage
 from toy_agent.sessions import compact_conversation
 
+pytestmark = pytest.mark.slow  # see pyproject's markers
+
 ROOT = Path(__file__).resolve().parents[1]
 PROVIDER_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "GEMINI_API_KEY",
                       "GOOGLE_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL")  # fmt: skip

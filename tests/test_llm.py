@@ -50,6 +50,7 @@ NATIVE_TURNS = [
 ]
 
 
+@pytest.mark.slow
 def test_importing_llm_imports_no_provider_sdk():
     code = (
         "import sys, toy_agent.llm\n"
@@ -100,6 +101,7 @@ def test_explicit_base_url_wins_over_the_environment():
     )
 
 
+@pytest.mark.slow
 def test_factory_builds_each_provider_with_its_default_model():
     env = {"ANTHROPIC_API_KEY": "a", "GEMINI_API_KEY": "g", "OPENAI_API_KEY": "o"}
     for provider, cls in [

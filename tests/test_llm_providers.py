@@ -100,6 +100,7 @@ def ask(client, text="hi", **kwargs):
 # --- every provider -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_returns_text_usage_and_stop_reason(provider, server):
     server.enqueue(reply(provider, "Hello there", usage=Usage(12, 3, 0)))
     response = ask(make_client(provider, server, max_tokens=77))
@@ -111,6 +112,7 @@ def test_returns_text_usage_and_stop_reason(provider, server):
     assert "77" in str(request.body) and "You are terse." in str(request.body)
 
 
+@pytest.mark.slow
 def test_rate_limit_is_retried_after_the_servers_retry_after(provider, server, caplog):
     server.enqueue(error_reply(429, "slow down", retry_after="0"), reply(provider, "ok"))
     client = make_client(provider, server)
@@ -121,6 +123,7 @@ def test_rate_limit_is_retried_after_the_servers_retry_after(provider, server, c
     assert "API error 429: slow down; retry 1/4 in 0.0s" in caplog.text
 
 
+@pytest.mark.slow
 def test_gemini_rate_limit_waits_for_the_retry_delay_in_its_body(server, caplog):
     retry_info = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0s"}
     error = {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}
@@ -140,6 +143,7 @@ def test_openai_exhausted_quota_is_not_retried(server):
     assert len(server.requests) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [500, 502, 503, 504])
 def test_server_errors_are_retried(provider, server, status):
     server.enqueue(error_reply(status, "oops", retry_after="0"), reply(provider, "ok"))
@@ -158,11 +162,13 @@ def test_connection_reset_is_retried(provider, server):
     assert len(server.requests) == 2
 
 
+@pytest.mark.slow
 def test_timeout_is_retried(provider, server):
     server.enqueue(Reply(delay=1.0), reply(provider, "ok"))
     assert ask(make_client(provider, server, timeout=0.2)).text == "ok"
 
 
+@pytest.mark.slow
 def test_exhausted_retries_name_the_last_status(provider, server):
     server.enqueue(*[error_reply(503, "busy", retry_after="0")] * 3)
     with pytest.raises(LlmError) as caught:
@@ -175,6 +181,7 @@ def test_exhausted_retries_name_the_last_status(provider, server):
     assert len(server.requests) == 3
 
 
+@pytest.mark.slow
 def test_unreachable_server_is_an_llm_error(provider, server):
     server.enqueue(*[disconnect()] * 2)
     with pytest.raises(
@@ -184,6 +191,7 @@ def test_unreachable_server_is_an_llm_error(provider, server):
     assert caught.value.status is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("status", "fix"),
     [
@@ -206,6 +214,7 @@ def test_permanent_errors_fail_at_once_with_the_fix(provider, server, status, fi
     assert len(server.requests) == 1
 
 
+@pytest.mark.slow
 def test_bad_request_is_not_retried(provider, server):
     server.enqueue(error_reply(400, "prompt is too long"))
     with pytest.raises(LlmError, match="400: prompt is too long$"):
@@ -213,6 +222,7 @@ def test_bad_request_is_not_retried(provider, server):
     assert len(server.requests) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("body", ["<html>gateway</html>", {"unexpected": True}])
 def test_malformed_body_is_an_llm_error(provider, server, body):
     server.enqueue(Reply(200, body))
@@ -221,6 +231,7 @@ def test_malformed_body_is_an_llm_error(provider, server, body):
     assert len(server.requests) == 1
 
 
+@pytest.mark.slow
 def test_cut_off_reply_reports_max_tokens_with_the_partial_text(provider, server):
     cut_off = PROVIDERS[provider][4]
     server.enqueue(reply(provider, "def half_a_func", stop=cut_off))
@@ -228,6 +239,7 @@ def test_cut_off_reply_reports_max_tokens_with_the_partial_text(provider, server
     assert (response.text, response.stop_reason) == ("def half_a_func", "max_tokens")
 
 
+@pytest.mark.slow
 def test_safety_stop_is_reported(provider, server):
     safety = PROVIDERS[provider][5]
     server.enqueue(reply(provider, "I can", stop=safety))
@@ -235,12 +247,14 @@ def test_safety_stop_is_reported(provider, server):
     assert (response.text, response.stop_reason) == ("I can", "safety")
 
 
+@pytest.mark.slow
 def test_gemini_blocked_prompt_is_safety_with_no_text(server):
     server.enqueue(gemini_reply(block_reason="PROHIBITED_CONTENT"))
     response = ask(make_client("gemini", server))
     assert (response.text, response.stop_reason) == ("", "safety")
 
 
+@pytest.mark.slow
 def test_streaming_passes_each_delta_and_returns_the_whole_response(provider, server):
     server.enqueue(reply(provider, ["Hel", "lo", " world"], stream=True, usage=Usage(8, 4, 2)))
     deltas: list[str] = []
@@ -254,6 +268,7 @@ def test_streaming_passes_each_delta_and_returns_the_whole_response(provider, se
     assert re.fullmatch(PATHS[provider], server.requests[0].path)
 
 
+@pytest.mark.slow
 def test_streaming_is_retried_before_any_text_arrives(provider, server):
     server.enqueue(
         error_reply(429, "later", retry_after="0"), reply(provider, ["a", "b"], stream=True)
@@ -279,6 +294,7 @@ def test_a_stream_cut_after_text_is_retried_and_the_failed_attempt_recorded(prov
     assert len(server.requests) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 def test_timeout_bounds_the_whole_response_of_a_trickling_server(provider, server, stream):
     """200 at once, then one byte a second: every read is quick, the response never ends."""

@@ -30,6 +30,7 @@ def repo(tmp_path):
     return root
 
 
+@pytest.mark.slow
 def test_agent_offers_and_runs_mcp_tools_next_to_local_ones(repo):
     llm = ScriptedLlm(
         xml_action("add", a=2, b=40),
@@ -54,6 +55,7 @@ def test_agent_offers_and_runs_mcp_tools_next_to_local_ones(repo):
     assert agent.mcp_tools_client is None  # the agent closed the servers it opened
 
 
+@pytest.mark.slow
 def test_cli_lists_tools_of_flag_and_config_servers(repo, tmp_path, capsys):
     config = tmp_path / "mcp.json"
     config.write_text(
@@ -83,6 +85,7 @@ def test_cli_lists_tools_of_flag_and_config_servers(repo, tmp_path, capsys):
     assert "demo_server__echo(text)" in out and "second__echo(text)" in out  # clash rule
 
 
+@pytest.mark.slow
 def test_a_servers_tools_add_a_bounded_amount_to_every_request(
     repo: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -101,6 +104,7 @@ def test_a_servers_tools_add_a_bounded_amount_to_every_request(
     assert "tool 'echo_129' not offered: a server offers at most 128" in caplog.text
 
 
+@pytest.mark.slow
 def test_list_tools_shows_an_mcp_servers_escape_sequences_instead_of_sending_them(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -112,6 +116,7 @@ def test_list_tools_shows_an_mcp_servers_escape_sequences_instead_of_sending_the
     assert "    \\x1b[2J\\x1b]0;owned\\x07Clear the user's screen" in out
 
 
+@pytest.mark.slow
 def test_cli_runs_an_mcp_tool_in_a_replayed_run(repo, tmp_path, capsys):
     replay = write_replay(
         tmp_path / "r.json",
@@ -142,6 +147,7 @@ def test_cli_runs_an_mcp_tool_in_a_replayed_run(repo, tmp_path, capsys):
     assert "echo" in step["response"]["text"]
 
 
+@pytest.mark.slow
 def test_unreachable_mcp_server_stops_before_any_llm_call(repo, tmp_path, capsys):
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -178,6 +184,7 @@ def test_mcp_command_that_does_not_exist_exits_two(repo, capsys):
     assert code == 2 and "no-such-mcp-server" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_an_mcp_error_says_error_once_in_the_openai_native_format(repo):
     with FakeProvider() as server:
         server.enqueue(
@@ -197,6 +204,7 @@ def test_an_mcp_error_says_error_once_in_the_openai_native_format(repo):
     assert answer["content"].startswith("Error: MCP tool 'fail' (server 'demo_server') reported")
 
 
+@pytest.mark.slow
 def test_stream_json_carries_an_mcp_tools_progress(repo, tmp_path, capsys):
     replay = write_replay(
         tmp_path / "r.json",

@@ -23,6 +23,8 @@ from toy_agent.mcp_tools import (
     reporting_progress,
 )
 
+pytestmark = pytest.mark.slow  # see pyproject's markers
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = Path(__file__).parent / "mcp_servers" / "demo_server.py"
 TASK_ONLY = "simulate-research-query"  # execution.taskSupport: "required"

@@ -20,6 +20,8 @@ from toy_agent import ReactAgent
 from toy_agent.llm import ClaudeLlmClient
 from toy_agent.mcp_tools import McpServerConfig, McpTools
 
+pytestmark = pytest.mark.slow  # see pyproject's markers
+
 
 def _command(request: pytest.FixtureRequest, package: str, *args: str) -> tuple[str, ...]:
     try:

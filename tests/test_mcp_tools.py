@@ -116,6 +116,7 @@ def both(http_server: str) -> Iterator[McpTools]:
         yield tools
 
 
+@pytest.mark.slow
 def test_tools_carry_the_servers_real_schemas_and_descriptions(both: McpTools) -> None:
     specs = {spec["name"]: spec for spec in both.get_mcp_tools()}
     assert specs["local__add"]["description"] == "Add two integers."
@@ -176,16 +177,19 @@ def test_tool_error_result_raises_with_the_servers_text(both: McpTools) -> None:
         both.execute_mcp_tool("fail", {})
 
 
+@pytest.mark.slow
 def test_invalid_arguments_come_back_as_the_servers_validation_error(both: McpTools) -> None:
     with pytest.raises(McpToolError, match="validation error"):
         both.execute_mcp_tool("local__add", {"a": "not a number"})
 
 
+@pytest.mark.slow
 def test_unknown_tool_lists_the_mcp_tools(both: McpTools) -> None:
     with pytest.raises(McpToolError, match="Unknown MCP tool 'nope', should be one of: local__ec"):
         both.execute_mcp_tool("nope", {})
 
 
+@pytest.mark.slow
 def test_stdio_env_is_merged_over_the_sdk_safe_base(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOY_AGENT_SECRET", "must not leak")
     with McpTools(demo_stdio(env={"DEMO_VAR": "from config"}), timeout=10) as tools:
@@ -200,6 +204,7 @@ def test_a_plain_url_string_is_enough(http_server: str) -> None:
         assert tools.execute_mcp_tool("add", {"a": 1, "b": 2}) == "3"
 
 
+@pytest.mark.slow
 def test_legacy_sse_transport_from_a_config_file(tmp_path: Path) -> None:
     proc, port = start_http_server("--sse", "--only", "echo")
     try:
@@ -214,6 +219,7 @@ def test_legacy_sse_transport_from_a_config_file(tmp_path: Path) -> None:
         stop(proc)
 
 
+@pytest.mark.slow
 def test_a_hanging_tool_times_out_and_the_session_stays_usable(tmp_path: Path) -> None:
     with McpTools(demo_stdio(), timeout=60) as tools:
         tools.timeout = 4  # calls only: a busy machine may take longer to start the server
@@ -224,6 +230,7 @@ def test_a_hanging_tool_times_out_and_the_session_stays_usable(tmp_path: Path) -
         assert tools.execute_mcp_tool("echo", {"text": "still here"}) == "still here"
 
 
+@pytest.mark.slow
 def test_a_crashed_stdio_server_fails_calls_fast_and_others_keep_working(
     tmp_path: Path, http_server: str
 ) -> None:
@@ -241,6 +248,7 @@ def test_a_crashed_stdio_server_fails_calls_fast_and_others_keep_working(
     assert not is_alive(pid)
 
 
+@pytest.mark.slow
 def test_an_http_server_dying_mid_run_fails_calls_without_hanging() -> None:
     proc, port = start_http_server("--only", "echo")
     try:
@@ -256,6 +264,7 @@ def test_an_http_server_dying_mid_run_fails_calls_without_hanging() -> None:
         stop(proc)
 
 
+@pytest.mark.slow
 def test_close_terminates_the_stdio_server_and_is_idempotent(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     loops_before = loop_threads()
@@ -271,6 +280,7 @@ def test_close_terminates_the_stdio_server_and_is_idempotent(tmp_path: Path) -> 
         tools.execute_mcp_tool("echo", {"text": "x"})
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_call_leaves_no_server_behind(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     with (
@@ -283,6 +293,7 @@ def test_ctrl_c_during_a_call_leaves_no_server_behind(tmp_path: Path) -> None:
     assert not is_alive(pid)
 
 
+@pytest.mark.slow
 def test_a_caller_that_forgets_close_leaves_no_server_behind(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     lingering = demo_command("--linger", "60", "--pid-file", str(pid_file))
@@ -334,6 +345,7 @@ def test_a_command_that_exits_at_once_quotes_its_stderr() -> None:
         McpTools(McpServerConfig("quitter", command=(sys.executable, "-c", code)), timeout=10)
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_initialize_is_bounded_by_the_timeout() -> None:
     code = "import time; time.sleep(60)"
     started = time.monotonic()
@@ -342,6 +354,7 @@ def test_a_server_that_never_answers_initialize_is_bounded_by_the_timeout() -> N
     assert time.monotonic() - started < 8  # 1s + the SDK's bounded stdin-close/TERM shutdown
 
 
+@pytest.mark.slow
 def test_a_failing_server_closes_the_ones_already_started(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     quit_once_good_is_up = (
@@ -365,6 +378,7 @@ def demo_in_process(name: str = "demo", only: str | None = None) -> McpServerCon
     return McpServerConfig(name, server=build_server(set(only.split(",")) if only else None))
 
 
+@pytest.mark.slow
 def test_servers_start_concurrently(tmp_path: Path) -> None:
     """Each server notes when it started and when it was ready (3 s later): started one
     after the other, a server would start only after the one before was ready."""
@@ -395,6 +409,7 @@ def test_importing_the_module_does_not_import_the_sdk() -> None:
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_parse_server_arg_keeps_urls_and_splits_commands() -> None:
     assert parse_server_arg("https://example.com/mcp") == McpServerConfig(
         "example.com", url="https://example.com/mcp"

@@ -45,6 +45,7 @@ def write_recording(path: Path, *replies: str) -> Path:
 # --- 7: complete streams ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_stream_json_has_an_event_for_every_step_an_unparsable_reply_too(repo, tmp_path):
     recording = write_recording(
         tmp_path / "r.json",
@@ -75,6 +76,7 @@ def test_stream_json_has_an_event_for_every_step_an_unparsable_reply_too(repo, t
     assert events[-2]["tools"] == ["task_complete"]
 
 
+@pytest.mark.slow
 def test_output_json_carries_the_run_s_diff_with_secrets_redacted(repo, tmp_path):
     key = "sk-proj-" + "A1b2C3d4" * 5
     recording = write_recording(
@@ -96,6 +98,7 @@ def test_output_json_carries_the_run_s_diff_with_secrets_redacted(repo, tmp_path
     assert key not in done.stdout and "[REDACTED]" in diff
 
 
+@pytest.mark.slow
 def test_output_json_s_diff_is_bounded_and_says_it_was_cut(repo, tmp_path):
     big = "".join(f"line {n}: {'x' * 60}\n" for n in range(3000))  # about 200 KB
     recording = write_recording(
@@ -119,6 +122,7 @@ def test_output_json_s_diff_is_bounded_and_says_it_was_cut(repo, tmp_path):
 # --- 8: one error, once -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_rejected_key_is_one_error_line_and_the_summary(repo):
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
@@ -133,6 +137,7 @@ def test_a_rejected_key_is_one_error_line_and_the_summary(repo):
     assert "✗ not completed (provider_error)" in done.stdout
 
 
+@pytest.mark.slow
 def test_retries_run_out_once_naming_what_to_do(repo):
     with FakeProvider() as server:
         server.enqueue(*[error_reply(503, "overloaded", retry_after="0")] * 3)
@@ -150,6 +155,7 @@ def test_retries_run_out_once_naming_what_to_do(repo):
     assert "overloaded" not in done.stdout
 
 
+@pytest.mark.slow
 def test_with_output_json_the_error_line_is_on_stderr_and_the_error_in_the_object(repo):
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
@@ -164,6 +170,7 @@ def test_with_output_json_the_error_line_is_on_stderr_and_the_error_in_the_objec
 # --- 9: a diverged replay shows the difference --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_diverged_replay_shows_the_first_differing_line_of_both(repo, tmp_path):
     filler = "".join(f"# filler line {n} that pushes the change far down the file\n"
                      for n in range(30))  # fmt: skip
@@ -217,6 +224,7 @@ def test_a_key_under_8_characters_is_masked_only_as_a_whole_token(text, key, mas
     assert mask_key(text, key) == masked
 
 
+@pytest.mark.slow
 def test_a_one_letter_key_leaves_the_provider_s_error_readable(repo):
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "Incorrect API key provided: x. Find yours at "
@@ -229,6 +237,7 @@ def test_a_one_letter_key_leaves_the_provider_s_error_readable(repo):
             "https://platform.example/account/api-keys.") in done.stderr  # fmt: skip
 
 
+@pytest.mark.slow
 def test_on_a_terminal_a_provider_failure_and_an_unparsable_reply_show_once_each(repo, tmp_path):
     from test_view import CSI, Terminal, toy_agent
 
@@ -255,6 +264,7 @@ def test_on_a_terminal_a_provider_failure_and_an_unparsable_reply_show_once_each
     assert "toy-agent: error: claude API error 401: invalid x-api-key" in screen
 
 
+@pytest.mark.slow
 def test_every_line_and_object_follows_the_documented_schema(repo, tmp_path):
     import jsonschema  # a dependency of mcp, so always there
 

@@ -10,6 +10,10 @@ import sysconfig
 import tarfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # see pyproject's markers
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

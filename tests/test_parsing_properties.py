@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ def _dump(params: dict, indent: int | None) -> str:
     return json.dumps(params, ensure_ascii=False, indent=indent)
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(tool_names, parameters, thoughts, st.sampled_from([None, 2]), st.booleans())
 def test_xml_reply_round_trips_any_tool_and_parameters(name, params, thought, indent, prose):
@@ -46,6 +48,7 @@ def test_xml_reply_round_trips_any_tool_and_parameters(name, params, thought, in
     assert parsed.dropped_actions == 0
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(tool_names, parameters, st.sampled_from([None, 2]))
 def test_react_reply_round_trips_any_tool_and_parameters(name, params, indent):
@@ -65,6 +68,7 @@ def _parse_or_parse_error(fmt, reply: str) -> None:
         assert all(isinstance(a.parameters, dict) for a in result.actions)
 
 
+@pytest.mark.slow
 @settings(max_examples=600)
 @given(text)
 def test_arbitrary_text_raises_nothing_but_parse_error(reply):
@@ -81,6 +85,7 @@ SOUP = [
 tag_soup = st.lists(st.sampled_from(SOUP) | st.text(max_size=3), max_size=30).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=600)
 @given(tag_soup)
 def test_tag_soup_raises_nothing_but_parse_error(reply):

@@ -87,6 +87,7 @@ def compound_lines(draw: st.DrawFn) -> tuple[str, list[list[str]]]:
     return line, commands
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(compound_lines())
 def test_a_line_with_a_denied_command_anywhere_is_denied(case):
@@ -98,6 +99,7 @@ def test_a_line_with_a_denied_command_anywhere_is_denied(case):
         assert rule in DENY and any(command == " ".join(c) for c in denied)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(compound_lines())
 def test_a_line_runs_unasked_only_when_every_command_matches_an_allow_rule(case):
@@ -106,6 +108,7 @@ def test_a_line_runs_unasked_only_when_every_command_matches_an_allow_rule(case)
     assert (verdict == "allow") == all(c in ALLOWED for c in commands), line
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(compound_lines(), st.sampled_from(["echo $({})", "echo `{}`", "cat <({})",
                                           'echo "$({})"', "x=${{a:-$({})}}"]))  # fmt: skip
@@ -116,6 +119,7 @@ def test_a_substitution_never_matches_an_allow_rule_but_deny_rules_see_inside(ca
     assert (verdict == "deny") == any(c in DENIED for c in commands)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(ALLOWED + DENIED + OTHER), min_size=1, max_size=4), st.data())
 def test_splitting_gives_back_each_command_s_words_however_they_are_quoted(commands, data):
@@ -127,6 +131,7 @@ def test_splitting_gives_back_each_command_s_words_however_they_are_quoted(comma
     assert [list(c) for c in parsed.commands] == commands
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(compound_lines(), st.sampled_from(["read-only", "ask", "edits", "auto"]))
 def test_each_mode_decides_a_command_line_by_its_rules(case, mode):
@@ -356,6 +361,7 @@ def listed(done: subprocess.CompletedProcess[str]) -> list[str]:
     return [spec["name"] for spec in json.loads(done.stdout)]
 
 
+@pytest.mark.slow
 def test_read_only_lists_only_tools_that_change_nothing_mcp_ones_by_their_annotation(repo):
     server = shlex.join([sys.executable, str(SERVER)])
     done = run_cli("--list-tools", "--output", "json", "--repo", str(repo), "--allow-commands",
@@ -368,6 +374,7 @@ def test_read_only_lists_only_tools_that_change_nothing_mcp_ones_by_their_annota
     assert {"write_file", "edit_file", "run_command", "fail", "env"} <= set(everything)
 
 
+@pytest.mark.slow
 def test_the_mode_comes_from_the_config_file_or_the_environment_and_the_flag_wins(repo, tmp_path):
     config = tmp_path / "config.toml"
     config.write_text('permission_mode = "read-only"\ndeny_command = ["curl*"]\n')
@@ -383,6 +390,7 @@ def test_the_mode_comes_from_the_config_file_or_the_environment_and_the_flag_win
     assert wrong.returncode == 2 and "TOY_AGENT_PERMISSION_MODE" in wrong.stderr
 
 
+@pytest.mark.slow
 def test_confirm_is_ask_and_contradicting_it_is_a_usage_error(repo):
     done = run_cli("--task", "x", "--repo", str(repo), "--confirm", "--permission-mode", "auto")
     assert done.returncode == 2
@@ -398,6 +406,7 @@ def stream(done: subprocess.CompletedProcess[str]) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
+@pytest.mark.slow
 def test_in_a_script_what_would_ask_is_refused_when_no_answer_comes(repo, tmp_path):
     recording = write_recording(
         tmp_path / "r.json",
@@ -431,6 +440,7 @@ def test_in_a_script_what_would_ask_is_refused_when_no_answer_comes(repo, tmp_pa
     assert events[-1]["refused"] == 1 and events[-1]["permission_mode"] == "edits"
 
 
+@pytest.mark.slow
 def test_a_piped_answer_with_a_reason_reaches_the_model(repo, tmp_path):
     recording = write_recording(
         tmp_path / "r.json",
@@ -447,6 +457,7 @@ def test_a_piped_answer_with_a_reason_reaches_the_model(repo, tmp_path):
     assert (repo / "hello.py").read_text() == "print('helo')\n"
 
 
+@pytest.mark.slow
 def test_a_denied_command_is_an_event_and_an_observation_naming_the_rule(repo, tmp_path):
     recording = write_recording(
         tmp_path / "r.json",
@@ -465,6 +476,7 @@ def test_a_denied_command_is_an_event_and_an_observation_naming_the_rule(repo, t
     assert not (repo / "ran").exists()
 
 
+@pytest.mark.slow
 def test_at_the_confirm_prompt_a_no_with_a_reason_goes_to_the_model(repo, tmp_path):
     from test_view import CSI, Terminal, toy_agent
 
@@ -491,6 +503,7 @@ def test_at_the_confirm_prompt_a_no_with_a_reason_goes_to_the_model(repo, tmp_pa
     assert (repo / "hello.py").read_text() == "print('hello')\n"  # the edit it did instead
 
 
+@pytest.mark.slow
 def test_command_rules_without_commands_on_are_named_in_a_warning(repo):
     done = run_cli("--list-tools", "--repo", str(repo), "--allow-command", "pytest*")
     assert done.returncode == 0
@@ -502,6 +515,7 @@ def test_command_rules_without_commands_on_are_named_in_a_warning(repo):
     assert empty.returncode == 2 and "need a non-empty PATTERN" in empty.stderr
 
 
+@pytest.mark.slow
 def test_on_a_terminal_edits_mode_asks_only_for_commands_and_shows_each_refusal(repo, tmp_path):
     from test_view import CSI, Terminal, toy_agent
 
@@ -532,6 +546,7 @@ def test_on_a_terminal_edits_mode_asks_only_for_commands_and_shows_each_refusal(
     assert not (repo / "a").exists() and not (repo / "c").exists()
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("ab $()`'\"\\;&|<>{}\n*=-")), max_size=60))
 def test_any_line_at_all_is_decided_without_an_error(line):

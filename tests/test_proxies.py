@@ -82,6 +82,7 @@ def streamed(provider: str, text: list[str]) -> Reply:
 # --- 9: a streamed request answered with one JSON message ----------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8"])
 def test_a_streamed_request_answered_with_one_json_message_is_the_whole_reply(
     provider, server, content_type
@@ -119,6 +120,7 @@ def test_a_json_answer_to_a_stream_that_is_not_a_message_is_a_malformed_response
 # --- 10: Gemini behind a proxy serving /v1beta --------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 def test_gemini_behind_a_custom_base_url_asks_for_v1beta(stream):
     with FakeProvider(serves="/v1beta/") as proxy:
@@ -131,6 +133,7 @@ def test_gemini_behind_a_custom_base_url_asks_for_v1beta(stream):
     assert request.path.startswith("/v1beta/models/test-model:")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("setting", "path"), [("v1", "/v1/"), ("beta", "/v1beta/")])
 def test_gemini_api_version_variable_chooses_the_path_behind_a_proxy(setting, path):
     with FakeProvider(serves=path) as proxy:
@@ -171,6 +174,7 @@ def test_a_gemini_api_version_in_the_repositorys_env_is_ignored(tmp_path):
 # --- 11: a stream cut by closing the socket ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_stream_cut_before_any_content_is_retried_like_any_transient_error(
     provider, server, caplog
 ):
@@ -185,6 +189,7 @@ def test_a_stream_cut_before_any_content_is_retried_like_any_transient_error(
     assert [a.partial_text for a in response.attempts] == ["", ""]
 
 
+@pytest.mark.slow
 def test_a_stream_cut_before_any_content_counts_against_max_retries(provider, server):
     whole = streamed(provider, ["never"])
     server.enqueue(*[cut_stream(whole, after=BEFORE_CONTENT[provider])] * 3)
@@ -194,6 +199,7 @@ def test_a_stream_cut_before_any_content_counts_against_max_retries(provider, se
     assert len(server.requests) == 3
 
 
+@pytest.mark.slow
 def test_a_stream_cut_after_content_is_retried_once_and_the_view_told_first(provider, server):
     whole = streamed(provider, ["first words", " and more"])
     server.enqueue(cut_stream(whole, after=b"first words"), whole)
@@ -210,6 +216,7 @@ def test_a_stream_cut_after_content_is_retried_once_and_the_view_told_first(prov
     assert KEY not in failed.error
 
 
+@pytest.mark.slow
 def test_a_stream_cut_after_content_twice_is_not_retried_again(provider, server):
     whole = streamed(provider, ["first words", " and more"])
     server.enqueue(*[cut_stream(whole, after=b"first words")] * 2, whole)
@@ -226,6 +233,7 @@ def test_with_max_retries_zero_a_cut_stream_is_not_retried(server):
     assert len(server.requests) == 1
 
 
+@pytest.mark.slow
 def test_the_trajectory_records_the_cut_attempt_redacted(server, tmp_path):
     secret = "hunter2-database-password-value"
     done = xml_action("task_complete", result="ok", thought=f"The password is {secret}.")
@@ -247,6 +255,7 @@ def test_the_trajectory_records_the_cut_attempt_redacted(server, tmp_path):
     assert secret not in trajectory.read_text()
 
 
+@pytest.mark.slow
 def test_a_call_that_fails_for_good_leaves_its_attempts_in_the_trajectory(server, tmp_path):
     whole = anthropic_reply(["<THOUGHT>Reading", " the files.</THOUGHT>"], stream=True)
     server.enqueue(*[cut_stream(whole, after=b"Reading")] * 2)
@@ -288,6 +297,7 @@ def repo(tmp_path):
     return root
 
 
+@pytest.mark.slow
 def test_the_live_view_says_it_retries_and_never_runs_two_attempts_together(repo, tmp_path):
     first = ["<THOUGHT>Look at the ", 'files first.</THOUGHT>\n<ACTION>\n<tool_name>list_files'
              '</tool_name>\n<parameters>{"path": "."}</parameters>\n</ACTION>']  # fmt: skip
@@ -310,6 +320,7 @@ def test_the_live_view_says_it_retries_and_never_runs_two_attempts_together(repo
     assert "Look at the Look at the" not in plain and "Look at the files first." in plain
 
 
+@pytest.mark.slow
 def test_a_stream_cut_on_every_attempt_exits_3_and_names_the_cut(repo, tmp_path):
     whole = anthropic_reply(["never seen"], stream=True)
     with FakeProvider() as server:
@@ -332,6 +343,7 @@ def test_a_stream_cut_on_every_attempt_exits_3_and_names_the_cut(repo, tmp_path)
     assert "Traceback" not in output and KEY not in output
 
 
+@pytest.mark.slow
 def test_a_batch_worker_gets_the_api_version_with_the_key_and_base_url(monkeypatch):
     from toy_agent.executors import provider_environment
     from toy_agent.task_runner import RunSettings

@@ -138,6 +138,7 @@ def test_redact_obj_walks_json_structures() -> None:
     }
 
 
+@pytest.mark.slow
 def test_many_secrets_in_large_text() -> None:
     secrets = [f"secret-value-{i:04d}-xyz" for i in range(300)]
     redactor = Redactor(secrets=secrets, environ={})
@@ -410,6 +411,7 @@ ATTACKS = [
 SNIPPETS = [*ATTACKS, " ", "\n", "…", ":", "=", '"', "  7 | ", "token = get_token()", "[REDACTED]"]
 
 
+@pytest.mark.slow
 @given(st.lists(st.sampled_from(SNIPPETS), max_size=8).map("".join))
 def test_redacting_redacted_text_changes_nothing(text: str) -> None:
     redactor = Redactor(environ={})
@@ -417,6 +419,7 @@ def test_redacting_redacted_text_changes_nothing(text: str) -> None:
     assert redactor.redact(once) == once
 
 
+@pytest.mark.slow
 def test_a_megabyte_of_ordinary_source_comes_back_unchanged() -> None:
     """No rule may take quadratic time: `a.a.a.…` once took 10 seconds per 100 KB."""
     source = (

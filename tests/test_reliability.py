@@ -35,6 +35,7 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", sorted(REPLIES))
 def test_a_file_name_and_a_task_that_are_not_utf8_reach_the_model_escaped(provider, repo, tmp_path):
     os.close(os.open(os.fsencode(repo) + b"/caf\xe9.py", os.O_CREAT | os.O_WRONLY))
@@ -85,6 +86,7 @@ def test_the_trajectory_is_on_disk_after_every_step(repo, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_an_unwritable_trajectory_still_prints_the_summary_then_one_error(repo, tmp_path):
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="fine"))
     done = cli("--task", "x", "--repo", str(repo), "--replay", str(replay),
@@ -97,6 +99,7 @@ def test_an_unwritable_trajectory_still_prints_the_summary_then_one_error(repo, 
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_ends_quietly(repo, tmp_path):
     big = "".join(f"line {i}\n" for i in range(20000))
     write = xml_action("write_file", path="big.txt", content=big)
@@ -112,6 +115,7 @@ def test_a_closed_stdout_ends_quietly(repo, tmp_path):
     assert "Traceback" not in err and "BrokenPipe" not in err
 
 
+@pytest.mark.slow
 def test_why_the_provider_failed_is_in_the_log(repo, tmp_path):
     log = tmp_path / "run.log"
     with FakeProvider() as server:
@@ -136,6 +140,7 @@ def test_why_a_tool_failed_is_logged_at_info(repo, caplog):
                for r in caplog.records)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_declined_edit_is_counted_and_shown(repo, tmp_path):
     replay = write_replay(tmp_path / "r.json", xml_action("write_file", path="a.txt", content="A"),
                           xml_action("task_complete", result="tried"))  # fmt: skip

@@ -325,6 +325,7 @@ class Devtools:
 
 
 # ---------------------------------------------------------------------------- the pages
+@pytest.mark.slow
 @needs_browser
 def test_the_batch_page_lists_every_task_with_outcomes_totals_and_charts(
     batches: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -389,6 +390,7 @@ def test_the_batch_page_lists_every_task_with_outcomes_totals_and_charts(
     assert "repeat" in step.by_id("run-3-s3").text
 
 
+@pytest.mark.slow
 @needs_browser
 def test_the_batch_table_sorts_filters_and_opens_run_pages_in_the_browser(
     batches: tuple[Path, Path], tmp_path: Path
@@ -426,6 +428,7 @@ def test_the_batch_table_sorts_filters_and_opens_run_pages_in_the_browser(
         browser.close()
 
 
+@pytest.mark.slow
 @needs_browser
 def test_the_batch_page_is_readable_with_scripts_off(
     batches: tuple[Path, Path], tmp_path: Path
@@ -442,6 +445,7 @@ def test_the_batch_page_is_readable_with_scripts_off(
     assert_no_payload_ran(page)
 
 
+@pytest.mark.slow
 @needs_browser
 def test_the_run_page_shows_the_timeline_warnings_and_coloured_diff(
     hostile_repo: Path, tmp_path: Path
@@ -485,6 +489,7 @@ def test_the_run_page_shows_the_timeline_warnings_and_coloured_diff(
     assert "hello.py" in run.text and diff.text
 
 
+@pytest.mark.slow
 @needs_browser
 def test_the_comparison_page_shows_flips_deltas_and_diffs_side_by_side(
     batches: tuple[Path, Path], tmp_path: Path
@@ -518,6 +523,7 @@ def test_the_comparison_page_shows_flips_deltas_and_diffs_side_by_side(
     assert "passed in A, failed in B" in side.by_id("cmp-2").text
 
 
+@pytest.mark.slow
 @needs_browser
 def test_a_saved_session_gets_a_page_of_its_runs_and_diff(
     hostile_repo: Path, tmp_path: Path
@@ -545,6 +551,7 @@ def test_a_saved_session_gets_a_page_of_its_runs_and_diff(
 
 
 # ------------------------------------------------------------------------- safe to open
+@pytest.mark.slow
 def test_secrets_and_payloads_in_a_batch_are_redacted_and_escaped(
     batches: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -562,6 +569,7 @@ def test_secrets_and_payloads_in_a_batch_are_redacted_and_escaped(
     assert "unsafe-inline" not in policy
 
 
+@pytest.mark.slow
 @needs_browser
 def test_hostile_payloads_run_nowhere_in_the_comparison(
     batches: tuple[Path, Path], tmp_path: Path
@@ -627,6 +635,7 @@ def test_a_trajectory_of_odd_shapes_still_gets_a_page(tmp_path: Path) -> None:
     assert "an image: image/png, 2.0k bytes" in page and "an image: image, 0 bytes" in page
 
 
+@pytest.mark.slow
 def test_an_unwritable_output_is_a_usage_error(
     batches: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -635,6 +644,7 @@ def test_an_unwritable_output_is_a_usage_error(
     assert capsys.readouterr().err.startswith("toy-agent: error: cannot write ")
 
 
+@pytest.mark.slow
 def test_report_is_a_command_of_main_py_and_the_seed_flags_still_parse(tmp_path: Path) -> None:
     trajectory = ROOT / "toy_agent" / "demo" / "trajectory.json"
     done = subprocess.run([sys.executable, str(ROOT / "main.py"), "report", str(trajectory),
@@ -650,6 +660,7 @@ def test_report_is_a_command_of_main_py_and_the_seed_flags_still_parse(tmp_path:
     assert seed.returncode == 0 and "--max-iterations" in seed.stdout
 
 
+@pytest.mark.slow
 def test_only_rendering_a_report_imports_jinja2(tmp_path: Path) -> None:
     code = (
         "import sys\n"
@@ -694,6 +705,7 @@ def test_the_secrets_of_this_environment_are_redacted_from_a_trajectory_written_
     assert secret not in page and page.count("[REDACTED]") >= 3  # thought, content, answer
 
 
+@pytest.mark.slow
 def test_a_batch_folder_cannot_make_the_page_show_a_file_it_links_to(
     batches: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -707,6 +719,7 @@ def test_a_batch_folder_cannot_make_the_page_show_a_file_it_links_to(
     assert "the private words" not in page and "patches/fix.diff" not in page
 
 
+@pytest.mark.slow
 def test_the_sandbox_refusing_a_command_is_a_warning_at_its_step(
     hostile_repo: Path, tmp_path: Path
 ) -> None:

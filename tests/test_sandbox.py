@@ -276,6 +276,7 @@ def test_setsid_and_nohup_children_die_with_the_command(sandboxed: CodeRepositor
     assert wait_until(lambda: not running(a) and not running(b), 5)
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_setsid_and_nohup_children_die_on_timeout(sandboxed: CodeRepositoryTools) -> None:
     a, b = marker(), marker()
@@ -284,6 +285,7 @@ def test_setsid_and_nohup_children_die_on_timeout(sandboxed: CodeRepositoryTools
     assert wait_until(lambda: not running(a) and not running(b), 5)
 
 
+@pytest.mark.slow
 def test_unsandboxed_the_group_dies_with_the_command_and_on_timeout(repo: Path) -> None:
     tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="off")
     a, b = marker(), marker()
@@ -303,6 +305,7 @@ SANDBOXED_SIGNALS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sandbox", "signum", "exit_code"), SANDBOXED_SIGNALS)
 def test_stopping_the_agent_kills_every_process_of_the_command(
     sandbox: str, signum: int, exit_code: int, repo: Path, tmp_path: Path
@@ -328,6 +331,7 @@ def test_stopping_the_agent_kills_every_process_of_the_command(
     assert wait_until(lambda: not (running(a) or running(b) or running(c)), 5)
 
 
+@pytest.mark.slow
 def test_a_command_still_running_when_the_agent_exits_is_killed(repo: Path) -> None:
     a, b = marker(), marker()
     script = textwrap.dedent(f"""

@@ -214,6 +214,7 @@ def test_list_tools_names_what_the_sandbox_exposes(
     assert "CARGO" in out and "MARKER-SECRET" not in out  # a credential file is covered
 
 
+@pytest.mark.slow
 def test_sandbox_read_exposes_a_folder_read_only_and_nothing_else(
     repo: Path, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -247,6 +248,7 @@ def test_a_command_failing_on_a_hidden_program_says_how_to_expose_it(
     assert "--sandbox-read" in out and "~/opt/tools/hidden-tool is hidden" in out
 
 
+@pytest.mark.slow
 def test_a_batch_check_that_fails_on_the_sandbox_says_so_in_its_record(
     repo: Path, home: Path, tmp_path: Path
 ) -> None:

@@ -22,10 +22,10 @@ from toy_agent.ignore import (
     IGNORE_FILE_MAX_BYTES,
     IGNORE_FILE_MAX_LINES,
     IGNORE_PATTERN_MAX_STARS,
-    _gitignored,
-    _ignore_regex,
-    _ignore_rules,
-    _ignored_names,
+    gitignored,
+    ignore_regex,
+    ignore_rules,
+    ignored_names,
 )
 from toy_agent.search import SEARCH_MAX_MATCHES
 from toy_agent.tools import CodeRepositoryTools, ToolError
@@ -118,6 +118,7 @@ def test_search_finds_case_insensitively_and_skips_ignored_files(tree: Path, bac
     assert "  2: second handler" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_lone_cr_ends_a_line_for_search_as_for_read_file(tmp_path: Path, backend: str) -> None:
     """grep and rg end lines at \n only; read_file also at a lone \r (an old Mac ending, or
@@ -143,6 +144,7 @@ GREP_HAS_PCRE = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GREP_HAS_PCRE, reason="grep without -P")
 def test_a_pattern_that_backtracks_without_end_is_refused_not_handed_to_python(tmp_path: Path):
     """grep -P gives up on it; Python's re, which has no time limit, would run for hours."""
@@ -161,6 +163,7 @@ def test_a_file_pattern_expanding_to_too_many_globs_is_refused_at_once(tmp_path:
         finishes(lambda: tools.search_in_files("needle", file_pattern="{a,b}" * 30 + ".py"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_files_named_like_options_or_standard_input_are_searched(tmp_path: Path, backend: str):
     for name in ("-", "-e", "--help"):
@@ -181,6 +184,7 @@ def test_a_file_of_lone_cr_lines_counts_every_matching_line(tmp_path: Path, back
     assert "  150: hit 149" not in out and "  100: hit 99" in out  # 100 lines shown
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("pattern", "kwargs"),
@@ -216,6 +220,7 @@ def test_invalid_regex_is_searched_literally_and_said_so(tree: Path) -> None:
     assert "not a valid regex" in out and "calls.py" in out and "  1: result = handler(" in out
 
 
+@pytest.mark.slow
 def test_python_only_regex_falls_back_to_another_backend(tree: Path) -> None:
     """rg has no look-ahead; the automatic chain still answers, like the Python backend."""
     tools = CodeRepositoryTools(tree)
@@ -237,6 +242,7 @@ def test_results_are_capped_with_a_count_of_the_rest(tmp_path: Path) -> None:
     assert "[… 50 matches (10 more files) cut: narrow the search with path, file_pattern" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_counts_are_worded_in_the_singular_for_one(tmp_path: Path, backend: str) -> None:
     for i in range(SEARCH_MAX_MATCHES + 1):
@@ -251,6 +257,7 @@ def test_counts_are_worded_in_the_singular_for_one(tmp_path: Path, backend: str)
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_binary_files_are_judged_alike_when_hundreds_of_files_match(
     tmp_path: Path, backend: str
@@ -271,6 +278,7 @@ def test_binary_files_are_judged_alike_when_hundreds_of_files_match(
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_long_lines_are_cut(tree: Path) -> None:
     out = search(tree, "python", "x{400}")
     line = "  1: handler " + "x" * 192 + " [… 308 characters cut: read_file shows the line]"
@@ -289,6 +297,7 @@ def test_search_refuses_empty_multiline_and_escaping_patterns(tree: Path) -> Non
         tools.search_in_files("handler", path="nowhere")
 
 
+@pytest.mark.slow
 def test_search_in_an_explicitly_named_ignored_folder(tree: Path) -> None:
     out = search(tree, "python", "handler", path="node_modules")
     assert "node_modules/pkg/index.js" in out
@@ -306,6 +315,7 @@ def fake_tool(bin_dir: Path, name: str, script: str) -> None:
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "grep_script",
     [
@@ -325,6 +335,7 @@ def test_automatic_search_falls_back_when_grep_fails(
     assert "python backend" in caplog.text
 
 
+@pytest.mark.slow
 def test_automatic_search_without_grep_or_rg_uses_python(
     tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
@@ -344,6 +355,7 @@ print(json.dumps([tools.list_files(), tools.search_in_files("hit")]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_gitignore_pattern_that_backtracks_exponentially_cannot_stall_list_or_search(
     tmp_path: Path, backend: str
@@ -438,6 +450,7 @@ def test_list_files_shows_special_files_with_their_kind(
     assert listing[1:] == ["app.py"] + [f"{name}  ({kind})" for name, kind in special_repo.items()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_search_never_opens_special_files(
     repo: Path, special_repo: dict[str, str], backend: str
@@ -451,6 +464,7 @@ def test_search_never_opens_special_files(
             finishes(lambda n=name: tools.search_in_files("handler", path=n))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["grep", BACKENDS[0]])
 def test_grep_and_rg_get_no_keys_and_no_loader_variables(
     tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
@@ -494,7 +508,7 @@ def test_grep_and_rg_get_no_keys_and_no_loader_variables(
     ],
 )
 def test_ignore_patterns_follow_git(line: str, ignored: list[str], kept: list[str]) -> None:
-    translated = _ignore_regex(line)
+    translated = ignore_regex(line)
     assert translated is not None
     regex = re.compile(translated[0])
     assert [p for p in ignored if not regex.match(p)] == []
@@ -505,6 +519,7 @@ _GLOB_PARTS = ["a", "b", "py", ".", "log", "*", "?", "**", "[ab]", "[!a]", "[a-c
 _NAME_PARTS = ["a", "b", "py", ".", "log", "c", "*", "~", "ab"]
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(
     lines=st.lists(
@@ -535,13 +550,13 @@ def test_the_walk_puts_every_name_a_pattern_could_ignore_to_the_patterns(
 ) -> None:
     """The walk matches only the names an ignoring pattern's last segment allows (its literal
     start or end): that shortcut must decide exactly as matching every name does."""
-    rules = _ignore_rules(tuple(lines))
+    rules = ignore_rules(tuple(lines))
     assume(rules is not None)
     specs = (("", rules), ("a", rules)) if prefix else (("", rules),)
     dirs, files = names[::2], names[1::2]
-    each = {n for n in names if _gitignored(prefix + n, n in dirs, specs)}
+    each = {n for n in names if gitignored(prefix + n, n in dirs, specs)}
     block = "\0" + "\0".join(files) + "\0"
-    assert _ignored_names(block, set(), dirs, prefix, specs) == each
+    assert ignored_names(block, set(), dirs, prefix, specs) == each
 
 
 def test_a_hit_cut_in_the_middle_of_a_key_shows_no_part_of_it(tmp_path: Path) -> None:

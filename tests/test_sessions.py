@@ -124,6 +124,7 @@ class Terminal:
             os.close(self.controller)
 
 
+@pytest.mark.slow
 def test_an_interactive_session_continues_the_conversation_and_undoes_a_task(home, repo):
     with FakeProvider() as server:
         server.enqueue(
@@ -171,6 +172,7 @@ def test_an_interactive_session_continues_the_conversation_and_undoes_a_task(hom
     assert all(run["undone"] for run in session["runs"])
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_the_task_in_flight_and_returns_to_the_prompt(home, repo):
     with FakeProvider() as server:
         server.enqueue(
@@ -196,6 +198,7 @@ def test_ctrl_c_cancels_the_task_in_flight_and_returns_to_the_prompt(home, repo)
     assert "a slow task" in sent_text(server.requests[1])  # still part of the conversation
 
 
+@pytest.mark.slow
 def test_without_a_terminal_and_without_a_task_the_exit_code_is_two(home, repo):
     proc = run_cli("--repo", str(repo))
     assert proc.returncode == 2
@@ -205,6 +208,7 @@ def test_without_a_terminal_and_without_a_task_the_exit_code_is_two(home, repo):
 # --- continue and resume, across processes --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_continue_and_resume_carry_the_conversation_into_a_new_process(home, repo, tmp_path):
     trajectory = tmp_path / "first.json"
     with FakeProvider() as server:
@@ -256,6 +260,7 @@ def test_continue_and_resume_carry_the_conversation_into_a_new_process(home, rep
         "fix the greeting", "what does it print now?", "and now?"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_file_from_elsewhere_does_not_choose_the_repository_by_itself(home, repo, tmp_path):
     """A session or trajectory file can come from anyone: the repository it names is used
     only where the user is, or when the user names it with --repo. What it names is shown
@@ -303,9 +308,8 @@ def test_a_continued_conversation_is_fitted_to_the_context_budget(home, repo):
         xml_action("read_file", path="hello.py"),
         xml_action("task_complete", result="done"),
     )
-    agent = ReactAgent(llm, tools=tools, context_budget=500)
     sessions = SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
-    agent._subscribers.append(sessions)
+    agent = ReactAgent(llm, tools=tools, context_budget=500, on_event=sessions)
     agent.run_result("read big.txt")
     agent.run_result("now something else", history=store.load(sessions.session.id).history())
 
@@ -325,10 +329,8 @@ def test_the_session_is_saved_after_every_step(home, repo):
             return super().call_llm(system_prompt, messages, tools=tools, on_text=on_text)
 
     llm = Peeking(xml_action("list_files"), xml_action("task_complete", result="ok"))
-    agent = ReactAgent(llm, tools=tools)
-    agent._subscribers.append(
-        SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
-    )
+    sessions = SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
+    agent = ReactAgent(llm, tools=tools, on_event=sessions)
     agent.run_result("look around")
 
     assert seen and seen[-1]["runs"][0]["outcome"] == "running"
@@ -380,6 +382,7 @@ def test_a_native_conversation_continued_in_a_text_format_is_rewritten_in_that_f
     assert "task_complete" in sent[3].content and sent[4].content == "and now?"
 
 
+@pytest.mark.slow
 def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(home, repo):
     """Anthropic rejects tool_use blocks in a request that offers no tools."""
     with FakeProvider() as server:
@@ -410,10 +413,8 @@ def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(ho
 def edit_run(repo: Path, *replies: str, task: str = "edit") -> SessionStore:
     store = SessionStore()
     tools = CodeRepositoryTools(repo)
-    agent = ReactAgent(ScriptedLlm(*replies), tools=tools)
-    agent._subscribers.append(
-        SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
-    )
+    sessions = SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
+    agent = ReactAgent(ScriptedLlm(*replies), tools=tools, on_event=sessions)
     agent.run_result(task)
     return store
 
@@ -535,6 +536,7 @@ def test_an_agents_md_linking_out_of_the_repository_is_not_read(home, repo, tmp_
     assert load_instructions(CodeRepositoryTools(repo)).text == ""
 
 
+@pytest.mark.slow
 def test_the_live_views_first_line_names_agents_md(home, repo, tmp_path):
     (repo / "AGENTS.md").write_text("Be brief.\n")
     replay = tmp_path / "r.json"

@@ -44,6 +44,7 @@ def test_stdin_is_closed_so_reading_programs_do_not_hang(tools: CodeRepositoryTo
     assert "got:1" in out
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_whole_process_group(tools: CodeRepositoryTools, tmp_path: Path) -> None:
     started = time.monotonic()
     with pytest.raises(ToolError, match="timed out after 1s") as err:
@@ -72,6 +73,7 @@ def test_long_output_keeps_head_and_tail(tools: CodeRepositoryTools) -> None:
     assert len(out) < 20_000
 
 
+@pytest.mark.slow
 def test_endless_output_is_bounded_by_the_timeout(tools: CodeRepositoryTools) -> None:
     with pytest.raises(ToolError, match="timed out") as err:
         tools.run_command("yes", timeout=1)

@@ -49,6 +49,7 @@ def settled(tmp_path: Path) -> tuple[Path, Path]:
     return root, outside
 
 
+@pytest.mark.slow
 def test_an_unchanged_repository_is_walked_from_memory(settled: tuple[Path, Path]) -> None:
     root, _ = settled
     tree = Tree(root)
@@ -59,6 +60,7 @@ def test_an_unchanged_repository_is_walked_from_memory(settled: tuple[Path, Path
     assert tree.scans == scans
 
 
+@pytest.mark.slow
 def test_a_walk_rereads_only_changed_folders_and_sees_every_change(
     settled: tuple[Path, Path],
 ) -> None:
@@ -114,6 +116,7 @@ def test_the_tools_see_their_own_writes_at_once(tmp_path: Path) -> None:
     assert "pkg/b.py" in tools.search_in_files("needle")
 
 
+@pytest.mark.slow
 def test_a_warm_up_walks_in_the_background_and_the_next_walk_reuses_it(
     settled: tuple[Path, Path],
 ) -> None:
@@ -140,6 +143,7 @@ class WaitsForTheWalk(ScriptedLlm):
         return super().call_llm(*args, **kwargs)
 
 
+@pytest.mark.slow
 def test_a_run_walks_the_repository_while_the_first_llm_call_is_in_flight(
     settled: tuple[Path, Path],
 ) -> None:

@@ -21,6 +21,8 @@ from rich.cells import cell_len
 
 from toy_agent.view import ThoughtText
 
+pytestmark = pytest.mark.slow  # see pyproject's markers
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_REPO = ROOT / "toy_agent" / "demo" / "repo"
 DEMO_TRAJECTORY = ROOT / "toy_agent" / "demo" / "trajectory.json"

@@ -270,6 +270,7 @@ def git_ignores_folder(tmp: Path, root: Path, folder: str) -> bool:
         ),
     ],
 )
+@pytest.mark.slow
 def test_walk_lists_the_files_git_lists(
     tmp_path: Path, files: list[str], ignores: dict[str, str], exclude: str | None
 ) -> None:
@@ -350,6 +351,7 @@ def trees(draw: st.DrawFn) -> Tree:
     return Tree(files, ignores, exclude, top)
 
 
+@pytest.mark.slow
 def test_walk_lists_the_files_git_lists_on_random_trees() -> None:
     seen: Counter[str] = Counter()
 

@@ -95,17 +95,22 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with its errors as one line (and a "did you mean" for a mistyped flag)
     instead of the usage dump, through the same UsageError as every other mistake."""
 
+    @property
+    def flags(self) -> list[str]:
+        """Every flag it accepts, -h included, in --help's order (argparse keeps no public
+        list; docs/cli.md's flag table is checked against this one)."""
+        return [o for a in self._actions for o in a.option_strings]
+
     def error(self, message: str) -> NoReturn:
         unknown = re.match(r"unrecognized arguments: (\S+)", message)
         if unknown:
-            flags = [o for a in self._actions for o in a.option_strings]
-            close = difflib.get_close_matches(unknown[1].split("=")[0], flags, n=1)
+            close = difflib.get_close_matches(unknown[1].split("=")[0], self.flags, n=1)
             if close:
                 message += f" (did you mean {close[0]}?)"
         raise UsageError(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     from toy_agent.context import DEFAULT_CONTEXT_BUDGET
     from toy_agent.parsing import FORMAT_NAMES
     from toy_agent.permissions import PERMISSION_MODES

@@ -1,7 +1,7 @@
 """Which paths git ignores: .gitignore files read with caps and compiled to one bounded regex each.
 
 The regexes are built so that matching stays polynomial whatever a hostile pattern says (see
-_ignore_regex), and the walk (tree.py) puts to them only the names some pattern could match.
+ignore_regex), and the walk (tree.py) puts to them only the names some pattern could match.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 IGNORE_FILE_MAX_BYTES = 1 << 20  # a hostile .gitignore is read only this far
 IGNORE_FILE_MAX_LINES = 10_000
 # A longer .gitignore line, or one with more stars, is skipped: no real pattern is, and it
-# compiles to a big regex (each star is an atomic group, see _ignore_regex).
+# compiles to a big regex (each star is an atomic group, see ignore_regex).
 IGNORE_PATTERN_MAX_CHARS = 1024
 IGNORE_PATTERN_MAX_STARS = 32
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -30,7 +30,7 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _Specs = tuple[tuple[str, "_Rules"], ...]  # (folder, its ignore file)
 
 
-def _ignored_names(
+def ignored_names(
     block: str, hidden: set[str], dirs: list[str], prefix: str, specs: _Specs
 ) -> set[str]:
     """The names among the files in `block` (see _kept) but not in `hidden`, and among `dirs`,
@@ -52,7 +52,7 @@ def _ignored_names(
     if not candidates:
         return set()
     folders = set(dirs)
-    return {n for n in candidates if _gitignored(prefix + n, n in folders, specs)}
+    return {n for n in candidates if gitignored(prefix + n, n in folders, specs)}
 
 
 def _names_with(block: str, ends: tuple[str, ...], starts: tuple[str, ...]) -> set[str]:
@@ -138,7 +138,7 @@ class _Rules:
 
 
 @functools.lru_cache(maxsize=64)
-def _ignore_rules(lines: tuple[str, ...]) -> _Rules | None:
+def ignore_rules(lines: tuple[str, ...]) -> _Rules | None:
     """One ignore file as _Rules. The regex is matched at the start of the path below the
     file's folder (with "/" appended to folders). Its alternatives are the file's patterns,
     last first, so the one that matches is git's deciding pattern; its group is named "y<k>"
@@ -153,7 +153,7 @@ def _ignore_rules(lines: tuple[str, ...]) -> _Rules | None:
         if len(line) > IGNORE_PATTERN_MAX_CHARS or line.count("*") > IGNORE_PATTERN_MAX_STARS:
             logger.warning("ignoring a .gitignore line too long or with too many *: %.80r", line)
             continue
-        translated = _ignore_regex(line, f"p{k}")
+        translated = ignore_regex(line, f"p{k}")
         if translated is None:
             continue
         regex, include = translated
@@ -204,7 +204,7 @@ def _literal_tail(glob: str) -> str:
     return glob[cut + 1 :]
 
 
-def _ignore_regex(line: str, tag: str = "") -> tuple[str, bool] | None:
+def ignore_regex(line: str, tag: str = "") -> tuple[str, bool] | None:
     """One ignore-file line (as _ignore_lines gives it) as (regex, include); None for blank
     lines, comments and lines that can never match (an unclosed [...], a trailing backslash).
     The regex is matched at the start of one path below the ignore file's folder, with "/"
@@ -377,7 +377,7 @@ def _bracket_regex(glob: str, start: int) -> tuple[str, int] | None:
     return (f"(?!/)[{body}]" if body else "(?!)"), i + 1
 
 
-def _gitignored(rel: str, is_dir: bool, specs: _Specs) -> bool:
+def gitignored(rel: str, is_dir: bool, specs: _Specs) -> bool:
     """Git's rule: the deepest ignore file with a matching pattern decides, and in it the last
     matching pattern. (Walks prune ignored folders, so only the path itself is matched here.)"""
     path = rel + "/" if is_dir else rel

@@ -22,12 +22,12 @@ from pathlib import Path
 
 from toy_agent.ignore import (
     _NOFOLLOW,
-    _gitignored,
-    _ignore_rules,
-    _ignored_names,
     _names_with,
     _read_ignore_file,
     _Specs,
+    gitignored,
+    ignore_rules,
+    ignored_names,
 )
 
 logger = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ class Tree:
             if (
                 part.startswith(".")
                 or _is_noise_dir(part, str(directory))
-                or _gitignored(rel_dir, True, specs)
+                or gitignored(rel_dir, True, specs)
             ):
                 return (), True
         return specs, False
@@ -303,7 +303,7 @@ class Tree:
             st, lines = read
             if st.st_mtime_ns + _RACY_NS < time.time_ns():
                 self._ignore_files[file] = (_file_stamp(st), lines)
-        rules = _ignore_rules(lines)
+        rules = ignore_rules(lines)
         return (*specs, (rel_dir, rules)) if rules is not None else specs
 
 
@@ -381,7 +381,7 @@ def _kept(
     if hidden:
         files = _without(files, hidden)
     if specs:
-        ignored = _ignored_names(block, hidden, dirs, prefix, specs)
+        ignored = ignored_names(block, hidden, dirs, prefix, specs)
         if ignored:
             files = _without(files, ignored)
             dirs = _without(dirs, ignored) if dirs else dirs
