@@ -31,7 +31,6 @@ TRAJECTORY_FORMAT = "toy_agent.trajectory/1"
 # field changes meaning or goes away, not when one is added.
 OUTPUT_SCHEMA_VERSION = 1
 MAX_OUTPUT_DIFF_CHARS = 100_000  # --output json's "diff": bounded, the rest named
-FILE_CHANGING_TOOLS = frozenset({"write_file", "edit_file"})
 
 
 def _image_references(observation: Observation) -> dict[str, Any]:
@@ -395,15 +394,17 @@ def _replace_file(path: Path, data: bytes) -> None:
 class ChangeTracker:
     """Remembers each file as it was before the run first changed it, to report a diff.
 
-    It sees `write_file`/`edit_file` calls, and names files by `tools.relative`, so `./a.py`
-    and `a.py` are one file; changes made by `run_command` are not tracked.
+    It sees the calls of tools that change files (`write_file`, `edit_file`, a user's tool
+    made with changes_files=True), each naming its file in its `path` parameter, and names
+    files by `tools.relative`, so `./a.py` and `a.py` are one file; changes made by
+    `run_command` are not tracked.
     """
 
     tools: CodeRepositoryTools
     originals: dict[str, str | None] = field(default_factory=dict)
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, ToolStarted) and event.action.tool_name in FILE_CHANGING_TOOLS:
+        if isinstance(event, ToolStarted) and self.tools.changes(event.action.tool_name) == "files":
             path = event.action.parameters.get("path")
             if not isinstance(path, str):
                 return

@@ -9,7 +9,8 @@ that changed files, each file's bytes from before the run first changed it (not 
 are written back) and a hash of its content after the run, to refuse an undo when the file
 changed since. Both files are private to the user (mode 0600, folders 0700).
 
-Only `write_file`/`edit_file` changes are tracked, as `toy_agent.events.ChangeTracker` does;
+Only the changes of tools that change files (`write_file`, `edit_file`, a user's tool made with
+changes_files=True) are tracked, as `toy_agent.events.ChangeTracker` does;
 what `run_command` changes is not.
 
 Old sessions are pruned when a run first saves: a session goes (with its undo data) once it
@@ -38,7 +39,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from toy_agent.context import CHARS_PER_TOKEN, cap_text, estimate_tokens
 from toy_agent.events import (
-    FILE_CHANGING_TOOLS,
     TRAJECTORY_FORMAT,
     Event,
     RunFinished,
@@ -665,7 +665,7 @@ class FileBackup:
 
     def before(self, action: Action) -> None:
         path = action.parameters.get("path")
-        if action.tool_name not in FILE_CHANGING_TOOLS or not isinstance(path, str):
+        if self.tools.changes(action.tool_name) != "files" or not isinstance(path, str):
             return
         try:
             rel = self.tools.relative(path)
