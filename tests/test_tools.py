@@ -528,14 +528,18 @@ def test_schemas_match_the_method_signatures() -> None:
 # --- the confirm preview is the tool's own dry run -----------------------------------------
 
 _LINE_TEXT = st.text(alphabet="ab \t", max_size=4)
-_ENDINGS = st.sampled_from(["\n", "\r\n", "\r"])
+# Each file's endings: LF, CRLF, lone CR, or LF and CRLF mixed. (A lone CR next to an LF reads
+# back as one CRLF, whatever writes it: a file mixing them is left out.)
+_FILE_LINES = st.sampled_from([("\n",), ("\r\n",), ("\r",), ("\n", "\r\n")]).flatmap(
+    lambda endings: st.lists(st.tuples(_LINE_TEXT, st.sampled_from(endings)), max_size=6)
+)
 
 
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    st.lists(st.tuples(_LINE_TEXT, _ENDINGS), max_size=6),
+    _FILE_LINES,
     st.text(alphabet="ab \t\n\r", max_size=6),
     st.text(alphabet="abc\n", max_size=6),
     st.booleans(),
