@@ -3,6 +3,7 @@ ReactAgent(tools=[...]) is offered, checked, run, redacted, timed and recorded l
 
 from __future__ import annotations
 
+import io
 import json
 import keyword
 import re
@@ -303,6 +304,17 @@ def test_a_user_tool_is_offered_and_runs_in_every_action_format(repo, tool_forma
     assert finished[0].observation.content == "3" and not finished[0].observation.is_error
     assert finished[0].seconds >= 0
     assert "count_lines" in agent.settings()["tools"]
+
+
+def test_the_live_view_shows_a_user_tool_s_call_and_its_time(repo):
+    from toy_agent.view import TerminalView
+
+    screen = io.StringIO()
+    llm = ScriptedLlm(*REPLIES["xml"]())
+    ReactAgent(llm, repo, tools=[lines_tool([])],
+               on_event=TerminalView(screen, color=False, width=100)).run("count")  # fmt: skip
+    shown = screen.getvalue()
+    assert re.search(r"✓ count_lines a\.py \d+\.\d\ds", shown), shown
 
 
 def test_a_failing_user_tool_is_an_observation_and_the_run_goes_on(repo, tmp_path):
