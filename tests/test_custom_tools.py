@@ -33,16 +33,6 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def count_lines(path: str, blank: bool = True) -> int:
-    """Count the lines of a file in the repository.
-
-    Args:
-        path: The file, relative to the repository root.
-        blank: Whether blank lines count too.
-    """
-    raise AssertionError("replaced per test")
-
-
 # --- building a tool from a function ----------------------------------------------------
 
 

@@ -160,7 +160,7 @@ class CodeRepositoryTools:
         if self.sandbox == "bwrap":
             where = "with network" if self.sandbox_network else "no network"
             for spec in specs:
-                if spec["name"] == "run_command":
+                if spec["name"] in _BUILTINS_BY_NAME and self.changes(spec["name"]) == "commands":
                     spec["description"] += (f" Sandboxed: {where}, writes only in the "
                                             "repository and /tmp.")  # fmt: skip
         return specs
