@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import codecs
 import contextlib
+import copy
 import difflib
 import errno
 import fcntl
@@ -1373,7 +1374,7 @@ class Tool:
     @property
     def spec(self) -> ToolSpec:
         """What the model is offered (a fresh dict: callers may change it)."""
-        parameters = json.loads(json.dumps(self.parameters))
+        parameters = copy.deepcopy(self.parameters)
         return {"name": self.name, "description": self.description, "parameters": parameters}
 
     @property
