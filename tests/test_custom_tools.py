@@ -416,3 +416,23 @@ def test_the_custom_tool_example_runs(tmp_path):
     counted = len([line for line in stats if line.strip()])
     assert f"count_lines({{'path': 'stats.py', 'blank': False}}) -> '{counted}'" in done.stdout
     assert f"completed: The demo's stats.py has {counted} non-blank lines." in done.stdout
+
+
+def test_an_mcp_tool_named_like_a_user_tool_is_qualified_not_swapped_in(repo):
+    class Server:
+        """A toolbox through the seam, as an MCP server's tools reach the route table."""
+
+        def specs(self) -> list[dict[str, Any]]:
+            return [{"name": "count_lines", "description": "theirs", "parameters": {},
+                     "server": "srv"}]  # fmt: skip
+
+        def call(self, name: str, parameters: dict[str, Any]) -> str:
+            return "theirs"
+
+    calls: list[dict[str, Any]] = []
+    llm = ScriptedLlm(xml_action("count_lines", path="a.py"),
+                      xml_action("task_complete", result="ok"))  # fmt: skip
+    agent = ReactAgent(llm, repo, tools=[lines_tool(calls)], mcp_tools=Server())  # type: ignore[arg-type]
+    assert agent.run("x")["success"]
+    assert calls == [{"path": "a.py", "blank": True}]
+    assert "srv__count_lines" in agent.settings()["tools"]
