@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from toy_agent.search import NOISE_DIRS, walk  # noqa: E402
 from toy_agent.tools import CodeRepositoryTools  # noqa: E402
+from toy_agent.tree import NOISE_DIRS, walk  # noqa: E402
 
 RUNS = 3
 LIST_RUNS = 21

@@ -26,19 +26,13 @@ import pytest
 from fake_providers import FakeProvider, RecordedRequest, Reply, anthropic_reply, error_reply
 from fakes import ScriptedLlm, finishes, run_in_pty, xml_action
 
-from toy_agent.batch import (
-    RECORD_KEYS,
-    BatchError,
-    Credentials,
-    RunSettings,
-    prepare_copy,
-    remove_copy,
-    run_task,
-)
-from toy_agent.batch import Task as BatchTask
+from toy_agent.batch import RECORD_KEYS, BatchError, RunSettings
 from toy_agent.cli import main
+from toy_agent.copies import prepare_copy, remove_copy
 from toy_agent.llm import LlmError
 from toy_agent.messages import LlmResponse
+from toy_agent.task_runner import Credentials, run_task
+from toy_agent.tasks import Task as BatchTask
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("clean_env")  # see conftest
@@ -392,7 +386,7 @@ def test_log_records_of_a_task_name_it_even_from_the_llm_calls_thread(
     sources: dict[str, Path],
 ) -> None:
     from toy_agent import run_batch
-    from toy_agent.batch import TaskLogFilter
+    from toy_agent.task_runner import TaskLogFilter
 
     class Chatty(ScriptedLlm):
         def call_llm(self, *args: Any, **kwargs: Any) -> LlmResponse:

@@ -333,7 +333,8 @@ def test_a_stream_cut_on_every_attempt_exits_3_and_names_the_cut(repo, tmp_path)
 
 
 def test_a_batch_worker_gets_the_api_version_with_the_key_and_base_url(monkeypatch):
-    from toy_agent.batch import RunSettings, provider_environment
+    from toy_agent.executors import provider_environment
+    from toy_agent.task_runner import RunSettings
 
     with FakeProvider(serves="/v1alpha/") as proxy:
         proxy.enqueue(gemini_reply("ok"))

@@ -18,16 +18,16 @@ from fakes import finishes
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from toy_agent.search import (
+from toy_agent.ignore import (
     IGNORE_FILE_MAX_BYTES,
     IGNORE_FILE_MAX_LINES,
     IGNORE_PATTERN_MAX_STARS,
-    SEARCH_MAX_MATCHES,
     _gitignored,
     _ignore_regex,
     _ignore_rules,
     _ignored_names,
 )
+from toy_agent.search import SEARCH_MAX_MATCHES
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

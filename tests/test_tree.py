@@ -12,8 +12,8 @@ from fakes import ScriptedLlm, xml_action
 
 from toy_agent import ReactAgent
 from toy_agent.messages import LlmResponse
-from toy_agent.search import Tree, walk
 from toy_agent.tools import CodeRepositoryTools
+from toy_agent.tree import Tree, walk
 
 RACY_SECONDS = 2.1  # a folder changed less than 2 s before a walk is not remembered
 

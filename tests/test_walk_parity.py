@@ -16,7 +16,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from toy_agent.search import NOISE_DIRS, walk
+from toy_agent.tree import NOISE_DIRS, walk
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 

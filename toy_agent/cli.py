@@ -1,4 +1,4 @@
-"""The command line: parse flags, build the objects, run, map the outcome to an exit code.
+"""The command line: parse flags, build the objects, run a mode (modes.py), return its exit code.
 
 Heavy modules (the agent, the provider SDKs, mcp) are imported only after the flags are
 parsed, so `--help` and `--version` are instant.
@@ -18,33 +18,34 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from toy_agent import __version__
+from toy_agent.modes import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    UsageError,
+    _list_tools,
+    _load_session,
+    _recorded_task,
+    _refuse_single_run_flags,
+    _run_agent,
+    _run_batch,
+    _undo,
+    _use_demo,
+)
 
 if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_tools import McpTools
-    from toy_agent.messages import Message
     from toy_agent.permissions import Permissions
-    from toy_agent.pricing import CostMeter
     from toy_agent.redaction import Redactor
-    from toy_agent.sessions import Session, SessionRecorder, SessionStore
     from toy_agent.tools import CodeRepositoryTools
     from toy_agent.view import TerminalView
 
-EXIT_COMPLETED, EXIT_NOT_COMPLETED, EXIT_USAGE, EXIT_PROVIDER, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for `... | head`
-OUTCOME_EXIT_CODES = {
-    "completed": EXIT_COMPLETED,
-    "max_iterations": EXIT_NOT_COMPLETED,
-    "provider_error": EXIT_PROVIDER,
-    "cancelled": EXIT_INTERRUPTED,
-    "replay_diverged": EXIT_NOT_COMPLETED,
-    "cost_limit": EXIT_NOT_COMPLETED,
-}
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 RESUME_PICK = "\0pick"  # --resume without an id: pick one from a list
 
@@ -97,10 +98,6 @@ class _Parser(argparse.ArgumentParser):
             if close:
                 message += f" (did you mean {close[0]}?)"
         raise UsageError(message)
-
-
-class UsageError(Exception):
-    """A mistake in the flags or the environment: one line on stderr, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -546,40 +543,6 @@ def _wants_json(argv: list[str]) -> str | None:
     return None
 
 
-def _use_demo(args: argparse.Namespace) -> None:
-    """--demo: the bundled demo repository copied into a fresh temporary folder (so running
-    it twice never collides), replayed with its bundled recording, the diff shown."""
-    import json
-    import shutil
-    import tempfile
-    from importlib.resources import as_file, files
-
-    if args.task or args.task_text or args.replay:
-        raise UsageError("--demo brings its own task and recording: leave out the task and "
-                         "--replay")  # fmt: skip
-    folder = Path(tempfile.mkdtemp(prefix="toy-agent-demo-"))
-    demo = files("toy_agent") / "demo"
-    with as_file(demo / "repo") as repo, as_file(demo / "trajectory.json") as recording:
-        shutil.copytree(repo, folder / "demo")
-        shutil.copyfile(recording, folder / "trajectory.json")
-    args.repo, args.replay = str(folder / "demo"), str(folder / "trajectory.json")
-    args.task = json.loads((folder / "trajectory.json").read_text(encoding="utf-8"))["task"]
-    args.llm_provider, args.show_diff, args.demo_folder = "replay", True, folder
-
-
-def _recorded_task(path: str) -> str | None:
-    """The task a recording ran; None when the file says none (the replay client reports a
-    file it cannot read)."""
-    import json
-
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    task = data.get("task") if isinstance(data, dict) else None
-    return task if isinstance(task, str) and task.strip() else None
-
-
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's final flush cannot fail again."""
     with contextlib.suppress(OSError, ValueError):
@@ -684,7 +647,9 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         llm = _llm_client(args)
         started()
         mcp = _mcp_tools(args, redactor)
-        return _run_agent(args, repo, task, llm, mcp, redactor, view, tools, instructions.text)
+        models = _model_client(args)
+        return _run_agent(args, repo, task, llm, mcp, redactor, view, tools, models,
+                          instructions.text)  # fmt: skip
     finally:
         if view is not None:
             view.close()
@@ -693,102 +658,6 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         for handler in handlers:
             logging.getLogger().removeHandler(handler)
             handler.close()
-
-
-def _run_agent(
-    args: argparse.Namespace,
-    repo: Path,
-    task: str | None,
-    llm: LlmClient,
-    mcp: McpTools | None,
-    redactor: Redactor,
-    view: TerminalView | None,
-    tools: CodeRepositoryTools,
-    instructions: str = "",
-) -> int:
-    """One task, or (`task` None) the interactive session; either way saved as a session."""
-    from toy_agent.agent import ReactAgent
-    from toy_agent.events import (
-        OUTPUT_SCHEMA_VERSION,
-        JsonLinesWriter,
-        TrajectoryRecorder,
-        run_diff,
-    )
-    from toy_agent.messages import visible
-    from toy_agent.view import format_summary, make_confirm, to_json, use_color
-
-    subscribers: list[Any] = []
-    lines = JsonLinesWriter(sys.stdout, redactor.redact_obj)
-    if args.output == "stream-json":
-        subscribers.append(lines)
-    if view is not None:
-        subscribers.append(view)
-    recorder = None
-    if args.trajectory:
-        recorder = TrajectoryRecorder(Path(args.trajectory), redactor.redact_obj)
-        subscribers.append(recorder)
-    sessions = _session_recorder(args, repo, tools, redactor, lambda: agent.conversation_history)
-    subscribers.append(sessions)
-    permissions = args.permissions
-    confirm = None
-    if permissions.may_ask(tools.allow_commands):
-        confirm = make_confirm(tools, view.ask if view else _ask)
-    agent = ReactAgent(
-        llm,
-        repo,
-        args.max_iterations,
-        tools=tools,
-        mcp_tools=mcp,
-        tool_format=args.tool_format,
-        context_budget=args.context_budget,
-        allow_commands=args.allow_commands,
-        redactor=redactor,
-        on_event=subscribers,
-        confirm=confirm,
-        stream=args.stream and view is not None,
-        instructions=instructions,
-        cost=_cost_meter(args, llm),
-        permissions=permissions,
-    )
-    lines.session = sessions.session.id
-    if task is None:
-        from toy_agent.interactive import Repl
-
-        return Repl(agent, sessions, view, show_diff=args.show_diff,
-                    models=_model_client(args)).run()  # fmt: skip
-    outcome = agent.run_result(sessions.task(task), history=sessions.conversation())
-    diff, diff_cut = run_diff(redactor.redact_obj(outcome.diffs))
-    result = {"schema_version": OUTPUT_SCHEMA_VERSION,
-              **redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox,
-              "permission_mode": permissions.mode,
-              "session": sessions.session.id, "provider": args.llm_provider,
-              "model": getattr(llm, "model", None), "trajectory": args.trajectory,
-              "exit_code": OUTCOME_EXIT_CODES[outcome.outcome],
-              "diff": diff, "diff_truncated": diff_cut}  # fmt: skip
-    if outcome.outcome == "provider_error":  # once, here: the log does not repeat it
-        print(f"toy-agent: error: {visible(result['error'] or 'the provider failed')}",
-              file=sys.stderr)  # fmt: skip
-    if args.output == "json":
-        print(to_json(result))
-    elif args.output == "stream-json":
-        lines.write({"type": "run_finished", **result})
-    else:
-        diffs = redactor.redact_obj(outcome.diffs)
-        shown = {**result, "error": None} if outcome.outcome == "provider_error" else result
-        summary = format_summary(shown, diffs, show_diff=args.show_diff,
-                                 color=use_color(sys.stdout))  # fmt: skip
-        (view.show if view else print)(summary)  # the view wraps it to the terminal's width
-    sys.stdout.flush()
-    if recorder is not None and recorder.error:
-        print(f"toy-agent: error: {recorder.error}", file=sys.stderr)
-    if sessions.error:
-        print(f"toy-agent: warning: {sessions.error}", file=sys.stderr)
-    if getattr(args, "demo_folder", None):
-        where = sys.stdout if args.output == "text" else sys.stderr
-        print(f"\nThe demo ran on a copy in {args.demo_folder / 'demo'}: look around, or "
-              f"run the tests there (python -m pytest {args.demo_folder / 'demo'}).",
-              file=where)  # fmt: skip
-    return OUTCOME_EXIT_CODES[result["outcome"]]
 
 
 def _model_client(args: argparse.Namespace) -> Callable[[str, str], LlmClient]:
@@ -808,86 +677,6 @@ def _model_client(args: argparse.Namespace) -> Callable[[str, str], LlmClient]:
     return make
 
 
-def _session_recorder(
-    args: argparse.Namespace,
-    repo: Path,
-    tools: CodeRepositoryTools,
-    redactor: Redactor,
-    history: Callable[[], Sequence[Message]],
-) -> SessionRecorder:
-    """The run's session: a new one, the latest of --repo (--continue) or --resume's."""
-    from toy_agent.sessions import Retention, SessionError, SessionRecorder, SessionStore
-
-    demo = getattr(args, "demo_folder", None)  # the demo's session stays in its own folder
-    retention = Retention(args.sessions_keep, args.sessions_keep_days)
-    store = SessionStore(demo / "sessions") if demo else SessionStore(retention=retention)
-    if args.resume and args.continue_session:
-        raise UsageError("--continue and --resume: give one of them")
-    if args.resume:
-        session = _load_session(args.resume, store)
-    elif args.continue_session:
-        latest = store.latest(repo)
-        if latest is None:
-            raise UsageError(f"no saved session of {repo} to continue (sessions: {store.root})")
-        session = latest
-    else:
-        session = store.new(repo)
-    session.repo = str(repo)  # a session resumed with another --repo moves there
-    try:
-        return SessionRecorder(store, session, tools, history, redactor.redact_obj)
-    except SessionError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _load_session(id_or_file: str, store: SessionStore | None = None) -> Session:
-    from toy_agent.sessions import SessionError, SessionStore
-
-    try:
-        return (store or SessionStore()).load(id_or_file)
-    except SessionError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _cost_meter(args: argparse.Namespace, llm: LlmClient) -> CostMeter:
-    """The price of the model (the table's, or --price-input/--price-output) and --max-cost."""
-    from toy_agent.pricing import PriceError, meter_for
-
-    try:
-        return meter_for(getattr(llm, "model", "") or "", args.max_cost, args.price_input,
-                         args.price_output)  # fmt: skip
-    except PriceError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _undo(args: argparse.Namespace, repo: Path) -> int:
-    """--undo: revert the latest run in --repo; refused (exit 1) when a file changed since."""
-    from toy_agent.sessions import (
-        NothingToUndo,
-        SessionError,
-        SessionStore,
-        UndoRefused,
-        undo_latest_in_repo,
-    )
-    from toy_agent.view import to_json, visible
-
-    if args.task or args.continue_session or args.resume:
-        raise UsageError("--undo reverts the latest run and exits: it takes no --task, "
-                         "--continue or --resume")  # fmt: skip
-    try:
-        undone = undo_latest_in_repo(SessionStore(), repo)
-    except (UndoRefused, NothingToUndo) as exc:
-        print(f"toy-agent: {visible(str(exc))}", file=sys.stderr)
-        return EXIT_NOT_COMPLETED
-    except SessionError as exc:
-        raise UsageError(str(exc)) from exc
-    if args.output == "json":
-        print(to_json({"session": undone.session.id, "task": undone.task,
-                       "restored": undone.restored, "removed": undone.removed}))  # fmt: skip
-    else:
-        print(f"toy-agent: {visible(undone.describe())}")
-    return EXIT_COMPLETED
-
-
 def _interactive(args: argparse.Namespace) -> bool:
     """No task on a terminal: an interactive session (text only)."""
     if args.task is not None or not sys.stdin.isatty():
@@ -895,101 +684,6 @@ def _interactive(args: argparse.Namespace) -> bool:
     if args.output == "json":
         raise UsageError("the interactive session prints text: with --output json give --task")
     return True
-
-
-def _refuse_single_run_flags(args: argparse.Namespace) -> None:
-    single = {"--continue": args.continue_session, "--resume": args.resume, "--undo": args.undo,
-              "--append-system-prompt": args.append_system_prompt}  # fmt: skip
-    for flag in (flag for flag, given in single.items() if given):
-        raise UsageError(f"{flag} is for a single run or session, not for --tasks-file")
-
-
-def _run_batch(args: argparse.Namespace, live: bool) -> int:
-    """--tasks-file: toy_agent.batch runs every task in its own copy and writes --out."""
-    from toy_agent.batch import BatchError, RunSettings, run_batch
-    from toy_agent.mcp_config import McpError, load_mcp_config
-    from toy_agent.view import to_json
-
-    if not args.tasks_file or not args.out:
-        raise UsageError("batch runs need both --tasks-file TASKS.jsonl and --out DIR")
-    single = {"--task": args.task, "--repo": args.repo != ".", "--trajectory": args.trajectory,
-              "--confirm": args.confirm, "--stream": args.stream, "--show-diff": args.show_diff,
-              "--list-tools": args.list_tools}  # fmt: skip
-    for flag in (flag for flag, given in single.items() if given):
-        raise UsageError(f"{flag} is for a single run: with --tasks-file each line names its "
-                         "repo and task, and patches and trajectories go to --out")  # fmt: skip
-    if args.permissions.mode == "ask":
-        raise UsageError("--permission-mode ask waits for your answer before every change, "
-                         "which a batch cannot give: use edits, auto or read-only")  # fmt: skip
-    try:
-        config = load_mcp_config(args.mcp_config) if args.mcp_config else []
-    except McpError as exc:
-        raise UsageError(str(exc)) from exc
-    if args.max_total_cost is not None or args.max_cost is not None:
-        _batch_prices(args)
-    settings = RunSettings(
-        provider=args.llm_provider, model=args.model, base_url=args.base_url,
-        max_retries=args.max_retries, timeout=args.timeout, replay=args.replay,
-        replay_lenient=args.replay_lenient, max_iterations=args.max_iterations,
-        tool_format=args.tool_format, context_budget=args.context_budget,
-        allow_commands=args.allow_commands, sandbox=args.sandbox,
-        sandbox_network=args.sandbox_network, sandbox_read=tuple(args.sandbox_read),
-        mcp_servers=(*args.mcp_server, *config),
-        mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
-        max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
-        permissions=args.permissions,
-    )  # fmt: skip
-    try:
-        summary = run_batch(
-            args.tasks_file, args.out, settings, workers=args.workers, redo=args.redo,
-            executor=args.executor, ray_address=args.ray_address, live=live,
-            max_total_cost=args.max_total_cost,
-            progress=None if args.output == "json" else sys.stdout, quiet=args.quiet,
-        )  # fmt: skip
-    except BatchError as exc:
-        raise UsageError(str(exc)) from exc
-    if args.output == "json":
-        print(to_json(summary.to_dict()))
-    return summary.exit_code
-
-
-def _batch_prices(args: argparse.Namespace) -> None:
-    """Cost limits on a batch need a price for its model, known before any task runs."""
-    from toy_agent.llm import PROVIDER_CLASSES
-    from toy_agent.pricing import PriceError, meter_for
-
-    facts = PROVIDER_CLASSES.get(args.llm_provider)
-    model = args.model or (facts.default_model if facts else args.llm_provider)
-    limit = args.max_cost if args.max_cost is not None else args.max_total_cost
-    try:
-        meter_for(model, limit, args.price_input, args.price_output)
-    except PriceError as exc:
-        raise UsageError(str(exc).replace("--max-cost", "a cost limit")) from exc
-
-
-def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTools | None) -> int:
-    import json
-
-    from toy_agent.permissions import OfferedTools
-    from toy_agent.routes import RouteTable
-
-    offered = [OfferedTools.of(mcp, args.permissions)] if mcp else []
-    specs = RouteTable.build(OfferedTools.of(tools, args.permissions), offered).specs
-    if args.output == "json":
-        print(json.dumps(specs, indent=2))
-        return EXIT_COMPLETED
-    from toy_agent.messages import visible
-
-    for spec in specs:  # an MCP server's names and descriptions may hold escape sequences
-        schema = spec.get("parameters") or {}
-        required = set(schema.get("required", []))
-        params = ", ".join(p if p in required else f"{p}?" for p in schema.get("properties", {}))
-        description = (spec.get("description") or "").strip()
-        print(visible(f"{spec['name']}({params})"))
-        print(visible(f"    {description.splitlines()[0] if description else ''}"))
-    policy = tools.sandbox_policy
-    print(f"sandbox: {policy.describe() if policy else tools.sandbox}")
-    return EXIT_COMPLETED
 
 
 def _local_tools(args: argparse.Namespace, repo: Path, redactor: Redactor) -> CodeRepositoryTools:
@@ -1075,7 +769,7 @@ def _setup_logging(
         handlers.append(file_handler)
     for handler in handlers:
         if batch:
-            from toy_agent.batch import TaskLogFilter
+            from toy_agent.task_runner import TaskLogFilter
 
             handler.addFilter(TaskLogFilter())
         handler.addFilter(RedactingFilter(redactor))
@@ -1138,16 +832,6 @@ def _task(task: str | None) -> str:
     if not task.strip():
         raise UsageError("the task is empty")
     return task.strip()
-
-
-def _ask(preview: str, question: str) -> str:
-    """--confirm without the live view: the preview and the question on stderr."""
-    sys.stderr.write(f"\n{preview}\n{question}")
-    sys.stderr.flush()
-    line = sys.stdin.readline()
-    if not line:
-        raise EOFError
-    return line
 
 
 def _fail(exc: Exception, code: int, debug: bool, *, json_output: str | None = None) -> int:

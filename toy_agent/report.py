@@ -29,12 +29,13 @@ from urllib.parse import quote
 
 from toy_agent import __version__
 from toy_agent.agent import DECLINED
-from toy_agent.batch import RESULTS_FILE, TASK_ID
+from toy_agent.batch import RESULTS_FILE
 from toy_agent.events import TRAJECTORY_FORMAT
 from toy_agent.messages import LlmResponse, Message, visible
 from toy_agent.parsing import ActionFormat, ParseError, get_format
 from toy_agent.redaction import REDACTED, Redactor, is_secret_variable
 from toy_agent.sessions import SESSION_FORMAT
+from toy_agent.tasks import TASK_ID
 
 
 @dataclass(frozen=True)

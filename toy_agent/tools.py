@@ -1,8 +1,9 @@
 """Repository tools: every path is confined to the repository root.
 
 Each tool method returns the observation text for the LLM or raises ToolError with a message the
-LLM can act on. Which files count (the ignore rules) and how text is found in them live in
-toy_agent.search; this module confines paths, checks parameters and words the observations.
+LLM can act on. Which files count (tree.py, ignore.py), how text is found in them (search.py)
+and how a command runs (shell.py) live apart; this module confines paths, checks parameters and
+words the observations.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import os
 import re
 import secrets
 import stat
-import subprocess
-import threading
 import time
 import typing
 from collections import Counter
@@ -33,27 +32,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
-from toy_agent.environment import child_environment
 from toy_agent.messages import ToolOutput, ToolSpec, path_from_shown, shown_path
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
-    SandboxPolicy,
-    owned_process_group,
     resolve_sandbox,
-    sandbox_environment,
     sandbox_note,
     sandbox_policy,
 )
 from toy_agent.search import (
     BINARY_SNIFF_BYTES,
     SEARCH_BACKENDS,
-    Listing,
     SearchError,
-    Tree,
     format_matches,
     search,
 )
+from toy_agent.shell import run_shell
 from toy_agent.signatures import read_signature
+from toy_agent.tree import Listing, Tree
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +60,6 @@ SCAN_MAX_BYTES = 256 << 20  # read_file and get_file_info read no further into a
 EDIT_MAX_BYTES = 64 << 20  # edit_file holds the whole file in memory
 DIFF_MAX_BYTES = 8 << 20  # a run's diff shows a bigger file's size, not its lines
 COMMAND_MAX_TIMEOUT = 600
-OUTPUT_HEAD_BYTES = 8_000
-OUTPUT_TAIL_BYTES = 8_000
 STALE_TEMP_SECONDS = 600  # a temp file untouched this long was left by a killed write
 LOCK_WAIT_SECONDS = 30  # how long a write waits for another write in the same folder
 
@@ -1241,73 +1234,6 @@ def _summarise(listing: Listing, top: str) -> list[str]:
         f"list_files(path='{shown_path(example)}').]"
     )
     return lines
-
-
-# --------------------------------------------------------------------------------- commands
-_COMMAND_ENV = {
-    "PAGER": "cat", "GIT_PAGER": "cat", "TERM": "dumb", "NO_COLOR": "1", "CLICOLOR": "0",
-    "GIT_TERMINAL_PROMPT": "0", "DEBIAN_FRONTEND": "noninteractive",
-}  # fmt: skip
-
-
-def run_shell(
-    command: str, cwd: Path, timeout: int, *, policy: SandboxPolicy | None = None
-) -> tuple[int, str, bool]:
-    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
-    secrets in the environment. The command leads its own session, and the whole group is
-    killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM
-    through the CLI); in bwrap's PID namespace that includes what escaped the group."""
-    argv, env = ["/bin/sh", "-c", command], child_environment(_COMMAND_ENV)
-    if policy is not None:
-        argv, env = policy.argv() + argv, sandbox_environment(env, policy)
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    timed_out = False
-    with owned_process_group(proc):
-        assert proc.stdout is not None  # stdout=PIPE
-        capture = _OutputCapture(proc.stdout)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-    capture.join(timeout=2)  # a process that left the group (setsid) may still hold the pipe
-    return proc.returncode, capture.text(), timed_out
-
-
-class _OutputCapture(threading.Thread):
-    """Reads a pipe to the end keeping only its head and tail, so endless output is cheap."""
-
-    def __init__(self, stream: typing.IO[bytes]):
-        super().__init__(daemon=True)
-        self.stream = stream
-        self.head, self.tail = bytearray(), bytearray()
-        self.total_bytes = self.total_lines = 0
-        self.start()
-
-    def run(self) -> None:
-        fd = self.stream.fileno()
-        while chunk := os.read(fd, 65536):
-            self.total_bytes += len(chunk)
-            self.total_lines += chunk.count(b"\n")
-            room = OUTPUT_HEAD_BYTES - len(self.head)
-            self.head += chunk[:room]
-            self.tail += chunk[room:] if room > 0 else chunk
-            del self.tail[:-OUTPUT_TAIL_BYTES]
-        self.stream.close()
-
-    def text(self) -> str:
-        head, tail = bytes(self.head), bytes(self.tail)
-        dropped = self.total_bytes - len(head) - len(tail)
-        if dropped <= 0:
-            return (head + tail).decode("utf-8", "replace")
-        dropped_lines = self.total_lines - head.count(b"\n") - tail.count(b"\n")
-        return (
-            head.decode("utf-8", "replace")
-            + f"\n[... {dropped:,} bytes ({dropped_lines:,} lines) of output cut ...]\n"
-            + tail.decode("utf-8", "replace")
-        )
 
 
 # --------------------------------------------------------------------------------- tools

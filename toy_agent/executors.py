@@ -1,0 +1,148 @@
+"""Where batch tasks run: threads on this machine, or Ray tasks on a cluster."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from toy_agent.llm import PROVIDER_CLASSES, resolve_settings
+from toy_agent.task_runner import (
+    Credentials,
+    RunSettings,
+    StopSignal,
+    failed_result,
+    run_task,
+)
+from toy_agent.tasks import BatchError, Task
+
+INSTALL_RAY = 'pip install "toy-agent[ray]"'
+
+
+class Executor(Protocol):
+    """Where tasks run: `submit` starts one, `finished` returns the (handle, result) pairs
+    done within `timeout`, `cancel` stops the given ones, `close` releases the engine."""
+
+    def submit(self, task: Task) -> Any: ...
+    def finished(
+        self, handles: Sequence[Any], timeout: float
+    ) -> list[tuple[Any, dict[str, Any]]]: ...
+    def cancel(self, handles: Sequence[Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+class LocalExecutor:
+    """Threads: tasks spend their time waiting on the LLM, so threads scale with --workers."""
+
+    def __init__(self, settings: RunSettings, scratch: Path, workers: int, stop: StopSignal):
+        self._settings, self._scratch, self._stop = settings, scratch, stop
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, "toy-agent-task")
+
+    def submit(self, task: Task) -> concurrent.futures.Future[dict[str, Any]]:
+        return self._pool.submit(run_task, task, self._settings, self._scratch, self._stop)
+
+    def finished(
+        self, handles: Sequence[concurrent.futures.Future[dict[str, Any]]], timeout: float
+    ) -> list[tuple[Any, dict[str, Any]]]:
+        done, _ = concurrent.futures.wait(
+            handles, timeout, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        return [(future, future.result()) for future in done]
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        self._stop.set()  # every task on this machine: the batch is stopping
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class RayExecutor:
+    """Each task is a Ray task on an existing cluster (`address`, or RAY_ADDRESS), or on a local
+    Ray instance started here and stopped in close(). Workers get the provider's key and base
+    URL as an argument (see Credentials) and prepare their own copy; the result comes back."""
+
+    def __init__(self, settings: RunSettings, scratch: Path, workers: int, address: str | None):
+        try:
+            import ray
+        except ImportError:
+            raise BatchError(f"--executor ray needs the ray package: {INSTALL_RAY}") from None
+        except Exception as exc:  # a broken install: a grpc or protobuf mismatch is common
+            raise BatchError(f"--executor ray: importing ray failed ({_one_line(exc)}); "
+                             f"reinstall it: {INSTALL_RAY}") from None  # fmt: skip
+        self._ray = ray
+        self._settings, self._scratch = settings, scratch
+        cluster = address or os.environ.get("RAY_ADDRESS")
+        self._started_here = not ray.is_initialized()
+        try:
+            if self._started_here and cluster:
+                ray.init(address=cluster, logging_level=logging.WARNING)
+            elif self._started_here:
+                ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                         logging_level=logging.WARNING)  # fmt: skip
+        except Exception as exc:  # ConnectionError, TimeoutError, RuntimeError, ray's own
+            where = f"the Ray cluster at {cluster}" if cluster else "a local Ray instance"
+            message = f"--executor ray: could not start or reach {where} ({_one_line(exc)})"
+            raise BatchError(f"{message}; check --ray-address or RAY_ADDRESS") from None
+        self._credentials = Credentials(provider_environment(settings))
+        self._runtime_env: dict[str, Any] = {}
+        if cluster:  # the workers may not have toy_agent (this version of it) installed
+            self._runtime_env["py_modules"] = [str(Path(__file__).resolve().parent)]
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
+        self._ids: dict[Any, str] = {}
+
+    def submit(self, task: Task) -> Any:
+        options = self._remote.options(runtime_env=self._runtime_env)
+        ref = options.remote(
+            task, self._settings, str(self._scratch), credentials=self._credentials
+        )
+        self._ids[ref] = task.id
+        return ref
+
+    def finished(self, handles: Sequence[Any], timeout: float) -> list[tuple[Any, dict[str, Any]]]:
+        ray = self._ray
+        ready, rest = ray.wait(list(handles), num_returns=1, timeout=timeout)
+        if ready and rest:
+            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        results: list[tuple[Any, dict[str, Any]]] = []
+        for ref in ready:
+            task_id = self._ids.pop(ref)
+            try:
+                results.append((ref, ray.get(ref)))
+            except ray.exceptions.RayTaskError:
+                raise  # a bug in run_task: it raises, as it would on a thread
+            except ray.exceptions.RayError as exc:  # the worker or its node died, or cancelled
+                error = f"the Ray task failed: {type(exc).__name__}: {exc}"
+                results.append((ref, failed_result(task_id, error)))
+        return results
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        for ref in handles:
+            with contextlib.suppress(Exception):
+                self._ray.cancel(ref)
+
+    def close(self) -> None:
+        if self._started_here:
+            self._ray.shutdown()
+
+
+def _one_line(exc: BaseException) -> str:
+    """`Type: the last line of the message`, for an error from a library we do not control."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[-1].strip()}" if lines else type(exc).__name__
+
+
+def provider_environment(settings: RunSettings) -> dict[str, str]:
+    """The key, base URL and API version variables a worker's client reads, from this
+    environment."""
+    if settings.make_llm is not None or settings.provider not in PROVIDER_CLASSES:
+        return {}
+    facts = PROVIDER_CLASSES[settings.provider]
+    key, url = resolve_settings(settings.provider, None, settings.base_url, os.environ)
+    variables = {facts.key_envs[0]: key, facts.base_url_env: url}
+    if facts.api_version_env and os.environ.get(facts.api_version_env):
+        variables[facts.api_version_env] = os.environ[facts.api_version_env]
+    return variables
