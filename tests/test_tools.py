@@ -529,3 +529,81 @@ def test_schemas_match_the_method_signatures() -> None:
     assert tools[0]["parameters"]["properties"]["path"]["default"] == "."
     with_commands = [t["name"] for t in get_available_tools(allow_commands=True)]
     assert with_commands[-2:] == ["run_command", "task_complete"]
+
+
+# --- the confirm preview is the tool's own dry run -----------------------------------------
+
+_LINE_TEXT = st.text(alphabet="ab \t", max_size=4)
+# Each file's endings: LF, CRLF, lone CR, or LF and CRLF mixed. (A lone CR next to an LF reads
+# back as one CRLF, whatever writes it: a file mixing them is left out.)
+_FILE_LINES = st.sampled_from([("\n",), ("\r\n",), ("\r",), ("\n", "\r\n")]).flatmap(
+    lambda endings: st.lists(st.tuples(_LINE_TEXT, st.sampled_from(endings)), max_size=6)
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    _FILE_LINES,
+    st.text(alphabet="ab \t\n\r", max_size=6),
+    st.text(alphabet="abc\n", max_size=6),
+    st.booleans(),
+)
+def test_the_edit_preview_is_exactly_the_change_edit_file_then_makes(
+    tmp_path: Path, lines, old_str, new_str, take_from_file
+) -> None:
+    """Whatever the file and the edit, the confirm prompt shows the diff edit_file then makes,
+    or the error it then gives: both come from edit_file itself (a dry run)."""
+    import difflib
+
+    from toy_agent.parsing import Action
+    from toy_agent.view import preview_action
+
+    content = "".join(text + ending for text, ending in lines)
+    if take_from_file and content:
+        old_str = content[len(content) // 3 : len(content) // 3 + 4]
+    target = tmp_path / "f.txt"
+    target.write_bytes(content.encode())
+    tools = CodeRepositoryTools(tmp_path)
+    params = {"path": "f.txt", "old_str": old_str, "new_str": new_str}
+    preview = preview_action(Action("edit_file", params), tools)
+    assert target.read_bytes() == content.encode()  # the preview wrote nothing
+    try:
+        tools.edit_file(**params)
+    except ToolError as exc:
+        assert preview == f"edit_file: {exc} (the tool will refuse it)"
+        assert target.read_bytes() == content.encode()
+        return
+    unified = [
+        text.replace("\r\n", "\n").replace("\r", "\n").splitlines(keepends=True)
+        for text in (content, target.read_bytes().decode())
+    ]
+    assert preview == "".join(difflib.unified_diff(*unified, "a/f.txt", "b/f.txt"))
+
+
+def test_the_edit_preview_refuses_what_edit_file_refuses(tmp_path: Path) -> None:
+    """The old preview replaced the first of several matches; edit_file refuses them."""
+    from toy_agent.parsing import Action
+    from toy_agent.view import preview_action
+
+    (tmp_path / "a.py").write_text("x = 1\nx = 1\n")
+    edit = Action("edit_file", {"path": "a.py", "old_str": "x = 1", "new_str": "x = 2"})
+    preview = preview_action(edit, CodeRepositoryTools(tmp_path))
+    assert preview.startswith("edit_file: old_str occurs 2 times in a.py")
+    assert preview.endswith("(the tool will refuse it)")
+
+
+def test_the_write_and_command_previews_say_what_would_happen(tmp_path: Path) -> None:
+    from toy_agent.parsing import Action
+    from toy_agent.view import preview_action
+
+    (tmp_path / "a.py").write_text("old\n")
+    tools = CodeRepositoryTools(tmp_path, allow_commands=True)
+    write = preview_action(Action("write_file", {"path": "a.py", "content": "new\n"}), tools)
+    assert write == "--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-old\n+new\n"
+    escape = preview_action(Action("write_file", {"path": "../x", "content": ""}), tools)
+    assert "outside the repository" in escape and escape.endswith("(the tool will refuse it)")
+    command = preview_action(Action("run_command", {"command": "pytest -q"}), tools)
+    assert command == "$ pytest -q"
+    assert (tmp_path / "a.py").read_text() == "old\n" and not (tmp_path.parent / "x").exists()

@@ -18,6 +18,8 @@ _EXPORTS = {
     "CodeRepositoryTools": "toy_agent.tools",
     "ToolError": "toy_agent.tools",
     "get_available_tools": "toy_agent.tools",
+    "Tool": "toy_agent.tools",
+    "tool": "toy_agent.tools",
     "LlmClient": "toy_agent.llm",
     "LlmError": "toy_agent.llm",
     "ClaudeLlmClient": "toy_agent.llm",

@@ -65,7 +65,6 @@ from toy_agent.parsing import (
     nesting_depth,
 )
 from toy_agent.permissions import (
-    CHANGING_TOOLS,
     READ_ONLY_PROMPT,
     Answer,
     OfferedTools,
@@ -75,7 +74,7 @@ from toy_agent.permissions import (
 from toy_agent.pricing import CostLimitReached, CostMeter, price_for
 from toy_agent.redaction import Redactor
 from toy_agent.routes import RouteTable
-from toy_agent.tools import CodeRepositoryTools, ToolError
+from toy_agent.tools import CodeRepositoryTools, Tool, ToolError
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +86,6 @@ Paths are relative to the repository root. Read before you change; never guess f
 contents. Prefer edit_file for changes, write_file for new files. If a tool fails, fix the \
 call instead of repeating it."""
 
-CONFIRM_TOOLS = CHANGING_TOOLS  # what mode ask (--confirm) asks about
 REPEAT_LIMIT = 3
 LLM_POLL_SECONDS = 0.1
 DECLINED = (
@@ -188,6 +186,9 @@ class ReactAgent:
     prices each call and may stop a run before one (default: the model's price, no limit).
     `permissions` say what is offered, what runs and what asks `confirm` first (default:
     mode ask when a `confirm` hook is given, as before permission modes existed, else auto).
+    `tools` is the repository's CodeRepositoryTools, or your own tools (functions with type
+    hints and a docstring, or Tool objects; see toy_agent.tools.tool) offered next to the
+    built-in ones on `repo_path`.
     """
 
     def __init__(
@@ -197,7 +198,7 @@ class ReactAgent:
         max_iterations: int = 10,
         mcp_server_url: str | None = None,
         *,
-        tools: CodeRepositoryTools | None = None,
+        tools: CodeRepositoryTools | Iterable[Tool | Callable[..., Any]] | None = None,
         mcp_tools: McpTools | None = None,
         tool_format: str | ActionFormat = "xml",
         context_budget: int = DEFAULT_CONTEXT_BUDGET,
@@ -448,7 +449,8 @@ class ReactAgent:
         permissions decide; when they ask, the confirm hook's answer does."""
         if action.tool_name not in self._routes.routes and not self.permissions.read_only:
             return None  # not offered: no one is asked, the route table answers
-        decision = self.permissions.decide(action.tool_name, action.parameters)
+        changes = self.tools.changes(action.tool_name)
+        decision = self.permissions.decide(action.tool_name, action.parameters, changes)
         if decision.verdict == "run":
             return None
         if decision.verdict == "deny":
@@ -633,16 +635,17 @@ def _bounded(call: ToolCall) -> ToolCall:
 
 
 def _repository_tools(
-    tools: CodeRepositoryTools | None,
+    tools: CodeRepositoryTools | Iterable[Tool | Callable[..., Any]] | None,
     repo_path: str | Path | None,
     allow_commands: bool | None,
     redactor: Redactor,
 ) -> CodeRepositoryTools:
-    """The tools, or tools for `repo_path`; what `tools` already says must not be contradicted
-    (a different repository, or commands asked for but off)."""
-    if tools is None:
+    """The tools, or tools for `repo_path` (with the user's own, when `tools` lists them);
+    what `tools` already says must not be contradicted (a different repository, or commands
+    asked for but off)."""
+    if not isinstance(tools, CodeRepositoryTools):
         return CodeRepositoryTools(repo_path or ".", allow_commands=bool(allow_commands),
-                                   redactor=redactor)  # fmt: skip
+                                   redactor=redactor, extra_tools=tools or ())  # fmt: skip
     if repo_path is not None and Path(repo_path).resolve() != tools.repo_path:
         raise ValueError(f"repo_path {repo_path} contradicts tools, which work on "
                          f"{tools.repo_path}; pass one of them")  # fmt: skip

@@ -32,7 +32,6 @@ TRAJECTORY_FORMAT = "toy_agent.trajectory/1"
 # field changes meaning or goes away, not when one is added.
 OUTPUT_SCHEMA_VERSION = 1
 MAX_OUTPUT_DIFF_CHARS = 100_000  # --output json's "diff": bounded, the rest named
-FILE_CHANGING_TOOLS = frozenset({"write_file", "edit_file"})
 
 
 def _image_references(observation: Observation) -> dict[str, Any]:
@@ -393,8 +392,10 @@ class ChangeTracker:
     toy_agent.files.FileState), for both the run's diff and undo (toy_agent.sessions keeps
     `before` and `new_dirs` as the run's undo data).
 
-    It sees `write_file`/`edit_file` calls, and names files by `tools.relative`, so `./a.py`
-    and `a.py` are one file; changes made by `run_command` are not tracked.
+    It sees the calls of tools that change files (`write_file`, `edit_file`, a user's tool
+    made with changes_files=True), each naming its file in its `path` parameter, and names
+    files by `tools.relative`, so `./a.py` and `a.py` are one file; changes made by
+    `run_command` are not tracked.
     """
 
     tools: CodeRepositoryTools
@@ -402,7 +403,7 @@ class ChangeTracker:
     new_dirs: dict[str, list[str]] = field(default_factory=dict)  # folders missing before
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, ToolStarted) and event.action.tool_name in FILE_CHANGING_TOOLS:
+        if isinstance(event, ToolStarted) and self.tools.changes(event.action.tool_name) == "files":
             path = event.action.parameters.get("path")
             if not isinstance(path, str):
                 return

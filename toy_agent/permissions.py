@@ -26,11 +26,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from toy_agent.messages import ToolOutput
+from toy_agent.tools import BUILTIN_TOOLS, Changes, CodeRepositoryTools
+
 PERMISSION_MODES = ("read-only", "ask", "edits", "auto")
 DEFAULT_MODE = "auto"
-FILE_TOOLS = frozenset({"write_file", "edit_file"})
-COMMAND_TOOL = "run_command"
-CHANGING_TOOLS = FILE_TOOLS | {COMMAND_TOOL}
 READ_ONLY_PROMPT = (
     "This run is read-only: the user asked you to look, explain or plan, not to change "
     "anything. You can list, read and search files; you cannot write or edit files or run "
@@ -289,21 +289,27 @@ class Permissions:
     def read_only(self) -> bool:
         return self.mode == "read-only"
 
-    def offers(self, spec: dict[str, Any]) -> bool:
+    def offers(self, spec: dict[str, Any], changes: Changes | None = None) -> bool:
         """Whether a tool is offered at all. Read-only offers no changing local tool, and an
         MCP tool only when its server says it changes nothing (`read_only` in its spec, from
-        the readOnlyHint annotation): an unannotated tool may change anything."""
+        the readOnlyHint annotation): an unannotated tool may change anything. `changes`:
+        what the local tool may change (Tool.changes; by default a built-in's, by name)."""
         if not self.read_only:
             return True
         if "server" in spec:
             return spec.get("read_only") is True
-        return spec["name"] not in CHANGING_TOOLS
+        return (changes or _builtin_changes(spec["name"])) == "nothing"
 
-    def decide(self, tool_name: str, parameters: dict[str, Any]) -> Decision:
-        if self.read_only and tool_name in CHANGING_TOOLS:
+    def decide(
+        self, tool_name: str, parameters: dict[str, Any], changes: Changes | None = None
+    ) -> Decision:
+        """`changes`: what the tool may change (Tool.changes; by default a built-in's, by
+        name, and "nothing" for any other name, e.g. an MCP tool's)."""
+        changes = changes or _builtin_changes(tool_name)
+        if self.read_only and changes != "nothing":
             return Decision("deny", f"this run is read-only (--permission-mode read-only): "
                             f"{tool_name} is not available")  # fmt: skip
-        if tool_name == COMMAND_TOOL:
+        if changes == "commands":
             verdict, rule, command = self.rules.check(str(parameters.get("command", "")))
             if verdict == "deny":
                 return Decision(
@@ -312,7 +318,7 @@ class Permissions:
             if verdict == "allow" or self.mode == "auto":
                 return Decision("run")
             return Decision("ask")
-        if tool_name in FILE_TOOLS and self.mode == "ask":
+        if changes == "files" and self.mode == "ask":
             return Decision("ask")
         return Decision("run")
 
@@ -348,7 +354,15 @@ class OfferedTools:
         return cls(toolbox, permissions) if permissions.read_only else toolbox
 
     def specs(self) -> list[dict[str, Any]]:
-        return [spec for spec in self.toolbox.specs() if self.permissions.offers(spec)]
+        local = self.toolbox if isinstance(self.toolbox, CodeRepositoryTools) else None
+        return [
+            spec for spec in self.toolbox.specs()
+            if self.permissions.offers(spec, local.changes(spec["name"]) if local else None)
+        ]  # fmt: skip
 
-    def call(self, name: str, parameters: dict[str, Any]) -> str:
-        return str(self.toolbox.call(name, parameters))
+    def call(self, name: str, parameters: dict[str, Any]) -> str | ToolOutput:
+        return self.toolbox.call(name, parameters)
+
+
+def _builtin_changes(name: str) -> Changes:
+    return next((tool.changes for tool in BUILTIN_TOOLS if tool.name == name), "nothing")

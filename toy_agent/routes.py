@@ -41,7 +41,8 @@ class RouteTable:
         specs: list[ToolSpec] = []
         routes: dict[str, tuple[Toolbox, str]] = {}
         taken = set(RESERVED_TOOL_NAMES)
-        for spec in local.specs():
+        for spec in local.specs():  # the user's own tools too: no one else takes their names
+            taken.add(spec["name"])
             specs.append(spec)
             routes[spec["name"]] = (local, spec["name"])
         for toolbox in others:

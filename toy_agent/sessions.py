@@ -9,9 +9,10 @@ that changed files, each file's bytes from before the run first changed it (not 
 are written back) and a hash of its content after the run, to refuse an undo when the file
 changed since. Both files are private to the user (mode 0600, folders 0700).
 
-Only `write_file`/`edit_file` changes are tracked: the run's `toy_agent.events.ChangeTracker`
-reads each file once before its first change, for the run's diff and for undo; what
-`run_command` changes is not.
+Only the changes of tools that change files (`write_file`, `edit_file`, a user's tool made
+with changes_files=True) are tracked: the run's `toy_agent.events.ChangeTracker` reads each
+file once before its first change, for the run's diff and for undo; what `run_command`
+changes is not.
 
 Old sessions are pruned when a run first saves: a session goes (with its undo data) once it
 is neither among the newest `Retention.keep` (default 200) nor younger than `Retention.days`

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import copy
 import difflib
 import inspect
 import itertools
+import json
 import logging
 import os
 import re
@@ -20,11 +22,11 @@ import stat
 import time
 import typing
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
 from toy_agent import cuts
 from toy_agent.files import (
@@ -56,7 +58,7 @@ from toy_agent.files import (
 from toy_agent.files import (
     STALE_TEMP_SECONDS as STALE_TEMP_SECONDS,  # the tests' and callers' old home of it
 )
-from toy_agent.messages import path_from_shown, shown_path
+from toy_agent.messages import ToolOutput, ToolSpec, path_from_shown, shown_path
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
     resolve_sandbox,
@@ -70,6 +72,7 @@ from toy_agent.search import (
     search,
 )
 from toy_agent.shell import run_shell
+from toy_agent.signatures import read_signature
 from toy_agent.tree import Listing, Tree
 
 logger = logging.getLogger(__name__)
@@ -85,6 +88,27 @@ _LONG_LINE = (
 COMMAND_MAX_TIMEOUT = 600
 
 
+# What a tool may change: nothing; files (its `path` parameter names the file: asked under
+# mode ask, tracked for the run's diff and undo); anything, through commands (asked under
+# modes ask and edits, checked against the command rules, offered only with commands on).
+Changes = Literal["nothing", "files", "commands"]
+_Method = TypeVar("_Method", bound=Callable[..., str])
+PATH = "Path relative to the repository root."
+
+
+def _builtin(
+    description: str, *, changes: Changes = "nothing", **parameters: str
+) -> Callable[[_Method], _Method]:
+    """Marks a CodeRepositoryTools method as a built-in tool: what the model is told it does,
+    what each parameter is, and what it changes. BUILTIN_TOOLS is made from these marks."""
+
+    def mark(method: _Method) -> _Method:
+        setattr(method, "__tool__", (description, changes, parameters))  # noqa: B010
+        return method
+
+    return mark
+
+
 class CodeRepositoryTools:
     """The local tools the agent may call, all confined to `repo_path`."""
 
@@ -98,7 +122,10 @@ class CodeRepositoryTools:
         sandbox: str = "off",
         sandbox_network: bool = False,
         sandbox_read: Iterable[str | Path] = (),
+        extra_tools: Iterable[Tool | Callable[..., Any]] = (),
     ):
+        self.extra_tools = _extra_tools(extra_tools)  # first: a bad tool is told before all else
+        self._extra_by_name = {tool.name: tool for tool in self.extra_tools}
         if search_backend not in ("auto", *SEARCH_BACKENDS):
             raise ValueError(f"search_backend must be auto, rg, grep or python: {search_backend}")
         self.repo_path = Path(repo_path).resolve()
@@ -123,16 +150,17 @@ class CodeRepositoryTools:
     def specs(self) -> list[dict[str, Any]]:
         """The Toolbox face (see toy_agent.routes): the local tools, without task_complete.
         A sandboxed run_command says so, so the model expects its limits."""
-        specs = get_available_tools(self.allow_commands)[:-1]
+        specs = [*get_available_tools(self.allow_commands)[:-1],
+                 *(tool.spec for tool in self.extra_tools)]  # fmt: skip
         if self.sandbox == "bwrap":
             where = "with network" if self.sandbox_network else "no network"
             for spec in specs:
-                if spec["name"] == "run_command":
+                if spec["name"] in _BUILTINS_BY_NAME and self.changes(spec["name"]) == "commands":
                     spec["description"] += (f" Sandboxed: {where}, writes only in the "
                                             "repository and /tmp.")  # fmt: skip
         return specs
 
-    def call(self, name: str, parameters: dict[str, Any]) -> str:
+    def call(self, name: str, parameters: dict[str, Any]) -> str | ToolOutput:
         return self.execute(name, parameters)
 
     def relative(self, path: str) -> str:
@@ -150,29 +178,40 @@ class CodeRepositoryTools:
             return None
         return file_state(self.repo_path, rel, self.links).text()
 
-    def execute(self, name: str, parameters: dict[str, Any] | None) -> str:
+    def tool(self, name: str) -> Tool | None:
+        """The local tool called `name` (run_command too when commands are off), or None."""
+        return _BUILTINS_BY_NAME.get(name) or self._extra_by_name.get(name)
+
+    def changes(self, name: str) -> Changes:
+        """What the tool called `name` may change ("nothing" for a name that is not local)."""
+        tool = self.tool(name)
+        return tool.changes if tool is not None else "nothing"
+
+    def preview(self, name: str, parameters: dict[str, Any]) -> str:
+        """What the confirm prompt shows before the call runs (see Tool.preview)."""
+        tool = self.tool(name)
+        return tool.preview(self, parameters) if tool else f"{name}: unknown tool"
+
+    def execute(self, name: str, parameters: dict[str, Any] | None) -> str | ToolOutput:
         """Run local tool `name`; bad parameters and failures raise ToolError."""
-        if name == "run_command" and not self.allow_commands:
-            raise ToolError(_COMMANDS_DISABLED)
-        if name not in _tool_names(self.allow_commands):
-            names = ", ".join(_tool_names(self.allow_commands))
+        tool = self.tool(name)
+        if tool is None:
+            names = ", ".join(spec["name"] for spec in self.specs())
             raise ToolError(f"Unknown tool '{name}'. Local tools: {names}.")
-        method = getattr(self, name)
-        kwargs = _bind_parameters(name, method, parameters)
-        logger.debug("tool %s %s", name, _preview(kwargs))
-        try:
-            result = method(**kwargs)
-        except ToolError as exc:
-            logger.debug("tool %s failed: %s", name, str(exc).partition("\n")[0])
-            raise
-        except OSError as exc:
-            logger.debug("tool %s raised", name, exc_info=True)
-            where = f" ({os.path.relpath(exc.filename, self.repo_path)})" if exc.filename else ""
-            raise ToolError(f"{name} failed: {exc.strerror or exc}{where}") from exc
-        logger.debug("tool %s succeeded (%d chars)", name, len(result))
-        return result
+        if tool.changes == "commands" and name in _BUILTINS_BY_NAME and not self.allow_commands:
+            raise ToolError(_COMMANDS_DISABLED)
+        return tool.run(self, parameters)
 
     # ----------------------------------------------------------------------------- tools
+    # Each tool is a method marked with what the model is told about it (short on purpose:
+    # it is sent with every request, and each description names its parameters, so the
+    # prompt's compact parameter list needs no descriptions of its own; see
+    # toy_agent.catalogue). A method with a keyword-only `dry_run` previews itself with it.
+    @_builtin(
+        "List files under path, recursively, without ignored or hidden ones; big trees are "
+        "summarised per folder.",
+        path=PATH,
+    )
     def list_files(self, path: str = ".") -> str:
         """List files and folders under `path`, summarised when too many to read."""
         top = self._resolve(path)
@@ -197,6 +236,13 @@ class CodeRepositoryTools:
             )
         return "\n".join([header + ".", *_summarise(listing, self._rel(top)), *unread])
 
+    @_builtin(
+        f"Read the text file at path with line numbers, at most {READ_MAX_LINES} lines a call; "
+        "start_line/end_line pick a range.",
+        path=PATH,
+        start_line="First line to show, counting from 1 (default 1).",
+        end_line="Last line to show, inclusive (default: as many as fit).",
+    )
     def read_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
     ) -> str:
@@ -244,11 +290,20 @@ class CodeRepositoryTools:
             out.append(f"[Note: some bytes are not valid {encoding.name}; shown as \ufffd.]")
         return "\n".join(out)
 
-    def write_file(self, path: str, content: str) -> str:
+    @_builtin(
+        "Create or overwrite the file at path with content.",
+        changes="files",
+        path=PATH,
+        content="The complete new content of the file.",
+    )
+    def write_file(self, path: str, content: str, *, dry_run: bool = False) -> str:
         """Create or replace a whole file, atomically. A replaced file keeps its encoding (byte-
-        order mark, UTF-16/32) and, when `content` uses "\n", line endings it uses throughout."""
+        order mark, UTF-16/32) and, when `content` uses "\n", line endings it uses throughout.
+        `dry_run`: nothing is written; the diff it would make is returned."""
         target = self._writable(path)
         rel = self._shown(target)
+        if dry_run:
+            return _diff(self._rel(target), self.snapshot(path) or "", content)
         with self._rewrite(target) as file:
             encoding, ending = existing_format(file)
             text = content.removeprefix("\ufeff") if encoding.bom else content
@@ -269,9 +324,18 @@ class CodeRepositoryTools:
         note = f"; kept {' and '.join(kept)}" if kept else ""
         return f"{done} (overwrote the previous {old_size:,} bytes{note})."
 
-    def edit_file(self, path: str, old_str: str, new_str: str) -> str:
+    @_builtin(
+        "In the file at path, replace old_str (exact, occurring once) with new_str.",
+        changes="files",
+        path=PATH,
+        old_str="The exact text to replace; must occur exactly once in the file.",
+        new_str="The text to put in its place.",
+    )
+    def edit_file(self, path: str, old_str: str, new_str: str, *, dry_run: bool = False) -> str:
         """Replace the one occurrence of old_str; anything else leaves the file untouched.
-        Matching sees every line ending as "\n"; the file keeps its own endings and encoding."""
+        Matching sees every line ending as "\n"; the file keeps its own endings and encoding.
+        `dry_run`: nothing is written; the diff it would make is returned (what --confirm
+        shows, so the preview is this very edit)."""
         if not old_str:
             raise ToolError("old_str is empty; to write a whole file use write_file.")
         old, new = _unify_endings(old_str), _unify_endings(new_str)
@@ -292,12 +356,21 @@ class CodeRepositoryTools:
             pos = _locate(doc.text, old, rel)
             new_text = doc.text[:pos] + new + doc.text[pos + len(old) :]
             data = doc.encode(new_text, _edited_endings(doc, pos, old, new))
+            if dry_run:
+                return _diff(self._rel(target), doc.text, new_text)
             file.replace(data)
         first = new_text.count("\n", 0, pos) + 1
         last = first + new.count("\n")
         logger.info("edited %s at line %d (%d bytes)", rel, first, len(data))
         return f"Edited {rel} (line {first}). It now reads:\n" + _snippet(new_text, first, last)
 
+    @_builtin(
+        "Search files under path for a case-insensitive regex pattern; file_pattern is a glob "
+        "such as '*.py'.",
+        pattern="Regular expression (Python/PCRE syntax); invalid ones are searched literally.",
+        path=PATH,
+        file_pattern="Only search files whose name matches this glob, e.g. '*.py' or '*.{js,ts}'.",
+    )
     def search_in_files(
         self, pattern: str, path: str = ".", file_pattern: str | None = None
     ) -> str:
@@ -353,6 +426,7 @@ class CodeRepositoryTools:
         names = ", ".join(shown_path(f"{rel}/") for rel in locked[:20])
         return [f"[Cannot be read (permission denied), so not listed or searched: {names}{more}.]"]
 
+    @_builtin("Size, lines, type, language and permissions of the file at path.", path=PATH)
     def get_file_info(self, path: str) -> str:
         """Metadata to decide how to read a file: size, lines, kind, language, mtime, mode."""
         target = self._resolve(path)
@@ -392,15 +466,24 @@ class CodeRepositoryTools:
         ]
         return "\n".join(info)
 
-    def run_command(self, command: str, timeout: int = 60) -> str:
+    @_builtin(
+        "Run a shell command in the repository root: exit code and output. No stdin; killed "
+        "after timeout seconds.",
+        changes="commands",
+        command="The shell command line.",
+        timeout=f"Seconds before the command is killed (1-{COMMAND_MAX_TIMEOUT}).",
+    )
+    def run_command(self, command: str, timeout: int = 60, *, dry_run: bool = False) -> str:
         """Run a shell command in the repo root, sandboxed when self.sandbox says so; every
-        process it started dies with it."""
+        process it started dies with it. `dry_run`: the command line, not run."""
         if not self.allow_commands:
             raise ToolError(_COMMANDS_DISABLED)
         if not command.strip():
             raise ToolError("command is empty.")
         if not 1 <= timeout <= COMMAND_MAX_TIMEOUT:
             raise ToolError(f"timeout must be between 1 and {COMMAND_MAX_TIMEOUT} seconds.")
+        if dry_run:
+            return f"$ {command}"
         started = time.perf_counter()
         code, output, timed_out = run_shell(
             command, self.repo_path, timeout, policy=self.sandbox_policy
@@ -761,76 +844,201 @@ def _summarise(listing: Listing, top: str) -> list[str]:
     return lines
 
 
-# --------------------------------------------------------------------------------- schemas
+# --------------------------------------------------------------------------------- tools
 _COMMANDS_DISABLED = (
     "run_command is disabled: shell commands are off unless the user starts the agent with "
     "--allow-commands. Use the file tools instead."
 )
-_LOCAL_TOOLS = (
-    "list_files", "read_file", "write_file", "edit_file", "search_in_files", "get_file_info",
-    "run_command",
-)  # fmt: skip
-# Short on purpose: sent with every request. Each names its parameters, so the prompt's
-# compact parameter list needs no descriptions of its own (parsing.compact_parameters).
-_DESCRIPTIONS = {
-    "list_files": "List files under path, recursively, without ignored or hidden ones; big "
-    "trees are summarised per folder.",
-    "read_file": f"Read the text file at path with line numbers, at most {READ_MAX_LINES} "
-    "lines a call; start_line/end_line pick a range.",
-    "write_file": "Create or overwrite the file at path with content.",
-    "edit_file": "In the file at path, replace old_str (exact, occurring once) with new_str.",
-    "search_in_files": "Search files under path for a case-insensitive regex pattern; "
-    "file_pattern is a glob such as '*.py'.",
-    "get_file_info": "Size, lines, type, language and permissions of the file at path.",
-    "run_command": "Run a shell command in the repository root: exit code and output. No "
-    "stdin; killed after timeout seconds.",
-}
-_PARAMETERS = {
-    "path": "Path relative to the repository root.",
-    "start_line": "First line to show, counting from 1 (default 1).",
-    "end_line": "Last line to show, inclusive (default: as many as fit).",
-    "content": "The complete new content of the file.",
-    "old_str": "The exact text to replace; must occur exactly once in the file.",
-    "new_str": "The text to put in its place.",
-    "pattern": "Regular expression (Python/PCRE syntax); invalid ones are searched literally.",
-    "file_pattern": "Only search files whose name matches this glob, e.g. '*.py' or '*.{js,ts}'.",
-    "command": "The shell command line.",
-    "timeout": f"Seconds before the command is killed (1-{COMMAND_MAX_TIMEOUT}).",
-}
-_JSON_TYPES = {str: "string", int: "integer"}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # what every provider accepts
 
 
-def _tool_names(allow_commands: bool) -> tuple[str, ...]:
-    return _LOCAL_TOOLS if allow_commands else _LOCAL_TOOLS[:-1]
+@dataclass(frozen=True)
+class Tool:
+    """One tool, whole: what the model is shown (name, description, parameters as JSON
+    Schema), what it may change (which decides whether the user is asked, whether a read-only
+    run offers it and whether the run's diff tracks it), how it previews a call for the
+    confirm prompt, and the function that runs it. The catalogue, the permissions, the
+    change tracker, the confirm preview and the route table all read these.
+
+    Build one from a typed, documented function with `Tool.from_function` or `@tool`.
+    `context` names the function's parameters the agent fills in and the model never sees:
+    "tools" (the run's CodeRepositoryTools: confined file access), "repo" (the repository
+    root, a Path) and "dry_run" (True for the confirm preview: the tool says what it would
+    do, and does nothing).
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., Any]
+    changes: Changes = "nothing"
+    context: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ValueError(f"tool name {self.name!r} must be 1-64 letters, digits, _ or -, "
+                             "not starting with a digit or -")  # fmt: skip
+        if self.changes not in ("nothing", "files", "commands"):
+            raise ValueError(f"tool {self.name}: changes must be nothing, files or commands")
+
+    @classmethod
+    def from_function(
+        cls,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        changes_files: bool = False,
+    ) -> Tool:
+        """The tool a function makes: its name, its docstring's first paragraph as the
+        description, and its parameters' schema from its type hints and the docstring's
+        `Args:` (or `:param x:`) lines. Parameters annotated `Path` or `CodeRepositoryTools`
+        and a keyword-only `dry_run` are context (see Tool). Raises ValueError or TypeError
+        for what cannot be a tool, naming it."""
+        name = name or str(getattr(function, "__name__", ""))
+        context = _context_parameters(function)
+        signature = read_signature(function, hidden=frozenset(context))
+        description = description or signature.description
+        if not description:
+            raise ValueError(f"tool {name}: give the function a docstring (its first line "
+                             "tells the model what the tool does) or a description")  # fmt: skip
+        changes: Changes = "files" if changes_files else "nothing"
+        return cls(name, description, signature.schema, function, changes, context)
+
+    @property
+    def spec(self) -> ToolSpec:
+        """What the model is offered (a fresh dict: callers may change it)."""
+        parameters = copy.deepcopy(self.parameters)
+        return {"name": self.name, "description": self.description, "parameters": parameters}
+
+    @property
+    def asks(self) -> bool:
+        """Whether a permission mode may ask the user before it runs (mode ask asks for all)."""
+        return self.changes != "nothing"
+
+    def run(
+        self, tools: CodeRepositoryTools, parameters: dict[str, Any] | None, dry_run: bool = False
+    ) -> str | ToolOutput:
+        """Check the model's parameters against the schema, fill in the context, call. The
+        model's mistakes and the tool's failures raise ToolError; for a built-in, any other
+        exception is a bug and raises as it is."""
+        kwargs = _bind_parameters(self.name, self.parameters, parameters)
+        logger.debug("tool %s %s", self.name, _preview(kwargs))
+        given = {"tools": tools, "repo": tools.repo_path, "dry_run": dry_run}
+        context = {param: given[kind] for param, kind in self.context.items()}
+        try:
+            result = self.function(**context, **kwargs)
+        except ToolError as exc:
+            logger.debug("tool %s failed: %s", self.name, str(exc).partition("\n")[0])
+            raise
+        except OSError as exc:
+            logger.debug("tool %s raised", self.name, exc_info=True)
+            filename = exc.filename if isinstance(exc.filename, str) else ""
+            where = f" ({os.path.relpath(filename, tools.repo_path)})" if filename else ""
+            raise ToolError(f"{self.name} failed: {exc.strerror or exc}{where}") from exc
+        except Exception as exc:
+            if self.name in _BUILTINS_BY_NAME:
+                raise
+            logger.debug("tool %s raised", self.name, exc_info=True)
+            raise ToolError(f"{self.name} failed: {type(exc).__name__}: {exc}") from exc
+        output = _output(result)
+        logger.debug("tool %s succeeded (%d chars)", self.name, len(str(output)))
+        return output
+
+    def preview(self, tools: CodeRepositoryTools, parameters: dict[str, Any]) -> str:
+        """What the confirm prompt shows: the tool's own dry run when it has one (the same
+        code as the call, so they cannot disagree), else the call's parameters."""
+        if "dry_run" not in self.context.values():
+            return f"{self.name} {json.dumps(parameters, ensure_ascii=False, default=str)}"
+        try:
+            return str(self.run(tools, parameters, dry_run=True))
+        except ToolError as exc:
+            return f"{self.name}: {exc} (the tool will refuse it)"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The function itself: a decorated function still works as one."""
+        return self.function(*args, **kwargs)
 
 
-def _parameter_types(method: Callable[..., str]) -> dict[str, tuple[type, inspect.Parameter]]:
-    """name -> (base type, parameter), read from the signature so schema and checks agree."""
-    hints = typing.get_type_hints(method)
-    params = inspect.signature(method).parameters
-    out = {}
-    for name, param in params.items():
-        if name == "self":
+@overload
+def tool(function: Callable[..., Any], /) -> Tool: ...
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, changes_files: bool = False
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    changes_files: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """`@tool` or `@tool(changes_files=True, ...)`: the function as a Tool (see
+    Tool.from_function), to hand to `ReactAgent(..., tools=[...])`."""
+
+    def make(f: Callable[..., Any]) -> Tool:
+        return Tool.from_function(f, name=name, description=description,
+                                  changes_files=changes_files)  # fmt: skip
+
+    return make if function is None else make(function)
+
+
+def _context_parameters(function: Callable[..., Any]) -> dict[str, str]:
+    """The parameters the agent fills in (see Tool): by type, and `dry_run` by name."""
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception as exc:  # a hint naming what the function's module does not define
+        raise TypeError(f"{getattr(function, '__qualname__', function)}: its type hints "
+                        f"cannot be read: {exc}") from None  # fmt: skip
+    context = {}
+    for pname, param in inspect.signature(function).parameters.items():
+        hint = hints.get(pname)
+        if hint is CodeRepositoryTools:
+            context[pname] = "tools"
+        elif hint is Path:
+            context[pname] = "repo"
+        elif pname == "dry_run" and param.kind is param.KEYWORD_ONLY:
+            context[pname] = "dry_run"
+    return context
+
+
+def _output(result: Any) -> str | ToolOutput:
+    """A tool's return value as an observation: text and ToolOutput as they are, None as
+    "(no output)", JSON values as JSON, anything else as str()."""
+    if isinstance(result, str | ToolOutput):
+        return result
+    if result is None:
+        return "(no output)"
+    if isinstance(result, dict | list | tuple | int | float | bool):
+        try:
+            return json.dumps(result, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            pass
+    return str(result)
+
+
+def _builtin_tools() -> tuple[Tool, ...]:
+    """The built-in tools, in the order CodeRepositoryTools defines them (see _builtin)."""
+    tools = []
+    for name, method in vars(CodeRepositoryTools).items():
+        if not hasattr(method, "__tool__"):
             continue
-        kinds = [a for a in typing.get_args(hints[name]) or (hints[name],) if a is not type(None)]
-        out[name] = (kinds[0], param)
-    return out
+        description, changes, described = method.__tool__
+        hidden = {"self": "tools", **_context_parameters(method)}
+        signature = read_signature(method, hidden=frozenset(hidden), descriptions=described)
+        tools.append(Tool(name, description, signature.schema, method, changes, hidden))
+    return tuple(tools)
+
+
+BUILTIN_TOOLS = _builtin_tools()
+_BUILTINS_BY_NAME = {tool.name: tool for tool in BUILTIN_TOOLS}
 
 
 def get_available_tools(allow_commands: bool = False) -> list[dict[str, Any]]:
     """The local tools as {"name", "description", "parameters": JSON Schema}, task_complete last."""
-    tools = []
-    for name in _tool_names(allow_commands):
-        properties, required = {}, []
-        for pname, (kind, param) in _parameter_types(getattr(CodeRepositoryTools, name)).items():
-            properties[pname] = {"type": _JSON_TYPES[kind], "description": _PARAMETERS[pname]}
-            if param.default is inspect.Parameter.empty:
-                required.append(pname)
-            elif param.default is not None:
-                properties[pname]["default"] = param.default
-        schema = {"type": "object", "properties": properties, "required": required}
-        tools.append({"name": name, "description": _DESCRIPTIONS[name], "parameters": schema})
-    return [*tools, {**TASK_COMPLETE_SPEC}]
+    offered = [t for t in BUILTIN_TOOLS if allow_commands or t.changes != "commands"]
+    return [*(t.spec for t in offered), {**TASK_COMPLETE_SPEC}]
 
 
 TASK_COMPLETE_SPEC: dict[str, Any] = {
@@ -844,39 +1052,80 @@ TASK_COMPLETE_SPEC: dict[str, Any] = {
     },
 }
 # Names no other toolbox may take, whether or not run_command is on for this run.
-RESERVED_TOOL_NAMES = frozenset((*_LOCAL_TOOLS, "task_complete"))
+RESERVED_TOOL_NAMES = frozenset((*_BUILTINS_BY_NAME, "task_complete"))
 
 
-def _bind_parameters(name: str, method: Callable[..., str], given: Any) -> dict[str, Any]:
-    """Check the LLM's parameters against the tool signature; JSON null means the default."""
+def _extra_tools(given: Iterable[Tool | Callable[..., Any]]) -> tuple[Tool, ...]:
+    """The user's tools as Tools: a function becomes one (Tool.from_function). A name that
+    is a built-in's, task_complete or taken twice is refused here, before any run."""
+    if isinstance(given, Tool) or not isinstance(given, Iterable):
+        given = [given]
+    tools: list[Tool] = []
+    for item in given:
+        if isinstance(item, CodeRepositoryTools):
+            raise TypeError("extra_tools takes functions and Tools; a CodeRepositoryTools is "
+                            "passed to ReactAgent as tools=")  # fmt: skip
+        one = item if isinstance(item, Tool) else Tool.from_function(item)
+        if one.name in RESERVED_TOOL_NAMES:
+            raise ValueError(f"a tool cannot be called {one.name}: that is a built-in tool's "
+                             "name; pass name= to give it another")  # fmt: skip
+        if any(other.name == one.name for other in tools):
+            raise ValueError(f"two tools are called {one.name}; tool names must be unique")
+        tools.append(one)
+    return tuple(tools)
+
+
+def _bind_parameters(name: str, schema: dict[str, Any], given: Any) -> dict[str, Any]:
+    """Check the LLM's parameters against the tool's schema; JSON null means the default."""
     given = {} if given is None else given
     if not isinstance(given, dict):
         raise ToolError(f"Parameters for {name} must be a JSON object, got {_json_type(given)}.")
-    expected = _parameter_types(method)
-    accepted = ", ".join(
-        p + ("" if param.default is inspect.Parameter.empty else " (optional)")
-        for p, (_, param) in expected.items()
-    )
+    expected: dict[str, Any] = schema.get("properties", {})
+    required = set(schema.get("required", []))
+    accepted = ", ".join(p + ("" if p in required else " (optional)") for p in expected)
     unknown = sorted(set(given) - set(expected))
     if unknown:
         raise ToolError(
             f"Unknown parameter(s) for {name}: {', '.join(unknown)}. Accepted: {accepted}."
         )
     kwargs = {}
-    for pname, (kind, param) in expected.items():
+    for pname, prop in expected.items():
         value = given.get(pname)
         if value is None:
-            if param.default is inspect.Parameter.empty:
+            if pname in required:
                 raise ToolError(
                     f"Missing required parameter '{pname}' for {name}. Parameters: {accepted}."
                 )
             continue
-        kwargs[pname] = _coerce(name, pname, value, kind)
+        kwargs[pname] = _coerce(name, pname, value, prop)
     return kwargs
 
 
-def _coerce(tool: str, pname: str, value: Any, kind: type) -> Any:
-    if kind is int:
+def _coerce(tool: str, pname: str, value: Any, prop: dict[str, Any]) -> Any:
+    """`value` as the parameter's schema types it: a number given as text becomes a number
+    and the reverse, as models often write them; anything else that does not fit raises."""
+    kinds = prop.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    wrong = None
+    for kind in kinds:
+        try:
+            value = _as_json_type(tool, pname, value, kind, prop)
+            break
+        except ToolError as exc:
+            wrong = wrong or exc
+    else:
+        if wrong is not None:
+            raise wrong
+    if "enum" in prop and value not in prop["enum"]:
+        choices = ", ".join(json.dumps(v) for v in prop["enum"])
+        raise ToolError(f"Parameter '{pname}' of {tool} must be one of {choices}, got "
+                        f"{_short(value)}.")  # fmt: skip
+    return value
+
+
+def _as_json_type(tool: str, pname: str, value: Any, kind: str, prop: dict[str, Any]) -> Any:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "integer":
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
@@ -884,13 +1133,49 @@ def _coerce(tool: str, pname: str, value: Any, kind: type) -> Any:
         if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
             return int(value)
         raise ToolError(f"Parameter '{pname}' of {tool} must be an integer, got {_short(value)}.")
-    if isinstance(value, str):
+    if kind == "number":
+        if number:
+            return value
+        with contextlib.suppress(ValueError):
+            if isinstance(value, str) and value.strip():
+                return float(value)
+        raise ToolError(f"Parameter '{pname}' of {tool} must be a number, got {_short(value)}.")
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise ToolError(f"Parameter '{pname}' of {tool} must be true or false, got "
+                        f"{_short(value)}.")  # fmt: skip
+    if kind == "array" and isinstance(value, list):
+        items = prop.get("items")
+        if isinstance(items, dict) and items:
+            return [_coerce(tool, f"{pname}[{i}]", v, items) for i, v in enumerate(value)]
         return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise ToolError(
-        f"Parameter '{pname}' of {tool} must be a string, got {_json_type(value)} {_short(value)}."
-    )
+    if kind == "object" and isinstance(value, dict):
+        values = prop.get("additionalProperties")
+        if isinstance(values, dict) and values:
+            return {k: _coerce(tool, f"{pname}.{k}", v, values) for k, v in value.items()}
+        return value
+    if kind == "string":
+        if isinstance(value, str):
+            return value
+        if number:
+            return str(value)
+        raise ToolError(f"Parameter '{pname}' of {tool} must be a string, got "
+                        f"{_json_type(value)} {_short(value)}.")  # fmt: skip
+    if kind == "null" and value is None:
+        return value
+    article = "an" if kind[:1] in "aeiou" else "a"
+    raise ToolError(f"Parameter '{pname}' of {tool} must be {article} {kind}, got "
+                    f"{_json_type(value)} {_short(value)}.")  # fmt: skip
+
+
+def _diff(rel: str, before: str, after: str) -> str:
+    """The unified diff a change makes, line endings as the model sees them ("\n")."""
+    old, new = (_unify_endings(text).splitlines(keepends=True) for text in (before, after))
+    diff = difflib.unified_diff(old, new, fromfile=f"a/{rel}", tofile=f"b/{rel}")
+    return "".join(diff) or f"{shown_path(rel)}: no change"
 
 
 def _json_type(value: Any) -> str:

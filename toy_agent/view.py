@@ -10,7 +10,6 @@ Text from the model, the tools or the repository goes through `visible()` before
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import re
@@ -38,7 +37,7 @@ from toy_agent.events import (
 from toy_agent.messages import FailedAttempt, visible
 from toy_agent.parsing import Action
 from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
-from toy_agent.tools import CodeRepositoryTools, ToolError
+from toy_agent.tools import CodeRepositoryTools
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -575,27 +574,9 @@ def format_summary(
 
 
 def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
-    """What --confirm shows before a change: a diff for file edits, the command to run."""
-    params = action.parameters
-    if action.tool_name == "run_command":
-        return f"$ {params.get('command', '')}"
-    try:
-        path = tools.relative(str(params.get("path", "")))
-    except ToolError as exc:
-        return f"{action.tool_name}: {exc} (the tool will refuse it)"
-    # Line endings as the model sees them: edit_file matches old_str the same way.
-    before = re.sub(r"\r\n?", "\n", tools.snapshot(path) or "")
-    if action.tool_name == "write_file":
-        after = str(params.get("content", ""))
-    else:
-        after = before.replace(str(params.get("old_str", "")), str(params.get("new_str", "")), 1)
-    diff = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
-        fromfile=f"a/{path}",
-        tofile=f"b/{path}",
-    )
-    return "".join(diff) or f"{action.tool_name} {path}: no change"
+    """What --confirm shows before a change: the tool's own dry run (a diff for file edits,
+    the command to run), so the preview is exactly what the call would do."""
+    return tools.preview(action.tool_name, action.parameters)
 
 
 def make_confirm(
