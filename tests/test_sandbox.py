@@ -29,9 +29,9 @@ from toy_agent.cli import main
 from toy_agent.sandbox import (
     SCRATCH_HOME,
     SandboxUnavailable,
-    bwrap_argv,
     bwrap_problem,
     resolve_sandbox,
+    sandbox_policy,
 )
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
@@ -93,11 +93,11 @@ def wait_until(condition, seconds: float = 10.0) -> bool:
 
 
 # ----------------------------------------------------------------------------- choosing it
-def test_bwrap_argv_mounts_parents_first_and_hides_home_and_run(tmp_path: Path) -> None:
+def test_the_policy_mounts_parents_first_and_hides_home_and_run(tmp_path: Path) -> None:
     home = tmp_path / "home"
     repo = home / "work" / "repo"
     repo.mkdir(parents=True)
-    argv = " ".join(bwrap_argv(repo, homes=[home]))
+    argv = " ".join(sandbox_policy(repo, homes=[home]).argv())
     # tmp_path is under /tmp: /tmp's tmpfs, then the home's inside it, then the repository.
     assert argv.index("--tmpfs /tmp ") < argv.index(f"--tmpfs {home} ") < argv.index("--bind")
     assert f"--bind {repo} {repo}" in argv and f"--remount-ro {home} " in argv
@@ -105,7 +105,7 @@ def test_bwrap_argv_mounts_parents_first_and_hides_home_and_run(tmp_path: Path) 
     assert "--unshare-all" in argv and "--share-net" not in argv and "--die-with-parent" in argv
     assert argv.endswith(f"--chdir {repo} --")
 
-    with_network = bwrap_argv(repo, network=True, homes=[home])
+    with_network = sandbox_policy(repo, network=True, homes=[home]).argv()
     assert "--share-net" in with_network and "/run" not in with_network
 
 

@@ -205,13 +205,6 @@ def sandbox_policy(
                          tuple(masked))  # fmt: skip
 
 
-def bwrap_argv(
-    repo: Path, *, network: bool = False, homes: Iterable[Path] | None = None
-) -> list[str]:
-    """The argv of sandbox_policy(repo, ...): for callers that build no policy of their own."""
-    return sandbox_policy(repo, network=network, homes=homes).argv()
-
-
 def toolchain_folders(environ: Mapping[str, str], hidden: Iterable[Path]) -> list[Path]:
     """The folders inside the hidden ones that the user's own programs need: each PATH entry's
     install prefix (`~/.pyenv` for `~/.pyenv/shims`, `~/.nvm/versions/node/v20` for its `bin`),
@@ -230,11 +223,10 @@ def toolchain_folders(environ: Mapping[str, str], hidden: Iterable[Path]) -> lis
 
     for entry in environ.get("PATH", "").split(os.pathsep):
         real = _real_dir(entry)
-        if real is None or home_of(real) is None:
+        home = home_of(real) if real is not None else None
+        if real is None or home is None:
             continue
         add(real)
-        home = home_of(real)
-        assert home is not None
         for implied in _IMPLIED.get(str(real.relative_to(home)), ()):
             if (home / implied).is_dir():
                 found.add(home / implied)
