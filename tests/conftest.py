@@ -45,6 +45,29 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return workdir
 
 
+@pytest.fixture
+def home(clean_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private home: HOME, XDG_STATE_HOME and XDG_CONFIG_HOME under tmp_path/home, and
+    `clean_env`'s environment without provider variables or TOY_AGENT_ settings."""
+    root = tmp_path / "home"
+    for name, sub in (("HOME", ""), ("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config")):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv(name, str(root / sub))
+    for name in list(os.environ):
+        if name.startswith("TOY_AGENT_") or name.endswith(("_API_KEY", "_BASE_URL")):
+            monkeypatch.delenv(name)
+    return root
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A one-file repository: hello.py, which prints a misspelt greeting for tasks to fix."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "hello.py").write_text("print('helo')\n")
+    return root
+
+
 # --- the official MCP reference servers (tests/reference_servers.py) --------------------------
 
 

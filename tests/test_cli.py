@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import ROOT, run_cli
 from fake_providers import FakeProvider, Reply, anthropic_reply, error_reply
 from fakes import run_in_pty, write_replay, xml_action
 
@@ -21,28 +22,7 @@ from toy_agent import __version__
 from toy_agent.cli import main
 from toy_agent.messages import Usage
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("clean_env")  # see conftest
-
-
-@pytest.fixture
-def repo(tmp_path):
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "hello.py").write_text("print('helo')\n")
-    return root
-
-
-def run_cli(*args: str, stdin: str = "", env: dict | None = None, **kwargs):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "main.py"), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "NO_COLOR": "1", **(env or {})},
-        **kwargs,
-    )
 
 
 @pytest.mark.slow

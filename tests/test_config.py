@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,22 +15,6 @@ from toy_agent.cli import build_parser, main
 from toy_agent.config import ConfigError, config_path, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    """HOME, XDG_CONFIG_HOME and XDG_STATE_HOME in tmp_path; no TOY_AGENT_ or provider variables."""
-    root = tmp_path / "home"
-    for name, sub in (("HOME", ""), ("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config")):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-        monkeypatch.setenv(name, str(root / sub))
-    for name in list(os.environ):
-        if name.startswith("TOY_AGENT_") or name.endswith(("_API_KEY", "_BASE_URL")):
-            monkeypatch.delenv(name)
-    workdir = tmp_path / "cwd"
-    workdir.mkdir()
-    monkeypatch.chdir(workdir)
-    return root
 
 
 def write_config(home: Path, text: str) -> Path:
@@ -75,21 +57,19 @@ def test_switches_and_repeatable_flags_take_their_natural_values(home):
     assert settings(["--mcp-server", "c"]).mcp_server == ["c"]  # the flag replaces the list
 
 
-@pytest.mark.slow
-def test_a_config_file_sets_defaults_for_a_real_run(home, tmp_path, capsys):
+def test_a_config_file_sets_defaults_for_a_real_run(home, tmp_path, capsys, monkeypatch):
     repo = tmp_path / "repo"
     repo.mkdir()
     write_config(home, 'model = "claude-from-config"\nmax_retries = 0\n')
     with FakeProvider() as server:
         server.enqueue(anthropic_reply(xml_action("task_complete", result="ok")))
-        env = {**os.environ, **server.env("claude"), "TOY_AGENT_OUTPUT": "json"}
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "main.py"), "--task", "x", "--repo", str(repo)],
-            capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        for name, value in {**server.env("claude"), "TOY_AGENT_OUTPUT": "json"}.items():
+            monkeypatch.setenv(name, value)
+        code = main(["--task", "x", "--repo", str(repo)])
 
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["result"] == "ok"  # TOY_AGENT_OUTPUT=json
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["result"] == "ok"  # TOY_AGENT_OUTPUT=json
     assert server.requests[0].body["model"] == "claude-from-config"
 
 

@@ -16,17 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import ROOT, run_cli
 from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
 from fakes import ScriptedLlm, write_replay, xml_action
+from test_sessions import sessions_dir
 
 from toy_agent.messages import LlmResponse, Message, ToolCall, ToolResult, Usage
 from toy_agent.sessions import compact_conversation
 
 pytestmark = pytest.mark.slow  # see pyproject's markers
-
-ROOT = Path(__file__).resolve().parents[1]
-# The same private home, repository and CLI runner as the session tests.
-from test_sessions import home, repo, run_cli, sessions_dir  # noqa: E402, F401 (fixtures)
 
 
 def saved_sessions(home: Path) -> list[dict]:

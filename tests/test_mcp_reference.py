@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import reference_servers as ref
+from cli_helpers import run_cli as cli
 
 from toy_agent.mcp_tools import (
     McpProgress,
@@ -32,11 +33,6 @@ TASK_ONLY = "simulate-research-query"  # execution.taskSupport: "required"
 
 def everything_stdio(servers: ref.ReferenceServers) -> McpServerConfig:
     return parse_server_arg(shlex.join(servers.command(ref.EVERYTHING, "stdio")))
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "main.py"), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
 def logged(caplog: pytest.LogCaptureFixture, prefix: str) -> list[logging.LogRecord]:

@@ -5,41 +5,16 @@ through the real CLI, its stdout and its stderr."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from cli_helpers import ROOT, run_cli
 from fake_providers import FakeProvider, error_reply
-from fakes import xml_action
+from fakes import write_replay, xml_action
 
 from toy_agent.llm import first_difference
 from toy_agent.redaction import mask_key
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("clean_env")
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "hello.py").write_text("print('helo')\n")
-    return root
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "main.py"), *args], capture_output=True, text=True,
-        timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1", **(env or {})},
-    )  # fmt: skip
-
-
-def write_recording(path: Path, *replies: str) -> Path:
-    steps = [{"response": {"text": text}} for text in replies]
-    path.write_text(json.dumps({"steps": steps, "settings": {"model": "replayed"}}))
-    return path
 
 
 # --- 7: complete streams ----------------------------------------------------------------------
@@ -47,7 +22,7 @@ def write_recording(path: Path, *replies: str) -> Path:
 
 @pytest.mark.slow
 def test_stream_json_has_an_event_for_every_step_an_unparsable_reply_too(repo, tmp_path):
-    recording = write_recording(
+    recording = write_replay(
         tmp_path / "r.json",
         "I will just say it: the file prints helo.",  # no action: the model is told
         xml_action("read_file", path="hello.py"),
@@ -79,7 +54,7 @@ def test_stream_json_has_an_event_for_every_step_an_unparsable_reply_too(repo, t
 @pytest.mark.slow
 def test_output_json_carries_the_run_s_diff_with_secrets_redacted(repo, tmp_path):
     key = "sk-proj-" + "A1b2C3d4" * 5
-    recording = write_recording(
+    recording = write_replay(
         tmp_path / "r.json",
         xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello"),
         xml_action("write_file", path="settings.py", content=f"API_KEY = '{key}'\n"),
@@ -101,7 +76,7 @@ def test_output_json_carries_the_run_s_diff_with_secrets_redacted(repo, tmp_path
 @pytest.mark.slow
 def test_output_json_s_diff_is_bounded_and_says_it_was_cut(repo, tmp_path):
     big = "".join(f"line {n}: {'x' * 60}\n" for n in range(3000))  # about 200 KB
-    recording = write_recording(
+    recording = write_replay(
         tmp_path / "r.json",
         xml_action("write_file", path="big.txt", content=big),
         xml_action("task_complete", result="done"),
@@ -175,7 +150,7 @@ def test_a_diverged_replay_shows_the_first_differing_line_of_both(repo, tmp_path
     filler = "".join(f"# filler line {n} that pushes the change far down the file\n"
                      for n in range(30))  # fmt: skip
     (repo / "greet.py").write_text(filler + "GREETING = 'helo, world'  # said at start-up\n")
-    recording = write_recording(
+    recording = write_replay(
         tmp_path / "r.json",
         xml_action("read_file", path="greet.py"),
         xml_action("task_complete", result="done"),
@@ -241,7 +216,7 @@ def test_a_one_letter_key_leaves_the_provider_s_error_readable(repo):
 def test_on_a_terminal_a_provider_failure_and_an_unparsable_reply_show_once_each(repo, tmp_path):
     from test_view import CSI, Terminal, toy_agent
 
-    recording = write_recording(
+    recording = write_replay(
         tmp_path / "r.json",
         "Prose without any action.",
         xml_action("task_complete", result="ok"),
@@ -271,7 +246,7 @@ def test_every_line_and_object_follows_the_documented_schema(repo, tmp_path):
     schema = json.loads((ROOT / "docs" / "output.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
-    recording = write_recording(
+    recording = write_replay(
         tmp_path / "r.json",
         "Prose first.",
         xml_action("run_command", command="ls; curl -s http://example.invalid"),

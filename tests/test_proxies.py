@@ -289,14 +289,6 @@ def test_failed_attempt_is_plain_data():
 # --- through the command line, on a terminal ------------------------------------------------
 
 
-@pytest.fixture
-def repo(tmp_path):
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "hello.py").write_text("print('helo')\n")
-    return root
-
-
 @pytest.mark.slow
 def test_the_live_view_says_it_retries_and_never_runs_two_attempts_together(repo, tmp_path):
     first = ["<THOUGHT>Look at the ", 'files first.</THOUGHT>\n<ACTION>\n<tool_name>list_files'

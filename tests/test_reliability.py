@@ -6,25 +6,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import cli_environment, run_cli, toy_agent
 from fake_providers import FakeProvider, anthropic_reply, error_reply, openai_reply
 from fakes import ScriptedLlm, native_call, write_replay, xml_action
 
 from toy_agent.agent import ReactAgent
 from toy_agent.events import StepStarted, TrajectoryRecorder
 
-ROOT = Path(__file__).resolve().parents[1]
 REPLIES = {"claude": anthropic_reply, "openai": openai_reply}
-CLEAN = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
-
-
-def cli(*args: str | bytes, env: dict[str, str] | None = None, **kwargs):
-    argv = [sys.executable, str(ROOT / "main.py"), *args]
-    return subprocess.run(argv, capture_output=True, timeout=120,
-                          env={**CLEAN, "NO_COLOR": "1", **(env or {})}, **kwargs)  # fmt: skip
 
 
 @pytest.fixture
@@ -44,8 +36,9 @@ def test_a_file_name_and_a_task_that_are_not_utf8_reach_the_model_escaped(provid
         build = REPLIES[provider]
         server.enqueue(build(xml_action("list_files")),
                        build(xml_action("task_complete", result="listed")))  # fmt: skip
-        done = cli(b"--task", b"look at caf\xe9", "--repo", str(repo), "--llm-provider",
-                   provider, "--trajectory", str(trajectory), env=server.env(provider))  # fmt: skip
+        done = run_cli(b"--task", b"look at caf\xe9", "--repo", str(repo), "--llm-provider",
+                       provider, "--trajectory", str(trajectory), env=server.env(provider),
+                       text=False)  # fmt: skip
         sent = [json.dumps(r.body) for r in server.requests]
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     assert "look at caf\\\\xe9" in sent[0]  # the task, escaped
@@ -89,8 +82,8 @@ def test_the_trajectory_is_on_disk_after_every_step(repo, tmp_path):
 @pytest.mark.slow
 def test_an_unwritable_trajectory_still_prints_the_summary_then_one_error(repo, tmp_path):
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="fine"))
-    done = cli("--task", "x", "--repo", str(repo), "--replay", str(replay),
-               "--trajectory", "/dev/full", text=True)  # fmt: skip
+    done = run_cli("--task", "x", "--repo", str(repo), "--replay", str(replay),
+               "--trajectory", "/dev/full")  # fmt: skip
     assert done.returncode == 0
     assert "✓ completed" in done.stdout and "fine" in done.stdout
     assert done.stderr.strip().splitlines()[-1] == (
@@ -104,9 +97,10 @@ def test_a_closed_stdout_ends_quietly(repo, tmp_path):
     big = "".join(f"line {i}\n" for i in range(20000))
     write = xml_action("write_file", path="big.txt", content=big)
     replay = write_replay(tmp_path / "r.json", write, xml_action("task_complete", result="wrote"))
-    argv = [sys.executable, str(ROOT / "main.py"), "--task", "x", "--repo", str(repo),
-            "--replay", str(replay), "--show-diff", "--quiet"]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=CLEAN)
+    argv = toy_agent("--task", "x", "--repo", str(repo), "--replay", str(replay), "--show-diff",
+                     "--quiet")  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=cli_environment())  # fmt: skip
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.readline()
     proc.stdout.close()  # like `| head -1`
@@ -120,8 +114,8 @@ def test_why_the_provider_failed_is_in_the_log(repo, tmp_path):
     log = tmp_path / "run.log"
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
-        done = cli("--task", "x", "--repo", str(repo), "--log-file", str(log),
-                   env=server.env("claude"), text=True)  # fmt: skip
+        done = run_cli("--task", "x", "--repo", str(repo), "--log-file", str(log),
+                   env=server.env("claude"))  # fmt: skip
     assert done.returncode == 3
     error = "toy-agent: error: claude API error 401: invalid x-api-key — check ANTHROPIC_API_KEY"
     assert error in done.stderr
@@ -144,10 +138,10 @@ def test_why_a_tool_failed_is_logged_at_info(repo, caplog):
 def test_a_declined_edit_is_counted_and_shown(repo, tmp_path):
     replay = write_replay(tmp_path / "r.json", xml_action("write_file", path="a.txt", content="A"),
                           xml_action("task_complete", result="tried"))  # fmt: skip
-    done = cli("--task", "x", "--repo", str(repo), "--replay", str(replay), "--confirm",
-               input="n\n", text=True)  # fmt: skip
+    done = run_cli("--task", "x", "--repo", str(repo), "--replay", str(replay), "--confirm",
+               stdin="n\n")  # fmt: skip
     assert "tool errors: 1 (1 declined by you)" in done.stdout
-    as_json = cli("--task", "x", "--repo", str(repo), "--replay", str(replay), "--confirm",
-                  "--output", "json", input="n\n", text=True)  # fmt: skip
+    as_json = run_cli("--task", "x", "--repo", str(repo), "--replay", str(replay), "--confirm",
+                  "--output", "json", stdin="n\n")  # fmt: skip
     result = json.loads(as_json.stdout)
     assert (result["tool_errors"], result["declined"]) == (1, 1)

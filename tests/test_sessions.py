@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import ROOT, run_cli
 from fake_providers import FakeProvider, Reply, anthropic_reply
 from fakes import ScriptedLlm, finishes, native_call, write_replay, xml_action
 
@@ -34,42 +35,9 @@ from toy_agent.sessions import (
 )
 from toy_agent.tools import CodeRepositoryTools
 
-ROOT = Path(__file__).resolve().parents[1]
-PROVIDER_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "GEMINI_API_KEY",
-                      "GOOGLE_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL")  # fmt: skip
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    """A private home: state, config and HOME all under tmp_path; no provider variables."""
-    root = tmp_path / "home"
-    for name, sub in (("HOME", ""), ("XDG_STATE_HOME", "state"), ("XDG_CONFIG_HOME", "config")):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-        monkeypatch.setenv(name, str(root / sub))
-    for name in PROVIDER_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    workdir = tmp_path / "cwd"
-    workdir.mkdir()
-    monkeypatch.chdir(workdir)
-    return root
-
-
-@pytest.fixture
-def repo(tmp_path):
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "hello.py").write_text("print('helo')\n")
-    return root
-
 
 def sessions_dir(home: Path) -> Path:
     return home / "state" / "toy-agent" / "sessions"
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "main.py"), *args], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "NO_COLOR": "1", **(env or {})},
-                          stdin=subprocess.DEVNULL)  # fmt: skip
 
 
 def sent_text(request) -> str:

@@ -92,14 +92,6 @@ def screen_lines(output: str) -> list[str]:
     return re.split(r"\r\n|\r|\n", CSI.sub("", output))
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "hello.py").write_text("print('helo')\n")
-    return root
-
-
 def test_confirm_question_stays_visible_and_its_wait_is_not_tool_time(repo, tmp_path):
     replay = write_replay(
         tmp_path / "r.json",

@@ -1,0 +1,51 @@
+"""Starting the real CLI (`python main.py ...`) as a process, the way a user's shell or script
+does: one helper, so every module's CLI runs see the same environment.
+
+The fixtures that go with it (`repo`, `home`) are in conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from toy_agent.providers import endpoint_variables, key_variables
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN = ROOT / "main.py"
+
+
+def toy_agent(*args: str | bytes) -> list[str | bytes]:
+    """The argv that starts the CLI with this interpreter."""
+    return [sys.executable, str(MAIN), *args]
+
+
+def cli_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without the developer's provider keys and base URLs, with
+    NO_COLOR, then `env` on top: a run reaches only the servers a test points it at."""
+    dropped = {*key_variables(), *endpoint_variables()}
+    base = {name: value for name, value in os.environ.items() if name not in dropped}
+    return {**base, "NO_COLOR": "1", **(env or {})}
+
+
+def run_cli(
+    *args: str | bytes,
+    env: Mapping[str, str] | None = None,
+    stdin: str | bytes = "",
+    cwd: Path | str | None = None,
+    text: bool = True,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[Any]:
+    """Run the CLI to its end without a terminal: stdin is a pipe holding `stdin` (empty: the
+    run sees end of input at once), stdout and stderr are captured apart. `text=False` keeps
+    the output as bytes (and allows byte arguments, as a shell passes a non-UTF-8 name)."""
+    if not text and isinstance(stdin, str):
+        stdin = stdin.encode()
+    return subprocess.run(
+        toy_agent(*args), input=stdin, capture_output=True, text=text, timeout=timeout,
+        cwd=cwd, env=cli_environment(env),
+    )  # fmt: skip
