@@ -111,9 +111,7 @@ def tasks(repo: Path) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-@pytest.fixture
-def hostile_repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
+def make_hostile_repo(repo: Path) -> Path:
     repo.mkdir()
     (repo / "hello.py").write_text("print('helo')\n")
     (repo / "evil.html").write_text(f"{TITLE_PAYLOAD}\n{IMG_PAYLOAD}\n")
@@ -125,12 +123,21 @@ def hostile_repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def batches(hostile_repo: Path, tmp_path: Path) -> tuple[Path, Path]:
+def hostile_repo(tmp_path: Path) -> Path:
+    return make_hostile_repo(tmp_path / "repo")
+
+
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two batches over a hostile repository, run once for the module: the tests only read
+    their folders (the one that plants a link does it in a copy of its own)."""
+    root = tmp_path_factory.mktemp("batches")
+    repo = make_hostile_repo(root / "repo")
     outs = []
     for name, scripts in (("out-a", SCRIPTS_A), ("out-b", SCRIPTS_B)):
         settings = RunSettings(make_llm=lambda s=scripts: MarkerLlm(s), sandbox="off", **PRICES)
-        run_batch(tasks(hostile_repo), tmp_path / name, settings, workers=2)
-        outs.append(tmp_path / name)
+        run_batch(tasks(repo), root / name, settings, workers=2)
+        outs.append(root / name)
     return outs[0], outs[1]
 
 
@@ -331,7 +338,7 @@ def test_the_batch_page_lists_every_task_with_outcomes_totals_and_charts(
     batches: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out_a, _ = batches
-    html = tmp_path / "batch.html"
+    html = out_a.parent / "batch.html"  # beside the folder: its links are relative
     assert report(str(out_a), "-o", str(html)) == 0
     assert capsys.readouterr().out.strip() == str(html)
 
@@ -709,7 +716,7 @@ def test_the_secrets_of_this_environment_are_redacted_from_a_trajectory_written_
 def test_a_batch_folder_cannot_make_the_page_show_a_file_it_links_to(
     batches: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    out = batches[0]
+    out = shutil.copytree(batches[0], tmp_path / "out-a", symlinks=True)
     private = tmp_path / "private.txt"
     private.write_text("diff --git a/x b/x\n+the private words\n")
     (out / "patches" / "fix.diff").unlink()
