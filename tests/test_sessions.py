@@ -11,14 +11,13 @@ import pty
 import re
 import select
 import subprocess
-import sys
 import termios
 import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import ROOT, run_cli
-from fake_providers import FakeProvider, Reply, anthropic_reply
+from cli_helpers import quickest_provider_env, run_cli, toy_agent
+from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
 from fakes import ScriptedLlm, finishes, native_call, write_replay, xml_action
 
 from toy_agent import ReactAgent
@@ -55,7 +54,7 @@ class Terminal:
     def __init__(self, args: list[str], env: dict[str, str]):
         self.controller, terminal = pty.openpty()
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "main.py"), *args], stdin=terminal, stdout=terminal,
+            toy_agent(*args), stdin=terminal, stdout=terminal,
             stderr=terminal, env={**os.environ, "TERM": "xterm", **env}, close_fds=True,
             start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
         )  # fmt: skip
@@ -96,16 +95,16 @@ class Terminal:
 def test_an_interactive_session_continues_the_conversation_and_undoes_a_task(home, repo):
     with FakeProvider() as server:
         server.enqueue(
-            anthropic_reply(
+            openai_reply(
                 xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello")
             ),  # fmt: skip
-            anthropic_reply(xml_action("task_complete", result="Fixed the greeting.")),
-            anthropic_reply(
+            openai_reply(xml_action("task_complete", result="Fixed the greeting.")),
+            openai_reply(
                 xml_action("write_file", path="tests/test_hello.py", content="import hello\n")
             ),  # fmt: skip
-            anthropic_reply(xml_action("task_complete", result="Added a test.")),
+            openai_reply(xml_action("task_complete", result="Added a test.")),
         )
-        term = Terminal(["--repo", str(repo)], server.env("claude"))
+        term = Terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.expect("/help for commands")
         term.expect(">")
         term.type("fix the greeting\n")
@@ -144,10 +143,10 @@ def test_an_interactive_session_continues_the_conversation_and_undoes_a_task(hom
 def test_ctrl_c_cancels_the_task_in_flight_and_returns_to_the_prompt(home, repo):
     with FakeProvider() as server:
         server.enqueue(
-            Reply(delay=30, body=anthropic_reply("late").body),
-            anthropic_reply(xml_action("task_complete", result="Second answer.")),
+            Reply(delay=30, body=openai_reply("late").body),
+            openai_reply(xml_action("task_complete", result="Second answer.")),
         )
-        term = Terminal(["--repo", str(repo)], server.env("claude"))
+        term = Terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.expect(">")
         term.type("a slow task\n")
         deadline = time.monotonic() + 30
@@ -181,15 +180,15 @@ def test_continue_and_resume_carry_the_conversation_into_a_new_process(home, rep
     trajectory = tmp_path / "first.json"
     with FakeProvider() as server:
         server.enqueue(
-            anthropic_reply(
+            openai_reply(
                 xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello")
             ),  # fmt: skip
-            anthropic_reply(xml_action("task_complete", result="Fixed.")),
-            anthropic_reply(xml_action("task_complete", result="It prints hello.")),
-            anthropic_reply(xml_action("task_complete", result="Resumed.")),
-            anthropic_reply(xml_action("task_complete", result="From the trajectory.")),
+            openai_reply(xml_action("task_complete", result="Fixed.")),
+            openai_reply(xml_action("task_complete", result="It prints hello.")),
+            openai_reply(xml_action("task_complete", result="Resumed.")),
+            openai_reply(xml_action("task_complete", result="From the trajectory.")),
         )
-        env = server.env("claude")
+        env = quickest_provider_env(server)
         first = run_cli("--repo", str(repo), "--task", "fix the greeting", "--output", "json",
                         "--trajectory", str(trajectory), env=env)  # fmt: skip
         assert first.returncode == 0, first.stderr
@@ -206,11 +205,8 @@ def test_continue_and_resume_carry_the_conversation_into_a_new_process(home, rep
 
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()  # --resume ID works from any folder: the session knows its repo
-        third = subprocess.run(
-            [sys.executable, str(ROOT / "main.py"), "--resume", session_id, "--task", "and now?",
-             "--output", "json"], cwd=elsewhere, capture_output=True, text=True, timeout=60,
-            env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        third = run_cli("--resume", session_id, "--task", "and now?", "--output", "json",
+                        cwd=elsewhere, env=env)  # fmt: skip
         assert third.returncode == 0, third.stderr
         resumed = sent_text(server.requests[3])
         assert "what does it print now?" in resumed and "and now?" in resumed
@@ -241,10 +237,8 @@ def test_a_file_from_elsewhere_does_not_choose_the_repository_by_itself(home, re
     def resume(recorded: str, *extra: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         shared.write_text(json.dumps({"format": TRAJECTORY_FORMAT, "task": "earlier",
                                       "steps": [], "settings": {"repo": recorded}}))  # fmt: skip
-        argv = [sys.executable, str(ROOT / "main.py"), "--llm-provider", "replay", "--replay",
-                str(reply), "--resume", str(shared), "--task", "go on", *extra]  # fmt: skip
-        return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+        return run_cli("--llm-provider", "replay", "--replay", str(reply), "--resume",
+                       str(shared), "--task", "go on", *extra, cwd=cwd)  # fmt: skip
 
     refused = resume(str(elsewhere), cwd=repo)
     assert refused.returncode == 2
@@ -351,28 +345,29 @@ def test_a_native_conversation_continued_in_a_text_format_is_rewritten_in_that_f
 
 
 @pytest.mark.slow
-def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(home, repo):
-    """Anthropic rejects tool_use blocks in a request that offers no tools."""
+def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(home, repo, tmp_path):
+    """Anthropic rejects tool_use blocks in a request that offers no tools. The native run
+    is a replay of Claude's replies (its session holds the same calls and results)."""
+    native = tmp_path / "native.json"
+    steps = [LlmResponse("Look.", tool_calls=(ToolCall("read_file", {"path": "hello.py"},
+                         "toolu_1"),), stop_reason="tool_use"),
+             LlmResponse("", tool_calls=(ToolCall("task_complete", {"result": "read"},
+                         "toolu_2"),), stop_reason="tool_use")]  # fmt: skip
+    native.write_text(json.dumps({"steps": [{"response": s.to_dict()} for s in steps]}))
+    first = run_cli("--repo", str(repo), "--task", "read it", "--tool-format", "native",
+                    "--replay", str(native))  # fmt: skip
+    assert first.returncode == 0, first.stderr
     with FakeProvider() as server:
-        server.enqueue(
-            anthropic_reply("Look.", tool_calls=[ToolCall("read_file", {"path": "hello.py"},
-                            "toolu_1")], stop_reason="tool_use"),
-            anthropic_reply(tool_calls=[ToolCall("task_complete", {"result": "read"},
-                            "toolu_2")], stop_reason="tool_use"),
-            anthropic_reply(xml_action("task_complete", result="again")),
-        )  # fmt: skip
-        env = server.env("claude")
-        first = run_cli("--repo", str(repo), "--task", "read it", "--tool-format", "native",
-                        env=env)  # fmt: skip
-        assert first.returncode == 0, first.stderr
-        second = run_cli("--repo", str(repo), "-c", "--task", "and now?", env=env)
+        server.enqueue(anthropic_reply(xml_action("task_complete", result="again")))
+        second = run_cli("--repo", str(repo), "-c", "--task", "and now?",
+                         env=server.env("claude"))  # fmt: skip
         assert second.returncode == 0, second.stderr
 
-    body = server.requests[2].body
+    body = server.requests[0].body
     assert "tools" not in body
     blocks = [b for m in body["messages"] for b in m["content"]]
     assert {b["type"] for b in blocks} == {"text"}
-    assert "<tool_name>read_file</tool_name>" in sent_text(server.requests[2])
+    assert "<tool_name>read_file</tool_name>" in sent_text(server.requests[0])
 
 
 # --- undo -----------------------------------------------------------------------------------
