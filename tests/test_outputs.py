@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import ROOT, run_cli
+from cli_helpers import ROOT, quickest_provider_env, run_cli
 from fake_providers import FakeProvider, error_reply
 from fakes import write_replay, xml_action
 
@@ -101,12 +101,12 @@ def test_output_json_s_diff_is_bounded_and_says_it_was_cut(repo, tmp_path):
 def test_a_rejected_key_is_one_error_line_and_the_summary(repo):
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
-        done = run_cli("--task", "x", "--repo", str(repo), env=server.env("claude"))
+        done = run_cli("--task", "x", "--repo", str(repo), env=quickest_provider_env(server))
 
     assert done.returncode == 3
     mentions = [line for line in done.stderr.splitlines() if "invalid x-api-key" in line]
     assert mentions == [
-        "toy-agent: error: claude API error 401: invalid x-api-key — check ANTHROPIC_API_KEY"
+        "toy-agent: error: openai API error 401: invalid x-api-key — check OPENAI_API_KEY"
     ]
     assert "invalid x-api-key" not in done.stdout
     assert "✗ not completed (provider_error)" in done.stdout
@@ -117,14 +117,14 @@ def test_retries_run_out_once_naming_what_to_do(repo):
     with FakeProvider() as server:
         server.enqueue(*[error_reply(503, "overloaded", retry_after="0")] * 3)
         done = run_cli("--task", "x", "--repo", str(repo), "--max-retries", "2", "-q",
-                       env=server.env("claude"))  # fmt: skip
+                       env=quickest_provider_env(server))  # fmt: skip
 
     assert done.returncode == 3
     lines = done.stderr.splitlines()
     assert lines == [
-        "WARNING claude API error 503: overloaded; retry 1/2 in 0.0s",
-        "WARNING claude API error 503: overloaded; retry 2/2 in 0.0s",
-        "toy-agent: error: claude API error 503: overloaded — try again later, or raise "
+        "WARNING openai API error 503: overloaded; retry 1/2 in 0.0s",
+        "WARNING openai API error 503: overloaded; retry 2/2 in 0.0s",
+        "toy-agent: error: openai API error 503: overloaded — try again later, or raise "
         "--max-retries (gave up after 2 retries)",
     ]
     assert "overloaded" not in done.stdout
@@ -135,7 +135,7 @@ def test_with_output_json_the_error_line_is_on_stderr_and_the_error_in_the_objec
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
         done = run_cli("--task", "x", "--repo", str(repo), "--output", "json",
-                       env=server.env("claude"))  # fmt: skip
+                       env=quickest_provider_env(server))  # fmt: skip
 
     result = json.loads(done.stdout)
     assert result["outcome"] == "provider_error" and "invalid x-api-key" in result["error"]
@@ -232,11 +232,11 @@ def test_on_a_terminal_a_provider_failure_and_an_unparsable_reply_show_once_each
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
         term = Terminal(toy_agent("--task", "x", "--repo", str(repo)), tmp_path,
-                        server.env("claude"))  # fmt: skip
+                        quickest_provider_env(server))  # fmt: skip
         screen = CSI.sub("", term.finish())
     assert term.proc.returncode == 3, screen
     assert screen.count("invalid x-api-key") == 1
-    assert "toy-agent: error: claude API error 401: invalid x-api-key" in screen
+    assert "toy-agent: error: openai API error 401: invalid x-api-key" in screen
 
 
 @pytest.mark.slow
