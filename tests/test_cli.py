@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import ROOT, run_cli
-from fake_providers import FakeProvider, Reply, anthropic_reply, error_reply
+from cli_helpers import ROOT, cli_environment, quickest_provider_env, run_cli, toy_agent
+from fake_providers import FakeProvider, Reply, anthropic_reply, error_reply, openai_reply
 from fakes import run_in_pty, write_replay, xml_action
 
 from toy_agent import __version__
@@ -428,24 +428,15 @@ def test_ctrl_c_during_an_llm_call_writes_the_trajectory_and_exits_130(repo, tmp
     trajectory = tmp_path / "t.json"
     with FakeProvider() as server:
         server.enqueue(
-            anthropic_reply(xml_action("list_files")),
-            Reply(delay=30, body=anthropic_reply("late").body),
+            openai_reply(xml_action("list_files")),
+            Reply(delay=30, body=openai_reply("late").body),
         )
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "main.py"),
-                "--task",
-                "look",
-                "--repo",
-                str(repo),
-                "--trajectory",
-                str(trajectory),
-            ],
+            toy_agent("--task", "look", "--repo", str(repo), "--trajectory", str(trajectory)),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **server.env("claude")},
+            env=cli_environment(quickest_provider_env(server)),
         )
         deadline = time.monotonic() + 30
         while len(server.requests) < 2 and time.monotonic() < deadline:

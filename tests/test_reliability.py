@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_helpers import cli_environment, run_cli, toy_agent
+from cli_helpers import cli_environment, quickest_provider_env, run_cli, toy_agent
 from fake_providers import FakeProvider, anthropic_reply, error_reply, openai_reply
 from fakes import ScriptedLlm, native_call, write_replay, xml_action
 
@@ -115,9 +115,9 @@ def test_why_the_provider_failed_is_in_the_log(repo, tmp_path):
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
         done = run_cli("--task", "x", "--repo", str(repo), "--log-file", str(log),
-                   env=server.env("claude"))  # fmt: skip
+                       env=quickest_provider_env(server))  # fmt: skip
     assert done.returncode == 3
-    error = "toy-agent: error: claude API error 401: invalid x-api-key — check ANTHROPIC_API_KEY"
+    error = "toy-agent: error: openai API error 401: invalid x-api-key — check OPENAI_API_KEY"
     assert error in done.stderr
     text = log.read_text()
     assert "LLM call failed" in text and "Traceback" in text  # the traceback at DEBUG
