@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -41,13 +42,27 @@ GIT_IDENTITY = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
 
 class TaskScripts(FakeProvider):
     """Replies per task: the script is picked by a marker in the task text, the reply by how
-    many replies the conversation already holds. `delays` slows a task's replies down."""
+    many replies the conversation already holds. `delays` slows a task's replies down.
 
-    def __init__(self, scripts: dict[str, list[str]], delays: dict[str, float] | None = None):
+    `together` names tasks that must run side by side: the first request of each is held
+    until every one of them has sent its first (they `met`). One that waits in vain for
+    `MEETING_TIMEOUT` seconds gets a 501, so a batch that ran them one after another fails
+    instead of hanging."""
+
+    MEETING_TIMEOUT = 30.0  # generous: the others' first requests come within milliseconds
+
+    def __init__(
+        self,
+        scripts: dict[str, list[str]],
+        delays: dict[str, float] | None = None,
+        together: tuple[str, ...] = (),
+    ):
         super().__init__()
         self.scripts = scripts
         self.delays = delays or {}
-        self.seen: dict[str, list[float]] = defaultdict(list)  # marker -> request times
+        self.seen: dict[str, int] = defaultdict(int)  # marker -> requests
+        self.arrived = {marker: threading.Event() for marker in together}
+        self.met: set[str] = set()
 
     def reply_to(self, request: RecordedRequest) -> Reply:
         self.record(request)
@@ -55,15 +70,20 @@ class TaskScripts(FakeProvider):
         marker = next((m for m in self.scripts if m in json.dumps(messages[0])), None)
         if marker is None:
             return error_reply(501, "no script for this task")
-        self.seen[marker].append(time.monotonic())
+        self.seen[marker] += 1
         step = sum(1 for m in messages if m["role"] == "assistant")
         if step >= len(self.scripts[marker]):
             return error_reply(501, f"the script of {marker} has no reply {step + 1}")
+        if step == 0 and marker in self.arrived:
+            self.arrived[marker].set()
+            if not all(e.wait(self.MEETING_TIMEOUT) for e in self.arrived.values()):
+                return error_reply(501, f"{marker} ran alone: {sorted(self.arrived)} never met")
+            self.met.add(marker)
         reply = anthropic_reply(self.scripts[marker][step])
         return replace(reply, delay=self.delays.get(marker, 0.0))
 
     def asked_by(self, marker: str) -> int:
-        return len(self.seen[marker])
+        return self.seen[marker]
 
 
 def done(result: str = "done") -> str:
@@ -153,7 +173,7 @@ def test_a_batch_over_a_git_repo_and_a_plain_folder_records_patches_checks_and_t
 ) -> None:
     before = {name: snapshot(path) for name, path in sources.items()}
     tasks, out = write_tasks(tmp_path / "tasks.jsonl", TASKS), tmp_path / "out"
-    with TaskScripts(SCRIPTS, delays={"alpha": 0.15, "bravo": 0.15}) as provider:
+    with TaskScripts(SCRIPTS, together=("alpha", "bravo")) as provider:
         code = run_batch_cli(provider, tasks, out, "--workers", "2", monkeypatch=monkeypatch)
 
     assert code == 1  # bravo's check failed, delta did not complete
@@ -190,9 +210,9 @@ def test_a_batch_over_a_git_repo_and_a_plain_folder_records_patches_checks_and_t
     assert [s["actions"][0]["tool_name"] for s in trajectory["steps"]] == [
         "edit_file", "write_file", "task_complete"]  # fmt: skip
 
-    # The two tasks on one repository ran side by side.
-    alpha_times, bravo_times = provider.seen["alpha"], provider.seen["bravo"]
-    assert bravo_times[0] < alpha_times[-1] and alpha_times[0] < bravo_times[-1]
+    # The two tasks on one repository ran side by side: each one's first request was held
+    # until the other's came.
+    assert provider.met == {"alpha", "bravo"}
 
     assert {name: snapshot(path) for name, path in sources.items()} == before
     out_text = capsys.readouterr().out
