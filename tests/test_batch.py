@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_providers import FakeProvider, RecordedRequest, Reply, anthropic_reply, error_reply
+from cli_helpers import cli_environment, quickest_provider_env, toy_agent
+from fake_providers import (
+    FakeProvider,
+    RecordedRequest,
+    Reply,
+    anthropic_reply,
+    error_reply,
+    openai_reply,
+)
 from fakes import ScriptedLlm, finishes, run_in_pty, xml_action
 
 from toy_agent.batch import RECORD_KEYS, BatchError, RunSettings
@@ -47,7 +55,8 @@ class TaskScripts(FakeProvider):
     `together` names tasks that must run side by side: the first request of each is held
     until every one of them has sent its first (they `met`). One that waits in vain for
     `MEETING_TIMEOUT` seconds gets a 501, so a batch that ran them one after another fails
-    instead of hanging."""
+    instead of hanging. `wire` is the API it speaks: Claude's, or OpenAI's (whose SDK starts
+    quickest, for runs in a process of their own where the provider is incidental)."""
 
     MEETING_TIMEOUT = 30.0  # generous: the others' first requests come within milliseconds
 
@@ -56,8 +65,10 @@ class TaskScripts(FakeProvider):
         scripts: dict[str, list[str]],
         delays: dict[str, float] | None = None,
         together: tuple[str, ...] = (),
+        wire: str = "claude",
     ):
         super().__init__()
+        self.answer = {"claude": anthropic_reply, "openai": openai_reply}[wire]
         self.scripts = scripts
         self.delays = delays or {}
         self.seen: dict[str, int] = defaultdict(int)  # marker -> requests
@@ -67,7 +78,8 @@ class TaskScripts(FakeProvider):
     def reply_to(self, request: RecordedRequest) -> Reply:
         self.record(request)
         messages = request.body["messages"]
-        marker = next((m for m in self.scripts if m in json.dumps(messages[0])), None)
+        task = next(m for m in messages if m["role"] == "user")  # OpenAI's come after a system one
+        marker = next((m for m in self.scripts if m in json.dumps(task)), None)
         if marker is None:
             return error_reply(501, "no script for this task")
         self.seen[marker] += 1
@@ -79,7 +91,7 @@ class TaskScripts(FakeProvider):
             if not all(e.wait(self.MEETING_TIMEOUT) for e in self.arrived.values()):
                 return error_reply(501, f"{marker} ran alone: {sorted(self.arrived)} never met")
             self.met.add(marker)
-        reply = anthropic_reply(self.scripts[marker][step])
+        reply = self.answer(self.scripts[marker][step])
         return replace(reply, delay=self.delays.get(marker, 0.0))
 
     def asked_by(self, marker: str) -> int:
@@ -328,12 +340,11 @@ def test_ctrl_c_keeps_finished_results_and_the_next_run_does_the_rest(
 ) -> None:
     tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[2]])
     out = tmp_path / "out"
-    with TaskScripts(SCRIPTS, delays={"charlie": 30}) as provider:
+    with TaskScripts(SCRIPTS, delays={"charlie": 30}, wire="openai") as provider:
         proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "main.py"), "--tasks-file", str(tasks), "--out",
-             str(out)],
+            toy_agent("--tasks-file", str(tasks), "--out", str(out)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **provider.env("claude"), "NO_COLOR": "1"},
+            env=cli_environment(quickest_provider_env(provider)),
         )  # fmt: skip
         deadline = time.monotonic() + 30
         while provider.asked_by("charlie") == 0 and time.monotonic() < deadline:
@@ -359,10 +370,10 @@ def test_on_a_terminal_a_progress_line_shows_done_running_tokens_and_eta(
     sources: dict[str, Path], tmp_path: Path
 ) -> None:
     tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[2]])
-    with TaskScripts(SCRIPTS, delays={"alpha": 0.3, "charlie": 0.3}) as provider:
+    with TaskScripts(SCRIPTS, delays={"alpha": 0.3, "charlie": 0.3}, wire="openai") as provider:
         screen = run_in_pty(
-            [sys.executable, str(ROOT / "main.py"), "--tasks-file", str(tasks), "--out",
-             str(tmp_path / "out")], provider.env("claude"),
+            toy_agent("--tasks-file", str(tasks), "--out", str(tmp_path / "out")),
+            quickest_provider_env(provider),
         )  # fmt: skip
     assert "\r\x1b[K" in screen
     assert "0/2 done · 1 running · ✓ 0 ✗ 0 · 0 tokens" in screen
@@ -376,10 +387,10 @@ def test_on_a_terminal_a_task_warning_names_its_task_above_the_progress_line(
 ) -> None:
     echo = {"id": "echo", "repo": "plain", "task": "[echo] nobody scripted this"}
     tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], echo])
-    with TaskScripts(SCRIPTS, delays={"alpha": 0.3}) as provider:
+    with TaskScripts(SCRIPTS, delays={"alpha": 0.3}, wire="openai") as provider:
         screen = run_in_pty(
-            [sys.executable, str(ROOT / "main.py"), "--tasks-file", str(tasks), "--out",
-             str(tmp_path / "out"), "--max-retries", "0"], provider.env("claude"),
+            toy_agent("--tasks-file", str(tasks), "--out", str(tmp_path / "out"),
+                      "--max-retries", "0"), quickest_provider_env(provider),
         )  # fmt: skip
     assert "\r\x1b[KWARNING echo: LLM call failed" in screen
     assert "2 tasks: 1 passed, 1 failed" in screen
