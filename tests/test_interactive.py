@@ -12,11 +12,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import ROOT, run_cli
+from cli_helpers import ROOT, quickest_provider_env, run_cli
 from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
 from fakes import ScriptedLlm, write_replay, xml_action
 from test_sessions import sessions_dir
@@ -135,14 +136,25 @@ def done(answer: str) -> Reply:
     return anthropic_reply(xml_action("task_complete", result=answer))
 
 
+def quick_done(answer: str) -> Reply:
+    """`done`, from the OpenAI-compatible fake: for terminals where the provider is
+    incidental (its SDK starts in half the time of Anthropic's)."""
+    return openai_reply(xml_action("task_complete", result=answer))
+
+
+def no_model(tmp_path: Path) -> list[str]:
+    """Flags for a session that asks no model anything: a replay, which starts no SDK."""
+    return ["--replay", str(write_replay(tmp_path / "none.json"))]
+
+
 # --- the prompt -------------------------------------------------------------------------------
 
 
 def test_a_pasted_text_of_many_lines_is_one_task(home, repo, terminal):
     pasted = "Fix the greeting in hello.py.\nIt says helo.\n\nThen say what you changed."
     with FakeProvider() as server:
-        server.enqueue(done("Pasted task done."))
-        term = terminal(["--repo", str(repo)], server.env("claude"))
+        server.enqueue(quick_done("Pasted task done."))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
         term.paste(pasted)
         term.expect("Then say what you changed.")
@@ -154,15 +166,15 @@ def test_a_pasted_text_of_many_lines_is_one_task(home, repo, terminal):
         assert term.exit_code() == 0
 
     assert len(server.requests) == 1
-    assert pasted in server.requests[0].body["messages"][0]["content"][0]["text"]
+    assert pasted in server.requests[0].body["messages"][1]["content"]
     [session] = saved_sessions(home)
     assert [run["task"] for run in session["runs"]] == [pasted]
 
 
 def test_a_trailing_backslash_or_alt_enter_starts_a_new_line(home, repo, terminal):
     with FakeProvider() as server:
-        server.enqueue(done("Three lines read."))
-        term = terminal(["--repo", str(repo)], server.env("claude"))
+        server.enqueue(quick_done("Three lines read."))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
         term.type("first line\\")
         term.keys("Enter")
@@ -182,8 +194,8 @@ def test_a_trailing_backslash_or_alt_enter_starts_a_new_line(home, repo, termina
 
 def test_up_recalls_the_task_of_an_earlier_session_and_the_history_is_private(home, repo, terminal):
     with FakeProvider() as server:
-        server.enqueue(done("First."), done("Again."))
-        term = terminal(["--repo", str(repo)], server.env("claude"))
+        server.enqueue(quick_done("First."), quick_done("Again."))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
         term.type("count the lines of hello.py")
         term.keys("Enter")
@@ -193,7 +205,7 @@ def test_up_recalls_the_task_of_an_earlier_session_and_the_history_is_private(ho
         assert term.exit_code() == 0
         term.close()
 
-        term = terminal(["--repo", str(repo)], server.env("claude"))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
         term.keys("Up")
         term.expect("count the lines of hello.py")
@@ -211,8 +223,8 @@ def test_up_recalls_the_task_of_an_earlier_session_and_the_history_is_private(ho
 
 def test_ctrl_c_cancels_a_task_and_what_is_typed_next_runs(home, repo, terminal):
     with FakeProvider() as server:
-        server.enqueue(Reply(delay=30, body=anthropic_reply("late").body), done("Quick one."))
-        term = terminal(["--repo", str(repo)], server.env("claude"))
+        server.enqueue(Reply(delay=30, body=openai_reply("late").body), quick_done("Quick one."))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
         term.type("a slow task")
         term.keys("Enter")
@@ -241,21 +253,35 @@ def test_ctrl_c_cancels_a_task_and_what_is_typed_next_runs(home, repo, terminal)
 
 
 def test_sigterm_at_the_prompt_ends_the_session_with_143_and_restores_the_terminal(
-    home, repo, terminal
+    home, repo, terminal, tmp_path
 ):
-    with FakeProvider() as server:
-        term = terminal(["--repo", str(repo)], server.env("claude"))
-        term.prompt()
-        term.type("half a task")
-        term.expect("> half a task")
-        os.kill(term.pid, signal.SIGTERM)
-        assert term.exit_code() == 143  # and the modes are as before (exit_code checks)
+    term = terminal(["--repo", str(repo), *no_model(tmp_path)], {})
+    term.prompt()
+    term.type("half a task")
+    term.expect("> half a task")
+    os.kill(term.pid, signal.SIGTERM)
+    assert term.exit_code() == 143  # and the modes are as before (exit_code checks)
+
+
+class HoldingFirstReply(FakeProvider):
+    """Answers its first request only once `release` is set (or 30 s passed): a task that
+    runs for exactly as long as the test needs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def reply_to(self, request):
+        reply = super().reply_to(request)
+        if len(self.requests) == 1:
+            self.release.wait(30)
+        return reply
 
 
 def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
-    with FakeProvider() as server:
-        server.enqueue(Reply(delay=3, body=done("Slow one.").body), done("Typed ahead."))
-        term = terminal(["--repo", str(repo)], server.env("claude"))
+    with HoldingFirstReply() as server:
+        server.enqueue(quick_done("Slow one."), quick_done("Typed ahead."))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
         term.type("a slow task")
         term.keys("Enter")
@@ -264,6 +290,9 @@ def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
             time.sleep(0.05)
         term.type("typed while it ran")
         term.keys("Enter")
+        term.expect("typed while it ran")  # on the screen, and not yet answered
+        assert "Slow one." not in term.screen
+        server.release.set()
         term.expect("Typed ahead.")
         term.prompt()
         term.keys("C-d")
@@ -278,7 +307,7 @@ def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
 
 def test_help_lists_every_command_and_an_unknown_one_names_them(home, repo, terminal):
     with FakeProvider() as server:
-        term = terminal(["--repo", str(repo)], server.env("claude"))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
         term.type("/help")
         term.keys("Enter")
@@ -412,15 +441,14 @@ def test_sessions_lists_the_recent_sessions(home, repo, terminal, tmp_path):
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
     for task in ("an earlier task\nwith a second line", "the latest task"):
         assert run_cli("--repo", str(repo), "--replay", str(replay), "--task", task).returncode == 0
-    with FakeProvider() as server:
-        term = terminal(["--repo", str(repo)], server.env("claude"))
-        term.prompt()
-        term.type("/sessions")
-        term.keys("Enter")
-        screen = term.expect("an earlier task")
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+    term = terminal(["--repo", str(repo), *no_model(tmp_path)], {})
+    term.prompt()
+    term.type("/sessions")
+    term.keys("Enter")
+    screen = term.expect("an earlier task")
+    term.prompt()
+    term.keys("C-d")
+    assert term.exit_code() == 0
     listing = screen[screen.index("/sessions") :]
     assert listing.index("the latest task") < listing.index("an earlier task")
     assert "with a second line" not in listing
@@ -451,7 +479,7 @@ def test_resume_without_an_id_picks_a_session_from_a_list_on_a_terminal(
     sessions = two_sessions(home, tmp_path, repo)
     other = next(s for s in sessions if s["repo"] != str(repo))
     with FakeProvider() as server:
-        term = terminal(["--resume"], server.env("claude"))
+        term = terminal(["--resume"], quickest_provider_env(server))
         screen = term.expect("resume which session? 1-2 (Enter: none):")
         assert screen.index("fix the greeting") < screen.index("tidy the other repository")
         term.type("7")
