@@ -22,6 +22,7 @@ from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
 from fakes import ScriptedLlm, write_replay, xml_action
 from test_sessions import sessions_dir
 
+from toy_agent.cli import main
 from toy_agent.messages import LlmResponse, Message, ToolCall, ToolResult, Usage
 from toy_agent.sessions import compact_conversation
 
@@ -72,7 +73,7 @@ class Tmux:
         while (screen := self.screen).count(wanted) < count:
             if time.monotonic() > deadline:
                 raise AssertionError(f"never saw {wanted!r} x{count}; the screen:\n{screen}")
-            time.sleep(0.1)
+            time.sleep(0.05)
         return screen
 
     def prompt(self, timeout: float = 30) -> str:
@@ -81,7 +82,7 @@ class Tmux:
         while (screen := self.screen).rstrip().splitlines()[-1:] != [">"]:
             if time.monotonic() > deadline:
                 raise AssertionError(f"never saw an empty prompt; the screen:\n{screen}")
-            time.sleep(0.1)
+            time.sleep(0.05)
         return screen
 
     def keys(self, *keys: str) -> None:
@@ -100,7 +101,7 @@ class Tmux:
         while not self.status.exists() or not self.status.read_text().strip():
             if time.monotonic() > deadline:
                 raise AssertionError(f"toy-agent did not exit; the screen:\n{self.screen}")
-            time.sleep(0.1)
+            time.sleep(0.05)
         before, after = (p.read_text() for p in self.modes)
         assert before == after, "toy-agent left the terminal's modes changed"
         return int(self.status.read_text())
@@ -440,7 +441,7 @@ def test_compact_replaces_the_older_steps_by_the_models_summary(home, repo, term
 def test_sessions_lists_the_recent_sessions(home, repo, terminal, tmp_path):
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
     for task in ("an earlier task\nwith a second line", "the latest task"):
-        assert run_cli("--repo", str(repo), "--replay", str(replay), "--task", task).returncode == 0
+        assert main(["--repo", str(repo), "--replay", str(replay), "--task", task]) == 0
     term = terminal(["--repo", str(repo), *no_model(tmp_path)], {})
     term.prompt()
     term.type("/sessions")
@@ -466,9 +467,7 @@ def two_sessions(home: Path, tmp_path: Path, repo: Path) -> list[dict]:
     other.mkdir()
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
     for where, task in ((other, "tidy the other repository"), (repo, "fix the greeting")):
-        assert (
-            run_cli("--repo", str(where), "--replay", str(replay), "--task", task).returncode == 0
-        )
+        assert main(["--repo", str(where), "--replay", str(replay), "--task", task]) == 0
         time.sleep(0.05)  # distinct file times: the listing is newest first
     return sorted(saved_sessions(home), key=lambda s: s["repo"] == str(repo.resolve()))
 
@@ -509,33 +508,37 @@ def test_resume_without_an_id_and_without_a_terminal_lists_the_sessions_and_exit
     assert "tidy the other" not in mine.stderr
 
 
-def test_the_sessions_command_lists_shows_and_deletes(home, repo, tmp_path):
+def test_the_sessions_command_lists_shows_and_deletes(home, repo, tmp_path, capsys):
+    """`sessions` only reads and deletes files: main() in this process shows all a process of
+    its own would, its streams apart and its exit code."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        capsys.readouterr()
+        code = main(list(args))
+        return subprocess.CompletedProcess(args, code, *capsys.readouterr())
+
     older, newer = two_sessions(home, tmp_path, repo)
-    listed = run_cli("sessions")
+    listed = run("sessions")
     assert listed.returncode == 0 and listed.stderr == ""
     lines = listed.stdout.splitlines()
     assert lines[0].split() == ["id", "updated", "outcome", "repository", "task"]
     assert newer["id"] in lines[1] and older["id"] in lines[2]
-    as_json = [
-        json.loads(line) for line in run_cli("sessions", "list", "--json").stdout.splitlines()
-    ]
+    as_json = [json.loads(line) for line in run("sessions", "list", "--json").stdout.splitlines()]
     assert [s["id"] for s in as_json] == [newer["id"], older["id"]]
     assert as_json[0] | {"updated_at": ""} == {
         "id": newer["id"], "updated_at": "", "repo": str(repo.resolve()),
         "task": "fix the greeting", "tasks": 1, "outcome": "completed"}  # fmt: skip
 
-    shown = run_cli("sessions", "show", newer["id"])
+    shown = run("sessions", "show", newer["id"])
     assert shown.returncode == 0
     assert f"repo      {repo.resolve()}" in shown.stdout
     assert "task 1: [completed] fix the greeting" in shown.stdout
-    assert (
-        json.loads(run_cli("sessions", "show", newer["id"], "--json").stdout)["id"] == newer["id"]
-    )
+    assert json.loads(run("sessions", "show", newer["id"], "--json").stdout)["id"] == newer["id"]
 
     (sessions_dir(home) / "undo").mkdir(exist_ok=True)
     undo = sessions_dir(home) / "undo" / f"{newer['id']}.json"
     undo.write_text("{}")
-    deleted = run_cli("sessions", "delete", newer["id"], "no-such-session")
+    deleted = run("sessions", "delete", newer["id"], "no-such-session")
     assert deleted.returncode == 2
     assert deleted.stdout == f"deleted {newer['id']}\n"
     assert (
@@ -545,14 +548,13 @@ def test_the_sessions_command_lists_shows_and_deletes(home, repo, tmp_path):
     assert [s["id"] for s in saved_sessions(home)] == [older["id"]]
 
     for bad in (["sessions", "show", "../../etc/passwd"], ["sessions", "frob"]):
-        proc = run_cli(*bad)
+        proc = run(*bad)
         assert proc.returncode == 2 and proc.stderr.startswith("toy-agent: error: ")
         assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
 def test_a_demo_run_is_not_stored_among_the_sessions(home):
-    proc = run_cli("--demo")
-    assert proc.returncode == 0, proc.stderr
+    assert main(["--demo"]) == 0
     assert not sessions_dir(home).exists() or saved_sessions(home) == []
 
 
@@ -569,8 +571,7 @@ def test_old_sessions_are_pruned_with_their_undo_data_by_the_configured_rule(hom
     config.parent.mkdir(parents=True)
     config.write_text("sessions_keep = 2\nsessions_keep_days = 3.5\n")
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
-    proc = run_cli("--repo", str(repo), "--replay", str(replay), "--task", "anything")
-    assert proc.returncode == 0, proc.stderr
+    assert main(["--repo", str(repo), "--replay", str(replay), "--task", "anything"]) == 0
 
     # kept: the newest two (the new session and a-recent), and any saved in the last 3.5 days
     [new] = [s["id"] for s in saved_sessions(home) if s != {}]
