@@ -13,8 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fake_providers import FakeProvider
 
+from toy_agent.cli import main
 from toy_agent.providers import endpoint_variables, key_variables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +53,15 @@ def run_cli(
         toy_agent(*args), input=stdin, capture_output=True, text=text, timeout=timeout,
         cwd=cwd, env=cli_environment(env),
     )  # fmt: skip
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`main(args)` in this process, its exit code and streams handed back as `run_cli` hands
+    back a process's: for commands that only read settings and files, where a process of
+    their own would show nothing more (terminals, signals and stdin need `run_cli`)."""
+    capsys.readouterr()
+    code = main(list(args))
+    return subprocess.CompletedProcess(list(args), code, *capsys.readouterr())
 
 
 def quickest_provider_env(server: FakeProvider) -> dict[str, str]:

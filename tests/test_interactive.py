@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import ROOT, quickest_provider_env, run_cli
+from cli_helpers import ROOT, quickest_provider_env, run_cli, run_main
 from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
 from fakes import ScriptedLlm, write_replay, xml_action
 from test_sessions import sessions_dir
@@ -509,13 +509,8 @@ def test_resume_without_an_id_and_without_a_terminal_lists_the_sessions_and_exit
 
 
 def test_the_sessions_command_lists_shows_and_deletes(home, repo, tmp_path, capsys):
-    """`sessions` only reads and deletes files: main() in this process shows all a process of
-    its own would, its streams apart and its exit code."""
-
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        capsys.readouterr()
-        code = main(list(args))
-        return subprocess.CompletedProcess(args, code, *capsys.readouterr())
+        return run_main(capsys, *args)  # `sessions` only reads and deletes files
 
     older, newer = two_sessions(home, tmp_path, repo)
     listed = run("sessions")

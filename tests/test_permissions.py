@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import ROOT, run_cli
+from cli_helpers import ROOT, run_cli, run_main
 from fakes import ScriptedLlm, write_replay, xml_action
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -351,19 +351,20 @@ def test_read_only_lists_only_tools_that_change_nothing_mcp_ones_by_their_annota
     assert {"write_file", "edit_file", "run_command", "fail", "env"} <= set(everything)
 
 
-@pytest.mark.slow
-def test_the_mode_comes_from_the_config_file_or_the_environment_and_the_flag_wins(repo, tmp_path):
+def test_the_mode_comes_from_the_config_file_or_the_environment_and_the_flag_wins(
+    repo, tmp_path, capsys, monkeypatch
+):
     config = tmp_path / "config.toml"
     config.write_text('permission_mode = "read-only"\ndeny_command = ["curl*"]\n')
-    from_file = listed(run_cli("--config", str(config), "--list-tools", "--output", "json",
-                               "--repo", str(repo)))  # fmt: skip
-    from_env = listed(run_cli("--list-tools", "--output", "json", "--repo", str(repo),
-                              env={"TOY_AGENT_PERMISSION_MODE": "read-only"}))  # fmt: skip
-    flag = listed(run_cli("--config", str(config), "--list-tools", "--output", "json",
-                          "--repo", str(repo), "--permission-mode", "edits"))  # fmt: skip
+    tools = ["--list-tools", "--output", "json", "--repo", str(repo)]
+    from_file = listed(run_main(capsys, "--config", str(config), *tools))
+    flag = listed(run_main(capsys, "--config", str(config), *tools, "--permission-mode", "edits"))
+    monkeypatch.setenv("TOY_AGENT_PERMISSION_MODE", "read-only")
+    from_env = listed(run_main(capsys, *tools))
     assert "write_file" not in from_file and "write_file" not in from_env
     assert "write_file" in flag
-    wrong = run_cli("--list-tools", "--repo", str(repo), env={"TOY_AGENT_PERMISSION_MODE": "yolo"})
+    monkeypatch.setenv("TOY_AGENT_PERMISSION_MODE", "yolo")
+    wrong = run_main(capsys, "--list-tools", "--repo", str(repo))
     assert wrong.returncode == 2 and "TOY_AGENT_PERMISSION_MODE" in wrong.stderr
 
 
