@@ -25,6 +25,12 @@ from toy_agent.messages import Usage
 pytestmark = pytest.mark.usefixtures("clean_env")  # see conftest
 
 
+def replayed(task: str, repo: Path, replay: Path) -> list[str]:
+    """The arguments of a run of `task` in `repo` whose model is the recording `replay`."""
+    return ["--task", task, "--repo", str(repo), "--llm-provider", "replay",
+            "--replay", str(replay)]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_help_lists_the_seed_flags_without_importing_provider_sdks():
     code = (
@@ -59,18 +65,7 @@ def test_replay_run_completes_with_exit_code_zero_and_a_summary(repo, tmp_path, 
         xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello"),
         xml_action("task_complete", result="Fixed the greeting."),
     )
-    code = main(
-        [
-            "--task",
-            "fix the greeting",
-            "--repo",
-            str(repo),
-            "--llm-provider",
-            "replay",
-            "--replay",
-            str(replay),
-        ]
-    )
+    code = main(replayed("fix the greeting", repo, replay))
 
     out = capsys.readouterr().out
     assert code == 0
@@ -84,22 +79,7 @@ def test_json_output_is_one_object_on_stdout_for_scripts(repo, tmp_path, capsys)
     replay = write_replay(
         tmp_path / "r.json", xml_action("list_files"), xml_action("list_files", path="nowhere")
     )
-    code = main(
-        [
-            "--task",
-            "loop",
-            "--repo",
-            str(repo),
-            "--max-iterations",
-            "2",
-            "--llm-provider",
-            "replay",
-            "--replay",
-            str(replay),
-            "--output",
-            "json",
-        ]
-    )
+    code = main([*replayed("loop", repo, replay), "--max-iterations", "2", "--output", "json"])
 
     captured = capsys.readouterr()
     result = json.loads(captured.out)
@@ -196,19 +176,8 @@ def test_bad_flag_values_exit_with_code_two(capsys):
 def test_task_dash_reads_the_task_from_stdin(repo, tmp_path):
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))
     trajectory = tmp_path / "t.json"
-    proc = run_cli(
-        "--task",
-        "-",
-        "--repo",
-        str(repo),
-        "--llm-provider",
-        "replay",
-        "--replay",
-        str(replay),
-        "--trajectory",
-        str(trajectory),
-        stdin="Explain hello.py\nin one line\n",
-    )
+    proc = run_cli(*replayed("-", repo, replay), "--trajectory", str(trajectory),
+                   stdin="Explain hello.py\nin one line\n")  # fmt: skip
 
     assert proc.returncode == 0, proc.stderr
     assert json.loads(trajectory.read_text())["task"] == "Explain hello.py\nin one line"
@@ -234,18 +203,7 @@ def test_confirm_is_driven_through_stdin(repo, tmp_path):
         xml_action("write_file", path="b.txt", content="B"),
         xml_action("task_complete", result="ok"),
     )
-    proc = run_cli(
-        "--task",
-        "write",
-        "--repo",
-        str(repo),
-        "--llm-provider",
-        "replay",
-        "--replay",
-        str(replay),
-        "--confirm",
-        stdin="n\ny\n",
-    )
+    proc = run_cli(*replayed("write", repo, replay), "--confirm", stdin="n\ny\n")
 
     assert proc.returncode == 0, proc.stderr
     assert not (repo / "a.txt").exists()
@@ -275,20 +233,7 @@ def test_terminal_view_in_a_pseudo_terminal_shows_each_step(repo, tmp_path):
         xml_action("read_file", path="missing.py"),
         xml_action("task_complete", result="ok"),
     )
-    output = run_in_pty(
-        [
-            sys.executable,
-            str(ROOT / "main.py"),
-            "--task",
-            "look",
-            "--repo",
-            str(repo),
-            "--llm-provider",
-            "replay",
-            "--replay",
-            str(replay),
-        ]
-    )
+    output = run_in_pty(toy_agent(*replayed("look", repo, replay)))
 
     plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", output)
     assert "\033[32m" in output  # coloured on a terminal
@@ -304,20 +249,7 @@ def test_quiet_and_no_color_are_honoured_on_a_terminal(flag, env, repo, tmp_path
     replay = write_replay(
         tmp_path / "r.json", xml_action("list_files"), xml_action("task_complete", result="ok")
     )
-    output = run_in_pty(
-        [
-            sys.executable,
-            str(ROOT / "main.py"),
-            "--task",
-            "look",
-            "--repo",
-            str(repo),
-            "--replay",
-            str(replay),
-            flag,
-        ],
-        env,
-    )
+    output = run_in_pty(toy_agent(*replayed("look", repo, replay), flag), env)
 
     assert "✓ completed" in output
     if flag == "--quiet":  # no live view, no INFO log: just the summary
@@ -461,22 +393,8 @@ def test_secrets_stay_out_of_the_log_file_and_the_trajectory(repo, tmp_path, mon
         xml_action("task_complete", result="read it"),
     )
     log, trajectory = tmp_path / "run.log", tmp_path / "run.json"
-    code = main(
-        [
-            "--task",
-            f"check the token {secret}",
-            "--repo",
-            str(repo),
-            "--llm-provider",
-            "replay",
-            "--replay",
-            str(replay),
-            "--log-file",
-            str(log),
-            "--trajectory",
-            str(trajectory),
-        ]
-    )
+    code = main([*replayed(f"check the token {secret}", repo, replay), "--log-file", str(log),
+                 "--trajectory", str(trajectory)])  # fmt: skip
 
     captured = capsys.readouterr()
     assert code == 0
@@ -493,22 +411,7 @@ def test_show_diff_prints_the_full_diff_of_changed_files(repo, tmp_path, capsys)
         xml_action("write_file", path="new.txt", content="fresh\n"),
         xml_action("task_complete", result="ok"),
     )
-    assert (
-        main(
-            [
-                "--task",
-                "x",
-                "--repo",
-                str(repo),
-                "--llm-provider",
-                "replay",
-                "--replay",
-                str(replay),
-                "--show-diff",
-            ]
-        )
-        == 0
-    )
+    assert main([*replayed("x", repo, replay), "--show-diff"]) == 0
 
     out = capsys.readouterr().out
     assert "-print('helo')" in out and "+print('hi')" in out
