@@ -8,6 +8,7 @@ import pty
 import select
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -117,6 +118,15 @@ def finishes(call: Callable[[], T], seconds: float = 20.0) -> T:
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]
+
+
+def wait_until(condition: Callable[[], object], what: str, seconds: float = 30.0) -> None:
+    """Poll `condition` every 50 ms until it holds (a request arrived, a file appeared); fail
+    naming `what` if it does not within `seconds` (generous: a wait, not a benchmark)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {seconds}s"
+        time.sleep(0.05)
 
 
 def run_in_pty(argv: list[str], extra_env: dict[str, str] | None = None) -> str:

@@ -33,7 +33,7 @@ from fake_providers import (
     error_reply,
     openai_reply,
 )
-from fakes import ScriptedLlm, finishes, run_in_pty, xml_action
+from fakes import ScriptedLlm, finishes, run_in_pty, wait_until, xml_action
 
 from toy_agent.batch import RECORD_KEYS, BatchError, RunSettings
 from toy_agent.cli import main
@@ -346,9 +346,7 @@ def test_ctrl_c_keeps_finished_results_and_the_next_run_does_the_rest(
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=cli_environment(quickest_provider_env(provider)),
         )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while provider.asked_by("charlie") == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: provider.asked_by("charlie"), "charlie's first request")
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=20)
     assert proc.returncode == 130, stderr

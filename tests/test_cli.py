@@ -10,13 +10,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from cli_helpers import ROOT, cli_environment, quickest_provider_env, run_cli, toy_agent
 from fake_providers import FakeProvider, Reply, anthropic_reply, error_reply, openai_reply
-from fakes import run_in_pty, write_replay, xml_action
+from fakes import run_in_pty, wait_until, write_replay, xml_action
 
 from toy_agent import __version__
 from toy_agent.cli import main
@@ -370,9 +369,7 @@ def test_ctrl_c_during_an_llm_call_writes_the_trajectory_and_exits_130(repo, tmp
             text=True,
             env=cli_environment(quickest_provider_env(server)),
         )
-        deadline = time.monotonic() + 30
-        while len(server.requests) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: len(server.requests) == 2, "the second request")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=15)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import ROOT, quickest_provider_env, run_cli, run_main
 from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
-from fakes import ScriptedLlm, write_replay, xml_action
+from fakes import ScriptedLlm, wait_until, write_replay, xml_action
 from test_sessions import sessions_dir
 
 from toy_agent.cli import main
@@ -229,9 +229,7 @@ def test_ctrl_c_cancels_a_task_and_what_is_typed_next_runs(home, repo, terminal)
         term.prompt()
         term.type("a slow task")
         term.keys("Enter")
-        deadline = time.monotonic() + 30
-        while not server.requests and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: server.requests, "the task's first request")
         term.keys("C-c")
         term.expect("cancelled")
         term.type("/cost")
@@ -286,9 +284,7 @@ def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
         term.prompt()
         term.type("a slow task")
         term.keys("Enter")
-        deadline = time.monotonic() + 30
-        while not server.requests and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: server.requests, "the task's first request")
         term.type("typed while it ran")
         term.keys("Enter")
         term.expect("typed while it ran")  # on the screen, and not yet answered

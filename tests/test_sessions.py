@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import quickest_provider_env, run_cli, toy_agent
 from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
-from fakes import ScriptedLlm, finishes, native_call, write_replay, xml_action
+from fakes import ScriptedLlm, finishes, native_call, wait_until, write_replay, xml_action
 
 from toy_agent import ReactAgent
 from toy_agent.cli import main
@@ -149,9 +149,7 @@ def test_ctrl_c_cancels_the_task_in_flight_and_returns_to_the_prompt(home, repo)
         term = Terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.expect(">")
         term.type("a slow task\n")
-        deadline = time.monotonic() + 30
-        while not server.requests and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: server.requests, "the task's first request")
         term.type("\x03")
         term.expect("cancelled")
         term.expect(">")
