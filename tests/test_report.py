@@ -9,6 +9,7 @@ it looked at under its tmp_path (`*.png`).
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import html as html_lib
 import json
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -213,28 +215,35 @@ class _Collector(HTMLParser):
 
 
 def browse(
-    page: Path, tmp_path: Path, anchor: str = "", *, shot: str = "", js: bool = True
+    browser: Devtools, page: Path, tmp_path: Path, anchor: str = "", *, shot: str = ""
 ) -> Page:
-    """Open the page in headless chromium, as a user would (file://, offline), and return its
-    DOM after load; `shot` keeps a screenshot under tmp_path. `js=False` opens it in a profile
-    that blocks JavaScript (chromium's own dump and screenshot still work there)."""
+    """Open the page in the module's headless chromium, afresh, as a user would (file://,
+    offline), and return its DOM after load and what its console said; `shot` keeps a
+    screenshot under tmp_path."""
+    html, console = browser.load(page, anchor)
+    if shot:
+        (tmp_path / shot).write_bytes(browser.screenshot())
+        assert (tmp_path / shot).stat().st_size > 10_000
+    return Page(html, console)
+
+
+def browse_without_scripts(page: Path, tmp_path: Path, anchor: str = "", *, shot: str) -> Page:
+    """`browse` in a chromium of its own whose profile blocks JavaScript (as a user's setting
+    does: the page is parsed as without scripts, noscript and all); chromium's own dump and
+    screenshot still work there."""
     profile = Path(tempfile.mkdtemp(prefix="chromium-", dir=tmp_path))
-    if not js:
-        (profile / "Default").mkdir()
-        blocked = {"profile": {"default_content_setting_values": {"javascript": 2}}}
-        (profile / "Default" / "Preferences").write_text(json.dumps(blocked))
+    (profile / "Default").mkdir()
+    blocked = {"profile": {"default_content_setting_values": {"javascript": 2}}}
+    (profile / "Default" / "Preferences").write_text(json.dumps(blocked))
     argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--no-first-run", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-            "--dump-dom"]  # fmt: skip
-    if shot:
-        argv += [f"--screenshot={tmp_path / shot}", "--window-size=1280,2000"]
+            "--dump-dom", f"--screenshot={tmp_path / shot}", "--window-size=1280,2000"]  # fmt: skip
     url = page.resolve().as_uri() + (f"#{anchor}" if anchor else "")
     done = subprocess.run([*argv, url], capture_output=True, text=True, timeout=120)  # type: ignore[list-item]
     assert done.returncode == 0, done.stderr[-2000:]
     console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
-    if shot:
-        assert (tmp_path / shot).stat().st_size > 10_000
+    assert (tmp_path / shot).stat().st_size > 10_000
     return Page(done.stdout, console)
 
 
@@ -286,11 +295,15 @@ class Devtools:
         os.close(theirs_w)
         self.writer, self.reader = os.fdopen(ours_w, "wb"), os.fdopen(ours_r, "rb")
         self.sent, self.pending = 0, b""
+        self.events: list[dict[str, Any]] = []  # what chromium told unasked, oldest first
         page = next(t for t in self.call("Target.getTargets")["targetInfos"]
                     if t["type"] == "page")  # fmt: skip
         self.session = self.call("Target.attachToTarget", targetId=page["targetId"],
                                  flatten=True)["sessionId"]  # fmt: skip
-        self.call("Page.enable", session=self.session)
+        for domain in ("Page", "Runtime", "Log"):
+            self.call(f"{domain}.enable", session=self.session)
+        self.call("Emulation.setDeviceMetricsOverride", session=self.session, width=1280,
+                  height=2000, deviceScaleFactor=1, mobile=False)  # fmt: skip
 
     def call(self, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
         self.sent += 1
@@ -304,6 +317,8 @@ class Devtools:
             if answer.get("id") == self.sent:
                 assert "error" not in answer, answer
                 return answer["result"]
+            if "method" in answer:
+                self.events.append(answer)
 
     def receive(self) -> dict[str, Any]:
         while b"\0" not in self.pending:
@@ -313,10 +328,34 @@ class Devtools:
         raw, self.pending = self.pending.split(b"\0", 1)
         return json.loads(raw)
 
-    def open(self, page: Path) -> None:
-        self.call("Page.navigate", session=self.session, url=page.resolve().as_uri())
-        while self.receive().get("method") != "Page.loadEventFired":
-            pass
+    def navigate(self, url: str) -> None:
+        self.call("Page.navigate", session=self.session, url=url)
+        while (event := self.receive()).get("method") != "Page.loadEventFired":
+            self.events.append(event)
+
+    def load(self, page: Path, anchor: str = "") -> tuple[str, list[str]]:
+        """Open `page` at `anchor` afresh (a blank page first: from the same page, a new
+        anchor would only scroll), as a user's browser does; its DOM after load, and the
+        console's messages, uncaught errors and the browser's own reports (a blocked inline
+        script or style) from then."""
+        self.navigate("about:blank")
+        self.events.clear()
+        self.navigate(page.resolve().as_uri() + (f"#{anchor}" if anchor else ""))
+        html = self.js("document.documentElement.outerHTML")  # after what came with the load
+        said = []
+        for event in self.events:
+            params = event.get("params", {})
+            if event.get("method") == "Runtime.consoleAPICalled":
+                said.append(f"console.{params['type']}: {params.get('args')}")
+            elif event.get("method") == "Runtime.exceptionThrown":
+                said.append(f"uncaught: {params['exceptionDetails']}")
+            elif event.get("method") == "Log.entryAdded":
+                said.append(f"{params['entry']['level']}: {params['entry']['text']}")
+        return html, said
+
+    def screenshot(self) -> bytes:
+        shot = self.call("Page.captureScreenshot", session=self.session, format="png")
+        return base64.b64decode(shot["data"])
 
     def js(self, expression: str) -> Any:
         result = self.call("Runtime.evaluate", session=self.session, expression=expression,
@@ -331,18 +370,29 @@ class Devtools:
         self.reader.close()
 
 
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devtools]:
+    """One headless chromium for the module's pages: each is opened afresh in it."""
+    browser = Devtools(tmp_path_factory.mktemp("chromium"))
+    yield browser
+    browser.close()
+
+
 # ---------------------------------------------------------------------------- the pages
 @pytest.mark.slow
 @needs_browser
 def test_the_batch_page_lists_every_task_with_outcomes_totals_and_charts(
-    batches: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    batches: tuple[Path, Path],
+    tmp_path: Path,
+    chromium: Devtools,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     out_a, _ = batches
     html = out_a.parent / "batch.html"  # beside the folder: its links are relative
     assert report(str(out_a), "-o", str(html)) == 0
     assert capsys.readouterr().out.strip() == str(html)
 
-    page = browse(html, tmp_path, shot="batch.png")
+    page = browse(chromium, html, tmp_path, shot="batch.png")
     assert_loaded_cleanly(page)
     table = page.find("table", class_="tasks sortable")
     assert len(table) == 1
@@ -385,12 +435,12 @@ def test_the_batch_page_lists_every_task_with_outcomes_totals_and_charts(
     # each task's run page is in the same file, shown by its #anchor
     to_evil = [a.text for a in page.find("a", href="#run-1")]  # tasks in the order of their ids
     assert "evil" in to_evil and "evil: $0.0180" in to_evil  # from the table, from a chart
-    run = browse(html, tmp_path, "run-1", shot="batch-run.png")
+    run = browse(chromium, html, tmp_path, "run-1", shot="batch-run.png")
     assert_loaded_cleanly(run)
     section = run.by_id("run-1")
     assert "payload.html" in section.text and "read_file" in section.text
     # A run page is kept as text until visited (see the template); a step's address opens it.
-    step = browse(html, tmp_path, "run-3-s3", shot="batch-step.png")
+    step = browse(chromium, html, tmp_path, "run-3-s3", shot="batch-step.png")
     assert_loaded_cleanly(step)
     lazy = [n.within[-1] for n in step.find("noscript")]
     assert "run-3" not in lazy and {"run-1", "run-2", "run-4"} <= set(lazy)
@@ -400,39 +450,35 @@ def test_the_batch_page_lists_every_task_with_outcomes_totals_and_charts(
 @pytest.mark.slow
 @needs_browser
 def test_the_batch_table_sorts_filters_and_opens_run_pages_in_the_browser(
-    batches: tuple[Path, Path], tmp_path: Path
+    batches: tuple[Path, Path], tmp_path: Path, chromium: Devtools
 ) -> None:
     html = tmp_path / "batch.html"
     assert report(str(batches[0]), "-o", str(html)) == 0
     rows = ("Array.from(document.querySelectorAll('#batch table.tasks tbody tr'))"
             ".filter(r => !r.hidden).map(r => r.cells[0].textContent)")  # fmt: skip
     shown = "getComputedStyle(document.getElementById('{}')).display"
-    browser = Devtools(tmp_path)
-    try:
-        browser.open(html)
-        assert browser.js("document.documentElement.dataset.ready") == "1"
-        assert browser.js(rows) == ["evil", "fix", "loop", "odd"]
-        cost = "document.querySelectorAll('#batch table.tasks th button.sort')[5]"
-        assert browser.js(f"{cost}.textContent") == "cost"
-        browser.js(f"{cost}.click()")
-        assert browser.js(rows) == ["fix", "loop", "odd", "evil"]  # ties keep their order
-        browser.js(f"{cost}.click()")
-        assert browser.js(rows) == ["evil", "odd", "loop", "fix"]
-        browser.js("var s = document.querySelector('#batch select'); s.value = "
-                   "'max_iterations'; s.dispatchEvent(new Event('change'))")  # fmt: skip
-        assert browser.js(rows) == ["loop"]
-        assert browser.js("document.querySelector('#batch .shown').textContent") == "1 of 4 shown"
-        assert browser.js(shown.format("batch")) == "block"
-        assert browser.js(shown.format("run-3")) == "none"
-        browser.js("location.hash = '#run-3-s3'")  # a warning's link: a step of a run page
-        assert browser.js("document.querySelector(':target').id") == "run-3-s3"
-        assert browser.js(shown.format("run-3")) == "block"
-        assert browser.js(shown.format("batch")) == "none"
-        assert "3 times in a row" in browser.js("document.getElementById('run-3-s3').textContent")
-        browser.js("location.hash = '#batch'")
-        assert browser.js(shown.format("run-3")) == "none"
-    finally:
-        browser.close()
+    chromium.load(html)  # afresh: then sorted and filtered by clicks
+    assert chromium.js("document.documentElement.dataset.ready") == "1"
+    assert chromium.js(rows) == ["evil", "fix", "loop", "odd"]
+    cost = "document.querySelectorAll('#batch table.tasks th button.sort')[5]"
+    assert chromium.js(f"{cost}.textContent") == "cost"
+    chromium.js(f"{cost}.click()")
+    assert chromium.js(rows) == ["fix", "loop", "odd", "evil"]  # ties keep their order
+    chromium.js(f"{cost}.click()")
+    assert chromium.js(rows) == ["evil", "odd", "loop", "fix"]
+    chromium.js("var s = document.querySelector('#batch select'); s.value = "
+               "'max_iterations'; s.dispatchEvent(new Event('change'))")  # fmt: skip
+    assert chromium.js(rows) == ["loop"]
+    assert chromium.js("document.querySelector('#batch .shown').textContent") == "1 of 4 shown"
+    assert chromium.js(shown.format("batch")) == "block"
+    assert chromium.js(shown.format("run-3")) == "none"
+    chromium.js("location.hash = '#run-3-s3'")  # a warning's link: a step of a run page
+    assert chromium.js("document.querySelector(':target').id") == "run-3-s3"
+    assert chromium.js(shown.format("run-3")) == "block"
+    assert chromium.js(shown.format("batch")) == "none"
+    assert "3 times in a row" in chromium.js("document.getElementById('run-3-s3').textContent")
+    chromium.js("location.hash = '#batch'")
+    assert chromium.js(shown.format("run-3")) == "none"
 
 
 @pytest.mark.slow
@@ -442,7 +488,7 @@ def test_the_batch_page_is_readable_with_scripts_off(
 ) -> None:
     html = tmp_path / "batch.html"
     assert report(str(batches[0]), "-o", str(html)) == 0
-    page = browse(html, tmp_path, "run-3", shot="no-script.png", js=False)
+    page = browse_without_scripts(html, tmp_path, "run-3", shot="no-script.png")
     assert "data-ready" not in page.root.attrs  # the script did not run
     assert page.find("select") == []
     rows = [r for r in page.find("tr") if "data-group" in r.attrs]
@@ -455,7 +501,7 @@ def test_the_batch_page_is_readable_with_scripts_off(
 @pytest.mark.slow
 @needs_browser
 def test_the_run_page_shows_the_timeline_warnings_and_coloured_diff(
-    hostile_repo: Path, tmp_path: Path
+    hostile_repo: Path, tmp_path: Path, chromium: Devtools
 ) -> None:
     llm = MarkerLlm({"run": [
         reply("list_files", "Look first."),
@@ -475,7 +521,7 @@ def test_the_run_page_shows_the_timeline_warnings_and_coloured_diff(
     html = tmp_path / "run.html"
     assert report(str(trajectory), "-o", str(html)) == 0
 
-    page = browse(html, tmp_path, shot="run.png")
+    page = browse(chromium, html, tmp_path, shot="run.png")
     assert_loaded_cleanly(page)
     run = page.by_id("run")
     facts = {d.text.split("\n")[0] for d in page.find("dd")}
@@ -499,12 +545,12 @@ def test_the_run_page_shows_the_timeline_warnings_and_coloured_diff(
 @pytest.mark.slow
 @needs_browser
 def test_the_comparison_page_shows_flips_deltas_and_diffs_side_by_side(
-    batches: tuple[Path, Path], tmp_path: Path
+    batches: tuple[Path, Path], tmp_path: Path, chromium: Devtools
 ) -> None:
     html = tmp_path / "compare.html"
     assert report(str(batches[0]), str(batches[1]), "-o", str(html)) == 0
 
-    page = browse(html, tmp_path, shot="compare.png")
+    page = browse(chromium, html, tmp_path, shot="compare.png")
     assert_loaded_cleanly(page)
     summary = page.by_id("summary").text
     assert "pass rate: A 3/4 (75%) vs B 3/4 (75%)" in summary
@@ -522,7 +568,7 @@ def test_the_comparison_page_shows_flips_deltas_and_diffs_side_by_side(
     assert "+$0.0045" in rows["fix"].text and "+1" in rows["fix"].text
     assert "−$0.0045" in rows["loop"].text and "-1" in rows["loop"].text
 
-    side = browse(html, tmp_path, "cmp-2", shot="compare-task.png")
+    side = browse(chromium, html, tmp_path, "cmp-2", shot="compare-task.png")
     assert_loaded_cleanly(side)
     halves = [d for d in side.find("div", class_="side") if "cmp-2" in d.within]
     assert len(halves) == 2
@@ -533,7 +579,7 @@ def test_the_comparison_page_shows_flips_deltas_and_diffs_side_by_side(
 @pytest.mark.slow
 @needs_browser
 def test_a_saved_session_gets_a_page_of_its_runs_and_diff(
-    hostile_repo: Path, tmp_path: Path
+    hostile_repo: Path, tmp_path: Path, chromium: Devtools
 ) -> None:
     store = SessionStore()  # this test's own $XDG_STATE_HOME (see conftest)
     session = store.new(hostile_repo.resolve())
@@ -549,7 +595,7 @@ def test_a_saved_session_gets_a_page_of_its_runs_and_diff(
     html = tmp_path / "session.html"
     assert report(str(store.path(session)), "-o", str(html)) == 0
 
-    page = browse(html, tmp_path, shot="session.png")
+    page = browse(chromium, html, tmp_path, shot="session.png")
     assert_loaded_cleanly(page)
     assert session.id in page.by_id("session").text
     run = page.by_id("run-1")
@@ -579,12 +625,12 @@ def test_secrets_and_payloads_in_a_batch_are_redacted_and_escaped(
 @pytest.mark.slow
 @needs_browser
 def test_hostile_payloads_run_nowhere_in_the_comparison(
-    batches: tuple[Path, Path], tmp_path: Path
+    batches: tuple[Path, Path], tmp_path: Path, chromium: Devtools
 ) -> None:
     html = tmp_path / "compare.html"
     assert report(str(batches[0]), str(batches[1]), "-o", str(html)) == 0
     for anchor in ("a-run-1", "cmp-1", "b-batch"):
-        page = browse(html, tmp_path, anchor)
+        page = browse(chromium, html, tmp_path, anchor)
         assert_loaded_cleanly(page)
     assert "document.title='pwned'" in page.html  # shown as text, in the run page of A
 
