@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import ROOT, quickest_provider_env, run_cli
+from cli_helpers import ROOT, quickest_provider_env, run_cli, toy_agent
 from fake_providers import FakeProvider, error_reply
 from fakes import write_replay, xml_action
 
@@ -214,7 +214,7 @@ def test_a_one_letter_key_leaves_the_provider_s_error_readable(repo):
 
 @pytest.mark.slow
 def test_on_a_terminal_a_provider_failure_and_an_unparsable_reply_show_once_each(repo, tmp_path):
-    from test_view import CSI, Terminal, toy_agent
+    from test_view import CSI, Terminal
 
     recording = write_replay(
         tmp_path / "r.json",

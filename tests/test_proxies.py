@@ -8,6 +8,7 @@ import logging
 import re
 
 import pytest
+from cli_helpers import toy_agent
 from fake_providers import (
     FakeProvider,
     Reply,
@@ -17,7 +18,7 @@ from fake_providers import (
     openai_reply,
 )
 from fakes import xml_action
-from test_view import CSI, SPINNER, Terminal, screen_lines, toy_agent
+from test_view import CSI, SPINNER, Terminal, screen_lines
 
 from toy_agent.agent import ReactAgent
 from toy_agent.environment import load_dotenv_file

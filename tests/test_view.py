@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import toy_agent
 from fake_providers import FakeProvider, anthropic_reply, error_reply
 from fakes import write_replay, xml_action
 from rich.cells import cell_len
@@ -80,10 +81,6 @@ class Terminal:
         self.proc.wait(timeout)
         os.close(self._controller)
         return self.output
-
-
-def toy_agent(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "main.py"), *args]
 
 
 def screen_lines(output: str) -> list[str]:
