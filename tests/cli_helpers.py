@@ -1,7 +1,9 @@
-"""Starting the real CLI (`python main.py ...`) as a process, the way a user's shell or script
-does: one helper, so every module's CLI runs see the same environment.
+"""Running the real CLI the ways the tests need: as a process of its own, as a user's shell or
+script starts it (`run_cli`, `toy_agent` for a terminal's argv), or as `main()` in the test's
+process (`run_main`); and the provider for the runs that do not care which it is.
 
-The fixtures that go with it (`repo`, `home`) are in conftest.py.
+One copy of each, so every module's runs see the same environment. The fixtures that go with
+them (`clean_env`, `home`, `repo`) are in conftest.py.
 """
 
 from __future__ import annotations

@@ -11,13 +11,12 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import ROOT, quickest_provider_env, run_cli, run_main
+from cli_helpers import quickest_provider_env, run_cli, run_main, toy_agent
 from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
 from fakes import ScriptedLlm, wait_until, write_replay, xml_action
 from test_sessions import sessions_dir
@@ -47,7 +46,7 @@ class Tmux:
         # The shell waits for toy-agent and writes its exit code (tmux may be slow to reap
         # it); it only traps Ctrl-C, so toy-agent gets it as from a shell prompt.
         self.status = tmp_path / f"exit-code-{next(Tmux.count)}"
-        command = shlex.join([sys.executable, str(ROOT / "main.py"), *args])
+        command = shlex.join(toy_agent(*args))
         self.modes = [tmp_path / f"stty-{n}" for n in ("before", "after")]
         before, after, status = (shlex.quote(str(p)) for p in (*self.modes, self.status))
         script = (f"trap true INT; stty -g > {before}; {command}; code=$?; "
