@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import ROOT, run_cli, run_main
+from cli_helpers import ROOT, run_cli, run_main, toy_agent
 from fakes import ScriptedLlm, write_replay, xml_action
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -456,7 +456,7 @@ def test_a_denied_command_is_an_event_and_an_observation_naming_the_rule(repo, t
 
 @pytest.mark.slow
 def test_at_the_confirm_prompt_a_no_with_a_reason_goes_to_the_model(repo, tmp_path):
-    from test_view import CSI, Terminal, toy_agent
+    from test_view import CSI, Terminal
 
     recording = write_replay(
         tmp_path / "r.json",
@@ -495,7 +495,7 @@ def test_command_rules_without_commands_on_are_named_in_a_warning(repo):
 
 @pytest.mark.slow
 def test_on_a_terminal_edits_mode_asks_only_for_commands_and_shows_each_refusal(repo, tmp_path):
-    from test_view import CSI, Terminal, toy_agent
+    from test_view import CSI, Terminal
 
     recording = write_replay(
         tmp_path / "r.json",
