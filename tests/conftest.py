@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,10 @@ os.environ["XDG_STATE_HOME"] = os.path.join(_SCRATCH, "state")
 os.environ["XDG_CONFIG_HOME"] = os.path.join(_SCRATCH, "config")
 for _name in [name for name in os.environ if name.startswith("TOY_AGENT_")]:
     del os.environ[_name]  # a developer's own settings must not change what tests see
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    # Started in the background of a script (`pytest &`), which ignores SIGINT: every CLI
+    # process a test starts would inherit that and never see the Ctrl-C the test sends it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
