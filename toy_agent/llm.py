@@ -443,8 +443,12 @@ def _stainless_failure(sdk: Any, exc: Exception, base_url: str) -> _Failure | No
     return None
 
 
-def _with_tool_stop(stop: StopReason, calls: Sequence[ToolCall]) -> StopReason:
-    """Gemini (and some local servers) say STOP/stop when they call tools: report tool_use."""
+def _stop_reason(
+    table: Mapping[str | None, StopReason], reason: str | None, calls: Sequence[ToolCall]
+) -> StopReason:
+    """The provider's stop reason as ours ("other" when the table does not know it). Gemini
+    (and some local servers) say STOP/stop when they call tools: that is tool_use."""
+    stop = table.get(reason, "other")
     return "tool_use" if calls and stop == "end" else stop
 
 
@@ -809,7 +813,7 @@ def from_anthropic_response(data: dict[str, Any]) -> LlmResponse:
         tool_calls=calls,
         # input counts every prompt token, as OpenAI and Gemini do; cached is the part read
         usage=Usage(usage["input_tokens"] + cached + written, usage["output_tokens"], cached),
-        stop_reason=_with_tool_stop(_ANTHROPIC_STOPS.get(data.get("stop_reason"), "other"), calls),
+        stop_reason=_stop_reason(_ANTHROPIC_STOPS, data.get("stop_reason"), calls),
         model=data.get("model") or "",
     )
 
@@ -953,8 +957,8 @@ def from_gemini_response(data: dict[str, Any]) -> LlmResponse:
         for i, f in enumerate(functions)
     )
     text = "".join(p["text"] for p in parts if p.get("text") and not p.get("thought"))
-    stop = _GEMINI_STOPS.get(data["candidates"][0].get("finish_reason"), "other")
-    return LlmResponse(text, calls, usage, _with_tool_stop(stop, calls), model)
+    stop = _stop_reason(_GEMINI_STOPS, data["candidates"][0].get("finish_reason"), calls)
+    return LlmResponse(text, calls, usage, stop, model)
 
 
 def _dump_gemini(response: Any) -> dict[str, Any]:
@@ -1130,7 +1134,7 @@ def from_openai_response(data: dict[str, Any]) -> LlmResponse:
         text=message.get("content") or "",
         tool_calls=calls,
         usage=Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0, cached),
-        stop_reason=_with_tool_stop(_OPENAI_STOPS.get(choice.get("finish_reason"), "other"), calls),
+        stop_reason=_stop_reason(_OPENAI_STOPS, choice.get("finish_reason"), calls),
         model=data.get("model") or "",
     )
 
