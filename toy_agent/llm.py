@@ -452,8 +452,14 @@ def _stop_reason(
     return "tool_use" if calls and stop == "end" else stop
 
 
-def _tool_fields(tool: ToolSpec) -> tuple[str, str, dict[str, Any]]:
-    return tool["name"], tool.get("description", ""), tool.get("parameters") or _NO_PARAMETERS
+def _declarations(tools: Sequence[ToolSpec], schema_key: str) -> list[dict[str, Any]]:
+    """Each tool's name, description and JSON Schema (an empty object schema when it takes no
+    parameters), the schema under the key the provider's API gives it."""
+    return [
+        {"name": t["name"], "description": t.get("description", "")}
+        | {schema_key: t.get("parameters") or _NO_PARAMETERS}
+        for t in tools
+    ]
 
 
 # --- the shared client ----------------------------------------------------------------------
@@ -745,8 +751,7 @@ _ANTHROPIC_STOPS: dict[str | None, StopReason] = {
 
 
 def to_anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    fields = map(_tool_fields, tools)
-    return [{"name": n, "description": d, "input_schema": s} for n, d, s in fields]
+    return _declarations(tools, "input_schema")
 
 
 def _anthropic_image(image: Image) -> dict[str, Any]:
@@ -861,11 +866,7 @@ _GEMINI_STOPS.update(dict.fromkeys(_GEMINI_SAFETY, "safety"))
 
 def to_gemini_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     """One Tool of FunctionDeclarations; the JSON Schema goes in untouched."""
-    fields = map(_tool_fields, tools)
-    declarations = [
-        {"name": n, "description": d, "parameters_json_schema": s} for n, d, s in fields
-    ]
-    return [{"function_declarations": declarations}]
+    return [{"function_declarations": _declarations(tools, "parameters_json_schema")}]
 
 
 def _gemini_image(image: Image) -> dict[str, Any]:
@@ -1024,11 +1025,7 @@ _OPENAI_STOPS: dict[str | None, StopReason] = {
 
 
 def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    fields = map(_tool_fields, tools)
-    return [
-        {"type": "function", "function": {"name": n, "description": d, "parameters": s}}
-        for n, d, s in fields
-    ]
+    return [{"type": "function", "function": f} for f in _declarations(tools, "parameters")]
 
 
 def to_openai_messages(system_prompt: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
