@@ -573,11 +573,10 @@ class _ProviderClient(LlmClient):
         up to `max_retries` times, with backoff. A stream that fails after it returned text
         is retried once at most: the model wrote (and was paid for) that text, and a proxy
         that cuts one long reply tends to cut the next."""
+        on_text = request.on_text
         failed: list[FailedAttempt] = []
         live = 0  # the attempt whose text is passed on; -1 once it failed
         streamed: list[str] = []  # the text the live attempt passed on
-
-        on_text = request.on_text
 
         def emit(delta: str, of_attempt: int) -> None:
             if of_attempt == live and on_text is not None:  # late text of an abandoned
