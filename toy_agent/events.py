@@ -44,6 +44,8 @@ def _image_references(observation: Observation) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunStarted:
+    """The run begins: before the first step, with what the model is told."""
+
     task: str
     system_prompt: str
     settings: dict[str, Any]
@@ -52,59 +54,70 @@ class RunStarted:
 
 
 @dataclass(frozen=True)
-class StepStarted:
+class StepEvent:
+    """What happens in step `iteration` (counting from 1): StepStarted and the events after
+    it, up to StepFinished (whose Step holds the iteration). A subclass's fields follow it."""
+
     iteration: int
+
+
+@dataclass(frozen=True)
+class StepStarted(StepEvent):
+    """A step begins; `max_iterations` is the run's limit."""
+
     max_iterations: int
 
 
 @dataclass(frozen=True)
-class LlmRequested:
-    iteration: int
+class LlmRequested(StepEvent):
+    """The step's LLM call is about to be sent."""
+
     messages: Sequence[Message]  # exactly what is sent, after the context budget
 
 
 @dataclass(frozen=True)
 class TextDelta:
+    """A piece of the reply as it streams in (with streaming on); untrusted text."""
+
     text: str
 
 
 @dataclass(frozen=True)
-class LlmRetrying:
+class LlmRetrying(StepEvent):
     """A streamed call failed and is sent again: the text streamed so far is void."""
 
-    iteration: int
     attempt: FailedAttempt
 
 
 @dataclass(frozen=True)
-class LlmFailed:
+class LlmFailed(StepEvent):
     """The call of this step failed for good (retries exhausted or not retryable): the run
     ends. `attempts` are its attempts, each with its error and the text it had streamed."""
 
-    iteration: int
     error: str
     attempts: tuple[FailedAttempt, ...]
 
 
 @dataclass(frozen=True)
-class LlmResponded:
-    iteration: int
+class LlmResponded(StepEvent):
+    """The step's LLM call answered, after `seconds` (its retries included)."""
+
     response: LlmResponse
     seconds: float
 
 
 @dataclass(frozen=True)
-class ToolStarted:
-    iteration: int
+class ToolStarted(StepEvent):
+    """An action of the reply starts running (after any confirmation)."""
+
     action: Action
 
 
 @dataclass(frozen=True)
-class ToolProgress:
+class ToolProgress(StepEvent):
     """A progress report for the tool call in flight (an MCP server's `notifications/
     progress`); `message` is the server's text, untrusted."""
 
-    iteration: int
     tool_name: str
     progress: float
     total: float | None = None
@@ -118,20 +131,20 @@ class ToolProgress:
 
 
 @dataclass(frozen=True)
-class ToolRefused:
+class ToolRefused(StepEvent):
     """An action that did not run: the user declined it (`reason`: what they said), a deny
     rule matched, or the permission mode does not allow it. ToolFinished follows with the
     observation the model gets."""
 
-    iteration: int
     action: Action
     by: str  # "user", "rule" or "mode"
     reason: str
 
 
 @dataclass(frozen=True)
-class ToolFinished:
-    iteration: int
+class ToolFinished(StepEvent):
+    """An action ended (or was refused): what the model is told, and how long it ran."""
+
     observation: Observation
     seconds: float
 
@@ -171,11 +184,15 @@ class Step:
 
 @dataclass(frozen=True)
 class StepFinished:
+    """A step ended; `step` is its record in the trajectory (unparsable replies too)."""
+
     step: Step
 
 
 @dataclass(frozen=True)
 class RunFinished:
+    """The run ended: its result object (as `--output json` has it) and the diffs."""
+
     result: dict[str, Any]
     diffs: dict[str, str] = field(default_factory=dict)  # path -> unified diff, as in RunResult
 
