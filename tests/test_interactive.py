@@ -329,10 +329,10 @@ def test_cost_adds_up_the_tokens_and_dollars_of_the_session(home, repo, terminal
     usage = Usage(1000, 200)
     with FakeProvider() as server:
         server.enqueue(
-            anthropic_reply(xml_action("read_file", path="hello.py"), usage=usage),
-            anthropic_reply(xml_action("task_complete", result="Read it."), usage=usage),
+            openai_reply(xml_action("read_file", path="hello.py"), usage=usage),
+            openai_reply(xml_action("task_complete", result="Read it."), usage=usage),
         )
-        term = terminal(["--repo", str(repo)], server.env("claude"))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
         term.type("/cost")
         term.keys("Enter")
@@ -343,9 +343,9 @@ def test_cost_adds_up_the_tokens_and_dollars_of_the_session(home, repo, terminal
         term.prompt()
         term.type("/cost")
         term.keys("Enter")
-        # claude-sonnet-5-5: $3 per million input tokens, $15 per million output tokens
-        term.expect("this session: 1 task, 2,000 in, 400 out tokens, $0.0120 "
-                    "(model claude-sonnet-5-5)")  # fmt: skip
+        # gpt-5-mini: $0.25 per million input tokens, $2 per million output tokens
+        term.expect("this session: 1 task, 2,000 in, 400 out tokens, $0.0013 "
+                    "(model gpt-5-mini)")  # fmt: skip
         term.prompt()
         term.keys("C-d")
         assert term.exit_code() == 0
@@ -398,12 +398,12 @@ def test_compact_replaces_the_older_steps_by_the_models_summary(home, repo, term
     summary = "Read big.py three times: it sets x = 1, 2000 times."
     with FakeProvider() as server:
         server.enqueue(
-            *[anthropic_reply(xml_action("read_file", path="big.py")) for _ in range(3)],
-            done("Read it thrice."),
-            anthropic_reply(summary),
-            done("Still here."),
+            *[openai_reply(xml_action("read_file", path="big.py")) for _ in range(3)],
+            quick_done("Read it thrice."),
+            openai_reply(summary),
+            quick_done("Still here."),
         )
-        term = terminal(["--repo", str(repo)], server.env("claude"))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
         term.type("read big.py three times")
         term.keys("Enter")
@@ -422,7 +422,8 @@ def test_compact_replaces_the_older_steps_by_the_models_summary(home, repo, term
 
     assert "compacted 8 messages into 6" in screen
     summary_request = server.requests[4].body
-    assert "summarise" in json.dumps(summary_request["system"])
+    assert summary_request["messages"][0]["role"] == "system"
+    assert "summarise" in summary_request["messages"][0]["content"]
     assert "read big.py three times" in json.dumps(summary_request["messages"])
     after = json.dumps(server.requests[5].body["messages"])
     assert summary in after and "read big.py three times" in after
