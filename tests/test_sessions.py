@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import quickest_provider_env, run_cli, toy_agent
+from cli_helpers import quickest_provider_env, run_cli, run_main, toy_agent
 from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
 from fakes import ScriptedLlm, finishes, native_call, wait_until, write_replay, xml_action
 
@@ -222,8 +222,9 @@ def test_continue_and_resume_carry_the_conversation_into_a_new_process(home, rep
         "fix the greeting", "what does it print now?", "and now?"]  # fmt: skip
 
 
-@pytest.mark.slow
-def test_a_file_from_elsewhere_does_not_choose_the_repository_by_itself(home, repo, tmp_path):
+def test_a_file_from_elsewhere_does_not_choose_the_repository_by_itself(
+    home, repo, tmp_path, capsys, monkeypatch
+):
     """A session or trajectory file can come from anyone: the repository it names is used
     only where the user is, or when the user names it with --repo. What it names is shown
     with its control characters escaped."""
@@ -235,8 +236,9 @@ def test_a_file_from_elsewhere_does_not_choose_the_repository_by_itself(home, re
     def resume(recorded: str, *extra: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         shared.write_text(json.dumps({"format": TRAJECTORY_FORMAT, "task": "earlier",
                                       "steps": [], "settings": {"repo": recorded}}))  # fmt: skip
-        return run_cli("--llm-provider", "replay", "--replay", str(reply), "--resume",
-                       str(shared), "--task", "go on", *extra, cwd=cwd)  # fmt: skip
+        monkeypatch.chdir(cwd)  # main() in this process: it reads only files and the folder
+        return run_main(capsys, "--llm-provider", "replay", "--replay", str(reply), "--resume",
+                        str(shared), "--task", "go on", *extra)  # fmt: skip
 
     refused = resume(str(elsewhere), cwd=repo)
     assert refused.returncode == 2
