@@ -91,6 +91,17 @@ class Tmux:
     def type(self, text: str) -> None:
         self.tmux("send-keys", "-t", "t", "-l", text)
 
+    def enter(self, line: str) -> None:
+        """Type `line`, then press Enter."""
+        self.type(line)
+        self.keys("Enter")
+
+    def end(self) -> int:
+        """At the next empty prompt, Ctrl-D; toy-agent's exit code."""
+        self.prompt()
+        self.keys("C-d")
+        return self.exit_code()
+
     def paste(self, text: str) -> None:
         self.tmux("set-buffer", "-b", "p", "--", text)
         self.tmux("paste-buffer", "-p", "-b", "p", "-t", "t")
@@ -161,9 +172,7 @@ def test_a_pasted_text_of_many_lines_is_one_task(home, repo, terminal):
         assert "Pasted task done." not in term.screen  # the paste's lines did not submit it
         term.keys("Enter")
         term.expect("Pasted task done.")
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+        assert term.end() == 0
 
     assert len(server.requests) == 1
     assert pasted in server.requests[0].body["messages"][1]["content"]
@@ -176,16 +185,13 @@ def test_a_trailing_backslash_or_alt_enter_starts_a_new_line(home, repo, termina
         server.enqueue(quick_done("Three lines read."))
         term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
-        term.type("first line\\")
-        term.keys("Enter")
+        term.enter("first line\\")
         term.type("second line")
         term.keys("Escape", "Enter")
-        term.type("third line")
-        term.keys("Enter")
+        term.enter("third line")
         term.expect("Three lines read.")
         term.prompt()
-        term.type("/exit")
-        term.keys("Enter")
+        term.enter("/exit")
         assert term.exit_code() == 0
 
     [session] = saved_sessions(home)
@@ -197,12 +203,9 @@ def test_up_recalls_the_task_of_an_earlier_session_and_the_history_is_private(ho
         server.enqueue(quick_done("First."), quick_done("Again."))
         term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
-        term.type("count the lines of hello.py")
-        term.keys("Enter")
+        term.enter("count the lines of hello.py")
         term.expect("First.")
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+        assert term.end() == 0
         term.close()
 
         term = terminal(["--repo", str(repo)], quickest_provider_env(server))
@@ -211,9 +214,7 @@ def test_up_recalls_the_task_of_an_earlier_session_and_the_history_is_private(ho
         term.expect("count the lines of hello.py")
         term.keys("Enter")
         term.expect("Again.")
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+        assert term.end() == 0
 
     history = home / "state" / "toy-agent" / "history"
     assert history.stat().st_mode & 0o777 == 0o600
@@ -226,24 +227,19 @@ def test_ctrl_c_cancels_a_task_and_what_is_typed_next_runs(home, repo, terminal)
         server.enqueue(Reply(delay=30, body=openai_reply("late").body), quick_done("Quick one."))
         term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
-        term.type("a slow task")
-        term.keys("Enter")
+        term.enter("a slow task")
         wait_until(lambda: server.requests, "the task's first request")
         term.keys("C-c")
         term.expect("cancelled")
-        term.type("/cost")
-        term.keys("Enter")
+        term.enter("/cost")
         term.expect("this session: 1 task")
-        term.type("a quick task")
-        term.keys("Enter")
+        term.enter("a quick task")
         term.expect("Quick one.")
         term.prompt()
         term.type("half a line")
         term.expect("> half a line")
         term.keys("C-c")  # at the prompt: clears the line, the session goes on
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+        assert term.end() == 0
 
     [session] = saved_sessions(home)
     assert [(r["task"], r["outcome"]) for r in session["runs"]] == [
@@ -281,11 +277,9 @@ def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
         server.enqueue(quick_done("Slow one."), quick_done("Typed ahead."))
         term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
-        term.type("a slow task")
-        term.keys("Enter")
+        term.enter("a slow task")
         wait_until(lambda: server.requests, "the task's first request")
-        term.type("typed while it ran")
-        term.keys("Enter")
+        term.enter("typed while it ran")
         # tmux hands the keys to the terminal at once; they wait there for the next prompt,
         # shown or not (as the run left the terminal's echo): a second is ample either way
         with contextlib.suppress(AssertionError):
@@ -293,9 +287,7 @@ def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
         assert "Slow one." not in term.screen  # the keys came while the task ran
         server.release.set()
         term.expect("Typed ahead.")
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+        assert term.end() == 0
 
     [session] = saved_sessions(home)
     assert [r["task"] for r in session["runs"]] == ["a slow task", "typed while it ran"]
@@ -308,20 +300,16 @@ def test_help_lists_every_command_and_an_unknown_one_names_them(home, repo, term
     with FakeProvider() as server:
         term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
-        term.type("/help")
-        term.keys("Enter")
+        term.enter("/help")
         screen = term.expect("/exit")
         for command in ("/diff", "/undo", "/cost", "/model NAME", "/compact", "/sessions",
                         "/clear", "/help"):  # fmt: skip
             assert f"\n  {command} " in screen
         term.prompt()
-        term.type("/frobnicate")
-        term.keys("Enter")
+        term.enter("/frobnicate")
         screen = term.expect("unknown command /frobnicate: the commands are /diff, /undo")
         assert "/sessions, /clear, /help, /exit" in screen
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+        assert term.end() == 0
     assert server.requests == []  # no command reached the model
 
 
@@ -334,21 +322,16 @@ def test_cost_adds_up_the_tokens_and_dollars_of_the_session(home, repo, terminal
         )
         term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
-        term.type("/cost")
-        term.keys("Enter")
+        term.enter("/cost")
         term.expect("this session: 0 tasks, 0 in, 0 out tokens, $0")
-        term.type("read hello.py")
-        term.keys("Enter")
+        term.enter("read hello.py")
         term.expect("Read it.")
         term.prompt()
-        term.type("/cost")
-        term.keys("Enter")
+        term.enter("/cost")
         # gpt-5-mini: $0.25 per million input tokens, $2 per million output tokens
         term.expect("this session: 1 task, 2,000 in, 400 out tokens, $0.0013 "
                     "(model gpt-5-mini)")  # fmt: skip
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+        assert term.end() == 0
 
 
 def test_model_switches_the_next_tasks_to_a_model_and_the_provider_its_name_implies(
@@ -361,8 +344,7 @@ def test_model_switches_the_next_tasks_to_a_model_and_the_provider_its_name_impl
         env = {**claude.env("claude"), **openai.env("openai")}
         term = terminal(["--repo", str(repo), "--max-cost", "5"], env)
         term.prompt()
-        term.type("first task")
-        term.keys("Enter")
+        term.enter("first task")
         term.expect("From Claude.")
         for typed, said in [
             ("/model gemini-2.5-pro", "/model gemini-2.5-pro: GEMINI_API_KEY (or GOOGLE_API_KEY) "
@@ -374,16 +356,12 @@ def test_model_switches_the_next_tasks_to_a_model_and_the_provider_its_name_impl
             ("/model gpt-5-mini", "model gpt-5-mini (openai) for the next tasks"),
         ]:  # fmt: skip
             term.prompt()
-            term.type(typed)
-            term.keys("Enter")
+            term.enter(typed)
             term.expect(said)
         term.prompt()
-        term.type("second task")
-        term.keys("Enter")
+        term.enter("second task")
         term.expect("From GPT.")
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+        assert term.end() == 0
 
     assert len(claude.requests) == 1
     [request] = openai.requests
@@ -405,20 +383,15 @@ def test_compact_replaces_the_older_steps_by_the_models_summary(home, repo, term
         )
         term = terminal(["--repo", str(repo)], quickest_provider_env(server))
         term.prompt()
-        term.type("read big.py three times")
-        term.keys("Enter")
+        term.enter("read big.py three times")
         term.expect("Read it thrice.")
         term.prompt()
-        term.type("/compact")
-        term.keys("Enter")
+        term.enter("/compact")
         screen = term.expect("saved")
         term.prompt()
-        term.type("go on")
-        term.keys("Enter")
+        term.enter("go on")
         term.expect("Still here.")
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+        assert term.end() == 0
 
     assert "compacted 8 messages into 6" in screen
     summary_request = server.requests[4].body
@@ -443,12 +416,9 @@ def test_sessions_lists_the_recent_sessions(home, repo, terminal, tmp_path):
         assert main(["--repo", str(repo), "--replay", str(replay), "--task", task]) == 0
     term = terminal(["--repo", str(repo), *no_model(tmp_path)], {})
     term.prompt()
-    term.type("/sessions")
-    term.keys("Enter")
+    term.enter("/sessions")
     screen = term.expect("an earlier task")
-    term.prompt()
-    term.keys("C-d")
-    assert term.exit_code() == 0
+    assert term.end() == 0
     listing = screen[screen.index("/sessions") :]
     assert listing.index("the latest task") < listing.index("an earlier task")
     assert "with a second line" not in listing
@@ -480,15 +450,11 @@ def test_resume_without_an_id_picks_a_session_from_a_list_on_a_terminal(
         term = terminal(["--resume"], quickest_provider_env(server))
         screen = term.expect("resume which session? 1-2 (Enter: none):")
         assert screen.index("fix the greeting") < screen.index("tidy the other repository")
-        term.type("7")
-        term.keys("Enter")
+        term.enter("7")
         term.expect("type a number from 1 to 2")
-        term.type("2")
-        term.keys("Enter")
+        term.enter("2")
         term.expect(f"session {other['id']} (2 messages so far)")
-        term.prompt()
-        term.keys("C-d")
-        assert term.exit_code() == 0
+        assert term.end() == 0
     assert server.requests == []
 
 
