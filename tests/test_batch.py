@@ -544,7 +544,7 @@ def test_a_command_that_moves_the_work_tree_cannot_put_files_outside_the_copy_in
 
 @pytest.mark.slow
 def test_a_ray_that_cannot_be_imported_or_reached_is_one_line_and_exit_2(
-    sources: dict[str, Path], tmp_path: Path
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     """A broken install (`import ray` raising a protobuf TypeError) and a cluster that cannot
     be reached: each is one line naming the cause, exit 2, and the usage-error JSON."""
@@ -564,17 +564,21 @@ def test_a_ray_that_cannot_be_imported_or_reached_is_one_line_and_exit_2(
                          "created directly.)"),
                         (unreachable, "could not start or reach the Ray cluster at "
                          "10.0.0.9:6379 (ConnectionError: Could not connect")):  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(fake), "ANTHROPIC_API_KEY": "sk-ant-test-key"}
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "main.py"), "--tasks-file", str(tasks), "--out",
-             str(tmp_path / "out"), "--executor", "ray", "--ray-address", "10.0.0.9:6379",
-             "--output", "json"],
-            capture_output=True, text=True, env=env, timeout=60,
-        )  # fmt: skip
-        assert done.returncode == 2, done.stderr
-        assert done.stderr.count("\n") == 1 and cause in done.stderr, done.stderr
-        assert "Traceback" not in done.stderr
-        reply = json.loads(done.stdout)
+        with monkeypatch.context() as patch:  # `import ray` finds the fake, then the real again
+            patch.syspath_prepend(str(fake))
+            patch.delitem(sys.modules, "ray", raising=False)
+            patch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+            try:
+                code = main(["--tasks-file", str(tasks), "--out", str(tmp_path / "out"),
+                             "--executor", "ray", "--ray-address", "10.0.0.9:6379",
+                             "--output", "json"])  # fmt: skip
+            finally:
+                sys.modules.pop("ray", None)  # the fake, when it imported
+        out, err = capsys.readouterr()
+        assert code == 2, err
+        assert err.count("\n") == 1 and cause in err, err
+        assert "Traceback" not in err
+        reply = json.loads(out)
         assert reply["outcome"] == "usage_error" and reply["exit_code"] == 2
 
 
