@@ -25,7 +25,6 @@ from toy_agent.mcp_tools import (
 
 pytestmark = pytest.mark.slow  # see pyproject's markers
 
-ROOT = Path(__file__).resolve().parent.parent
 DEMO = Path(__file__).parent / "mcp_servers" / "demo_server.py"
 TASK_ONLY = "simulate-research-query"  # execution.taskSupport: "required"
 
@@ -34,9 +33,14 @@ def everything_stdio(servers: ref.ReferenceServers) -> McpServerConfig:
     return parse_server_arg(shlex.join(servers.command(ref.EVERYTHING, "stdio")))
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "main.py"), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The CLI's main() in this process (the MCP servers are the processes worth waiting
+    for): its exit code, stdout and stderr."""
+    from toy_agent.cli import main
+
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def logged(caplog: pytest.LogCaptureFixture, prefix: str) -> list[logging.LogRecord]:
@@ -195,35 +199,37 @@ def test_a_log_record_is_redacted_and_its_control_characters_escaped(
 
 
 def test_a_stray_stdout_line_gives_one_warning_and_no_traceback(
-    reference_servers, tmp_path: Path
+    reference_servers, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)
     server = shlex.join(reference_servers.command(ref.EVERYTHING, "stdio"))
     noisy = f"sh -c {shlex.quote(f'echo Starting...; exec {server}')}"
-    done = cli("--list-tools", "--repo", str(tmp_path), "--mcp-server", noisy, cwd=tmp_path)
+    code, out, err = cli(capsys, "--list-tools", "--repo", str(tmp_path), "--mcp-server", noisy)
 
-    assert done.returncode == 0, done.stderr
-    assert "get-sum(a, b)" in done.stdout
-    assert "Traceback" not in done.stderr
-    assert "ERROR" not in done.stderr
-    stray = [line for line in done.stderr.splitlines() if "JSON" in line]
+    assert code == 0, err
+    assert "get-sum(a, b)" in out
+    assert "Traceback" not in err
+    assert "ERROR" not in err
+    stray = [line for line in err.splitlines() if "JSON" in line]
     assert stray == [
         "WARNING MCP server 'server-everything' wrote a line that is not JSON-RPC to its "
         "stdout (ignored): 'Starting...'"
     ]
-    debug = cli("--list-tools", "--repo", str(tmp_path), "--mcp-server", noisy,
-                "--log-level", "DEBUG", cwd=tmp_path)  # fmt: skip
-    assert debug.returncode == 0 and "Traceback" in debug.stderr  # the details, when asked
+    code, _, err = cli(capsys, "--list-tools", "--repo", str(tmp_path), "--mcp-server", noisy,
+                       "--log-level", "DEBUG")  # fmt: skip
+    assert code == 0 and "Traceback" in err  # the details, when asked
 
 
 def test_a_legacy_sse_url_on_the_command_line_falls_back_to_sse(
-    everything_sse: str, tmp_path: Path
+    everything_sse: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
-    done = cli("--list-tools", "--repo", str(tmp_path), "--mcp-server", everything_sse,
-               "--log-level", "INFO", cwd=tmp_path)  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "--list-tools", "--repo", str(tmp_path), "--mcp-server",
+                         everything_sse, "--log-level", "INFO")  # fmt: skip
 
-    assert done.returncode == 0, done.stderr
-    assert "get-sum(a, b)" in done.stdout
-    assert "trying the legacy SSE transport" in done.stderr
+    assert code == 0, err
+    assert "get-sum(a, b)" in out
+    assert "trying the legacy SSE transport" in err
 
 
 def test_our_own_sdk_sse_server_is_reached_from_a_plain_url() -> None:
