@@ -386,6 +386,32 @@ def test_run_batch_from_python_with_any_llm_client(sources: dict[str, Path]) -> 
         run_batch([tasks[0], tasks[0]], out, RunSettings(make_llm=scripted))
 
 
+def test_a_patch_or_trajectory_link_left_in_the_out_folder_is_replaced_never_followed(
+    sources: dict[str, Path],
+) -> None:
+    """The batch's own files are written whole (temp file, then rename), like results.jsonl:
+    a link standing where a task's patch or trajectory goes is replaced, and what it points
+    at is left as it was."""
+    from toy_agent import run_batch
+
+    out, victim = sources["repo"].parent / "out", sources["repo"].parent / "victim.txt"
+    victim.write_text("keep me\n")
+    for name in ("patches/t0.diff", "trajectories/t0.json"):
+        (out / name).parent.mkdir(parents=True)
+        (out / name).symlink_to(victim)
+
+    def scripted() -> ScriptedLlm:
+        return ScriptedLlm(xml_action("write_file", path="out.txt", content="x\n"), done())
+
+    tasks = [{"id": "t0", "repo": str(sources["repo"]), "task": "write"}]
+    summary = run_batch(tasks, out, RunSettings(make_llm=scripted, sandbox="off"))
+
+    assert summary.ran == 1 and victim.read_text() == "keep me\n"
+    assert not (out / "patches/t0.diff").is_symlink()
+    assert "+x" in (out / "patches/t0.diff").read_text()
+    assert json.loads((out / "trajectories/t0.json").read_text())["task"] == "write"
+
+
 def test_log_records_of_a_task_name_it_even_from_the_llm_calls_thread(
     sources: dict[str, Path],
 ) -> None:

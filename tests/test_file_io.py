@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
+from toy_agent.files import rewrite
 from toy_agent.tools import SCAN_MAX_BYTES, STALE_TEMP_SECONDS, CodeRepositoryTools, ToolError
 
 PROJECT = Path(__file__).parent.parent
@@ -73,6 +76,49 @@ def test_edit_of_a_cr_only_file_keeps_cr_and_reports_true_line_numbers(
     (repo / "dup.txt").write_bytes(b"x = 1\ry = 2\rx = 1\r")
     with pytest.raises(ToolError, match=r"occurs 2 times .*lines 1, 3"):
         tools.edit_file("dup.txt", "x = 1", "x = 3")
+
+
+def test_an_edit_never_joins_a_lone_cr_and_the_next_lines_lf_into_one_ending(
+    tools: CodeRepositoryTools, repo: Path
+) -> None:
+    """Bytes "\\r" + "" + "\\n" would read back as one "\\r\\n": a line would vanish from the
+    file the model was just told it edited. The empty line takes the lone CR before it."""
+    (repo / "emptied.txt").write_bytes(b"a\rb\nc\n")
+    tools.edit_file("emptied.txt", "b", "")
+    assert (repo / "emptied.txt").read_bytes() == b"a\r\rc\n"
+    (repo / "inserted.txt").write_bytes(b"a\rb\n")
+    tools.edit_file("inserted.txt", "a\nb", "a\n\nb")
+    assert (repo / "inserted.txt").read_bytes() == b"a\r\rb\n"
+
+
+_LINES = st.lists(
+    st.tuples(st.sampled_from(["", "x", "y z"]), st.sampled_from(["\n", "\r", "\r\n"])),
+    min_size=1,
+    max_size=8,
+)
+
+
+@given(lines=_LINES, start=st.integers(0, 20), length=st.integers(1, 20), new=st.text("xy\n"))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_an_edited_file_reads_back_as_exactly_the_text_the_edit_made(
+    tmp_path: Path, lines: list[tuple[str, str]], start: int, length: int, new: str
+) -> None:
+    """Whatever the mix of endings, the file read back (every ending seen as "\\n", as the
+    model sees it) is the old text with old_str replaced by new_str: no line is lost or
+    gained by the endings kept or chosen."""
+    root = tmp_path / "prop"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir()
+    data = "".join(text + ending for text, ending in lines)
+    (root / "f.txt").write_bytes(data.encode())
+    seen = data.replace("\r\n", "\n").replace("\r", "\n")
+    old = seen[start : start + length]
+    overlapping = sum(seen.startswith(old, i) for i in range(len(seen)))
+    assume(old and overlapping == 1 and old != new)
+    CodeRepositoryTools(root).edit_file("f.txt", old, new)
+    written = (root / "f.txt").read_bytes().decode()
+    expected = seen[:start] + new + seen[start + len(old) :]
+    assert written.replace("\r\n", "\n").replace("\r", "\n") == expected
 
 
 def test_read_and_info_count_cr_only_lines(tools: CodeRepositoryTools, repo: Path) -> None:
@@ -504,21 +550,17 @@ def test_concurrent_writes_to_one_folder_all_land(repo: Path) -> None:
     assert len(names(repo / "out")) == 300  # and no temp files
 
 
-class EditorSavesMidEdit(CodeRepositoryTools):
-    """Stands in for a program that takes no lock (an editor saving with a rename) and writes
-    the file after edit_file has read it, before edit_file replaces it."""
-
-    def _check_links(self, st: os.stat_result, rel: str) -> None:
-        super()._check_links(st, rel)
-        path = self.repo_path / rel
-        (path.parent / ".editor-save").write_text("def main():\n    return 'editor'\n")
-        os.replace(path.parent / ".editor-save", path)
-
-
-def test_an_edit_refuses_to_overwrite_a_change_made_after_its_read(repo: Path) -> None:
-    tools = EditorSavesMidEdit(repo)
-    with pytest.raises(ToolError, match="changed by another program .* not written"):
-        tools.edit_file("src/app.py", "return 1", "return 2")
+def test_a_rewrite_refuses_to_overwrite_a_change_made_after_its_read(repo: Path) -> None:
+    """edit_file and write_file replace a file through `files.rewrite`: a program that takes
+    no lock (an editor saving with a rename) and writes the file after the read, before the
+    replace, keeps its change, and the tool says why it wrote nothing."""
+    with rewrite(repo, ("src", "app.py")) as file:
+        with file.open() as f:
+            edited = f.read().replace(b"return 1", b"return 2")
+        (repo / "src/.editor-save").write_text("def main():\n    return 'editor'\n")
+        os.replace(repo / "src/.editor-save", repo / "src/app.py")  # the editor's save
+        with pytest.raises(ToolError, match="changed by another program .* not written"):
+            file.replace(edited)
     assert (repo / "src/app.py").read_text() == "def main():\n    return 'editor'\n"
     assert names(repo / "src") == ["app.py"]
 

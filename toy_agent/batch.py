@@ -95,13 +95,12 @@ class ResultsFolder:
         task_id = result["id"]
         patch = Path("patches") / f"{task_id}.diff"
         trajectory = Path("trajectories") / f"{task_id}.json"
-        if result["patch_data"]:
-            (self.path / patch).write_bytes(result["patch_data"])
+        if result["patch_data"]:  # whole or not at all, as the record that names it
+            atomic_write(self.path / patch, result["patch_data"])
         else:
             (self.path / patch).unlink(missing_ok=True)  # an earlier run's would now be a lie
         if result["trajectory_data"] is not None:
-            text = json_text(result["trajectory_data"])
-            (self.path / trajectory).write_text(text + "\n", encoding="utf-8")
+            atomic_write(self.path / trajectory, json_text(result["trajectory_data"]) + "\n")
         else:
             (self.path / trajectory).unlink(missing_ok=True)
         record = {key: result.get(key) for key in RECORD_KEYS}

@@ -897,29 +897,28 @@ def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+def _number(name: str, *rules: tuple[Callable[[float], bool], str]) -> Callable[[str], float]:
+    """A float flag's argparse type: a finite number that passes each rule (a test, and the
+    message when it fails, where `{text}` is what was given). argparse names the type by its
+    `__name__` ("invalid _usd value: 'abc'") when the text is no number at all."""
+
+    def check(text: str) -> float:
+        value = float(text)
+        for passes, message in rules:
+            if not math.isfinite(value) or not passes(value):
+                raise argparse.ArgumentTypeError(message.format(text=text))
+        return value
+
+    check.__name__ = check.__qualname__ = name
+    return check
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, got {text}")
-    return value
-
-
-def _usd(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be an amount of US dollars, got {text}")
-    return value
-
-
-def _positive_usd(text: str) -> float:
-    value = _usd(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be above 0")
-    return value
+_DOLLARS = (lambda value: value >= 0, "must be an amount of US dollars, got {text}")
+_non_negative_float = _number(
+    "_non_negative_float", (lambda v: v >= 0, "must be 0 or more, got {text}")
+)
+_positive_float = _number(
+    "_positive_float", (lambda v: v > 0, "must be a number of seconds above 0, got {text}")
+)
+_usd = _number("_usd", _DOLLARS)
+_positive_usd = _number("_positive_usd", _DOLLARS, (lambda v: v > 0, "must be above 0"))

@@ -52,14 +52,20 @@ class RunStarted:
 
 
 @dataclass(frozen=True)
-class StepStarted:
+class StepEvent:
+    """What happens in step `iteration` (counting from 1): StepStarted and the events after
+    it, up to StepFinished (whose Step holds the iteration). A subclass's fields follow it."""
+
     iteration: int
+
+
+@dataclass(frozen=True)
+class StepStarted(StepEvent):
     max_iterations: int
 
 
 @dataclass(frozen=True)
-class LlmRequested:
-    iteration: int
+class LlmRequested(StepEvent):
     messages: Sequence[Message]  # exactly what is sent, after the context budget
 
 
@@ -69,42 +75,37 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
-class LlmRetrying:
+class LlmRetrying(StepEvent):
     """A streamed call failed and is sent again: the text streamed so far is void."""
 
-    iteration: int
     attempt: FailedAttempt
 
 
 @dataclass(frozen=True)
-class LlmFailed:
+class LlmFailed(StepEvent):
     """The call of this step failed for good (retries exhausted or not retryable): the run
     ends. `attempts` are its attempts, each with its error and the text it had streamed."""
 
-    iteration: int
     error: str
     attempts: tuple[FailedAttempt, ...]
 
 
 @dataclass(frozen=True)
-class LlmResponded:
-    iteration: int
+class LlmResponded(StepEvent):
     response: LlmResponse
     seconds: float
 
 
 @dataclass(frozen=True)
-class ToolStarted:
-    iteration: int
+class ToolStarted(StepEvent):
     action: Action
 
 
 @dataclass(frozen=True)
-class ToolProgress:
+class ToolProgress(StepEvent):
     """A progress report for the tool call in flight (an MCP server's `notifications/
     progress`); `message` is the server's text, untrusted."""
 
-    iteration: int
     tool_name: str
     progress: float
     total: float | None = None
@@ -118,20 +119,18 @@ class ToolProgress:
 
 
 @dataclass(frozen=True)
-class ToolRefused:
+class ToolRefused(StepEvent):
     """An action that did not run: the user declined it (`reason`: what they said), a deny
     rule matched, or the permission mode does not allow it. ToolFinished follows with the
     observation the model gets."""
 
-    iteration: int
     action: Action
     by: str  # "user", "rule" or "mode"
     reason: str
 
 
 @dataclass(frozen=True)
-class ToolFinished:
-    iteration: int
+class ToolFinished(StepEvent):
     observation: Observation
     seconds: float
 

@@ -452,9 +452,21 @@ class Text:
 
     def encode(self, text: str, endings: list[str]) -> bytes:
         lines = text.split("\n")
+        endings = _kept_apart(lines, endings)
         body = "".join(itertools.chain.from_iterable(zip(lines, [*endings, ""], strict=True)))
         errors = "surrogateescape" if self.encoding.codec == "utf-8" else "strict"
         return encode_text(body, self.encoding, "new_str", errors)
+
+
+def _kept_apart(lines: list[str], endings: list[str]) -> list[str]:
+    """`endings` with every empty line that follows a lone "\\r" and ends in "\\n" ending in
+    "\\r" instead: written as is, the two would read back as one "\\r\\n" and the line would
+    be gone from the file."""
+    kept = list(endings)
+    for i in range(1, len(kept)):
+        if kept[i - 1] == "\r" and not lines[i] and kept[i] == "\n":
+            kept[i] = "\r"
+    return kept
 
 
 def encode_text(text: str, encoding: Encoding, what: str, errors: str = "strict") -> bytes:

@@ -443,16 +443,37 @@ def _stainless_failure(sdk: Any, exc: Exception, base_url: str) -> _Failure | No
     return None
 
 
-def _with_tool_stop(stop: StopReason, calls: Sequence[ToolCall]) -> StopReason:
-    """Gemini (and some local servers) say STOP/stop when they call tools: report tool_use."""
+def _stop_reason(
+    table: Mapping[str | None, StopReason], reason: str | None, calls: Sequence[ToolCall]
+) -> StopReason:
+    """The provider's stop reason as ours ("other" when the table does not know it). Gemini
+    (and some local servers) say STOP/stop when they call tools: that is tool_use."""
+    stop = table.get(reason, "other")
     return "tool_use" if calls and stop == "end" else stop
 
 
-def _tool_fields(tool: ToolSpec) -> tuple[str, str, dict[str, Any]]:
-    return tool["name"], tool.get("description", ""), tool.get("parameters") or _NO_PARAMETERS
+def _declarations(tools: Sequence[ToolSpec], schema_key: str) -> list[dict[str, Any]]:
+    """Each tool's name, description and JSON Schema (an empty object schema when it takes no
+    parameters), the schema under the key the provider's API gives it."""
+    return [
+        {"name": t["name"], "description": t.get("description", "")}
+        | {schema_key: t.get("parameters") or _NO_PARAMETERS}
+        for t in tools
+    ]
 
 
 # --- the shared client ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One call as `call_llm` was given it, for a client's `_send` to write in its wire format.
+    `on_text` is set when the reply is to be streamed (each attempt gets its own)."""
+
+    system_prompt: str
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec]
+    on_text: TextCallback | None = None
 
 
 def _attempt_error(failure: _Failure) -> str:
@@ -508,33 +529,12 @@ class _ProviderClient(LlmClient):
     def _make_sdk(self) -> Any: ...
 
     @abstractmethod
-    def _send(
-        self,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        on_text: TextCallback | None,
-    ) -> dict[str, Any]:
+    def _send(self, request: _Request) -> dict[str, Any]:
         """One API call, its response as a plain dict (a stream is merged into one first)."""
 
     @abstractmethod
     def _failure(self, exc: Exception) -> _Failure | None:
         """The SDK's own exception types as a `_Failure`; None for anything else."""
-
-    def _whole_reply(self, response: Any, on_text: TextCallback) -> dict[str, Any] | None:
-        """The complete reply, when a proxy answered a streamed request with one JSON message
-        instead of an event stream (LiteLLM does for some models): the SDK would find no
-        events in it and we would take it for a cut stream. Its text goes to `on_text` whole.
-        None when `response` (an httpx response, body unread) is an event stream."""
-        content_type = response.headers.get("content-type", "")
-        if content_type.split(";")[0].strip().lower() != "application/json":
-            return None
-        data = json.loads(response.read())
-        if not isinstance(data, dict):
-            raise ValueError(f"a JSON {type(data).__name__}, not an object")
-        if text := self._parse(data).text:
-            on_text(text)
-        return data
 
     def call_llm(
         self,
@@ -548,9 +548,8 @@ class _ProviderClient(LlmClient):
         shape = (self.provider, self.model, self.max_tokens, len(messages), len(tools or ()))
         logger.debug("%s request: model=%s max_tokens=%d messages=%d tools=%d", *shape)
         started = time.monotonic()
-        data, attempts = self._send_with_retries(
-            system_prompt, messages, tools or (), on_text, on_retry if on_text else None
-        )
+        request = _Request(system_prompt, messages, tools or (), on_text)
+        data, attempts = self._send_with_retries(request, on_retry if on_text else None)
         try:
             logger.debug("%s response: %s", self.provider, json.dumps(data, default=str))
             response = self._parse(data)
@@ -568,17 +567,13 @@ class _ProviderClient(LlmClient):
         return replace(response, attempts=attempts)
 
     def _send_with_retries(
-        self,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        on_text: TextCallback | None,
-        on_retry: RetryCallback | None,
+        self, request: _Request, on_retry: RetryCallback | None
     ) -> tuple[dict[str, Any], tuple[FailedAttempt, ...]]:
         """The reply, and the attempts that failed before it. Transient failures are retried
         up to `max_retries` times, with backoff. A stream that fails after it returned text
         is retried once at most: the model wrote (and was paid for) that text, and a proxy
         that cuts one long reply tends to cut the next."""
+        on_text = request.on_text
         failed: list[FailedAttempt] = []
         live = 0  # the attempt whose text is passed on; -1 once it failed
         streamed: list[str] = []  # the text the live attempt passed on
@@ -594,7 +589,7 @@ class _ProviderClient(LlmClient):
             sink = functools.partial(emit, of_attempt=attempt) if on_text else None
             try:
                 data = self._within_deadline(
-                    functools.partial(self._send, system_prompt, messages, tools, sink)
+                    functools.partial(self._send, replace(request, on_text=sink))
                 )
                 return data, tuple(failed)
             except Exception as exc:
@@ -676,6 +671,62 @@ class _ProviderClient(LlmClient):
         return mask_key(text, self._api_key)
 
 
+class _StainlessClient(_ProviderClient):
+    """A client whose SDK Stainless generates (anthropic, openai): built, failing and
+    answering a streamed request alike. A subclass names its SDK's client class and writes the
+    request body, the call, the streamed call and how a stream becomes one reply."""
+
+    sdk_client: str  # "module:Class", e.g. "openai:OpenAI"
+
+    def _make_sdk(self) -> Any:
+        module, _, name = self.sdk_client.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        return cls(
+            api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
+        )
+
+    def _failure(self, exc: Exception) -> _Failure | None:
+        sdk = importlib.import_module(self.sdk_client.partition(":")[0])
+        return _stainless_failure(sdk, exc, self.base_url)
+
+    def _send(self, request: _Request) -> dict[str, Any]:
+        body = self._body(request)
+        if request.on_text is None:
+            return self._call(body, stream=False).to_dict()
+        with self._call(body, stream=True) as stream:
+            whole = self._whole_reply(stream.response, request.on_text)
+            return whole if whole is not None else self._merge(stream, request.on_text)
+
+    @abstractmethod
+    def _body(self, request: _Request) -> dict[str, Any]:
+        """The request's keyword arguments for the SDK call."""
+
+    @abstractmethod
+    def _call(self, body: dict[str, Any], *, stream: bool) -> Any:
+        """The SDK's response to `body`: the whole message, or (`stream`) its stream, a
+        context manager whose `response` is the HTTP response."""
+
+    @abstractmethod
+    def _merge(self, stream: Any, on_text: TextCallback) -> dict[str, Any]:
+        """The stream read to its end as one reply, each text delta passed to `on_text`; a
+        stream that ends before the provider said it was complete raises _StreamCut."""
+
+    def _whole_reply(self, response: Any, on_text: TextCallback) -> dict[str, Any] | None:
+        """The complete reply, when a proxy answered a streamed request with one JSON message
+        instead of an event stream (LiteLLM does for some models): the SDK would find no
+        events in it and we would take it for a cut stream. Its text goes to `on_text` whole.
+        None when `response` (an httpx response, body unread) is an event stream."""
+        content_type = response.headers.get("content-type", "")
+        if content_type.split(";")[0].strip().lower() != "application/json":
+            return None
+        data = json.loads(response.read())
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        if text := self._parse(data).text:
+            on_text(text)
+        return data
+
+
 # --- Images: which models take them ----------------------------------------------------------
 
 
@@ -699,8 +750,7 @@ _ANTHROPIC_STOPS: dict[str | None, StopReason] = {
 
 
 def to_anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    fields = map(_tool_fields, tools)
-    return [{"name": n, "description": d, "input_schema": s} for n, d, s in fields]
+    return _declarations(tools, "input_schema")
 
 
 def _anthropic_image(image: Image) -> dict[str, Any]:
@@ -767,58 +817,43 @@ def from_anthropic_response(data: dict[str, Any]) -> LlmResponse:
         tool_calls=calls,
         # input counts every prompt token, as OpenAI and Gemini do; cached is the part read
         usage=Usage(usage["input_tokens"] + cached + written, usage["output_tokens"], cached),
-        stop_reason=_with_tool_stop(_ANTHROPIC_STOPS.get(data.get("stop_reason"), "other"), calls),
+        stop_reason=_stop_reason(_ANTHROPIC_STOPS, data.get("stop_reason"), calls),
         model=data.get("model") or "",
     )
 
 
-class ClaudeLlmClient(_ProviderClient):
+class ClaudeLlmClient(_StainlessClient):
     """Claude through the anthropic SDK's Messages API, with prompt caching."""
 
     provider = "claude"
+    sdk_client = "anthropic:Anthropic"
     _parse = staticmethod(from_anthropic_response)
 
-    def _make_sdk(self) -> Any:
-        import anthropic
-
-        return anthropic.Anthropic(
-            api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
-        )
-
-    def _send(
-        self,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        on_text: TextCallback | None,
-    ) -> dict[str, Any]:
-        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
-        request["messages"] = to_anthropic_messages(messages)
-        if system_prompt:
-            request["system"] = [
-                {"type": "text", "text": system_prompt} | {"cache_control": _EPHEMERAL}
+    def _body(self, request: _Request) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
+        body["messages"] = to_anthropic_messages(request.messages)
+        if request.system_prompt:
+            body["system"] = [
+                {"type": "text", "text": request.system_prompt} | {"cache_control": _EPHEMERAL}
             ]
-        if tools:
-            request["tools"] = to_anthropic_tools(tools)
-        if on_text is None:
-            return self._sdk.messages.create(**request).to_dict()
-        with self._sdk.messages.stream(**request) as stream:
-            if (whole := self._whole_reply(stream.response, on_text)) is not None:
-                return whole
-            for delta in stream.text_stream:
-                on_text(delta)
-            try:
-                data = stream.get_final_message().to_dict()
-            except AssertionError:  # the SDK's check that any message arrived at all
-                raise _StreamCut("the stream ended before message_start") from None
+        if request.tools:
+            body["tools"] = to_anthropic_tools(request.tools)
+        return body
+
+    def _call(self, body: dict[str, Any], *, stream: bool) -> Any:
+        messages = self._sdk.messages  # .stream: the SDK's helper that accumulates the events
+        return messages.stream(**body) if stream else messages.create(**body)
+
+    def _merge(self, stream: Any, on_text: TextCallback) -> dict[str, Any]:
+        for delta in stream.text_stream:
+            on_text(delta)
+        try:
+            data: dict[str, Any] = stream.get_final_message().to_dict()
+        except AssertionError:  # the SDK's check that any message arrived at all
+            raise _StreamCut("the stream ended before message_start") from None
         if data.get("stop_reason") is None:
             raise _StreamCut("the stream ended before message_stop")
         return data
-
-    def _failure(self, exc: Exception) -> _Failure | None:
-        import anthropic
-
-        return _stainless_failure(anthropic, exc, self.base_url)
 
 
 # --- Gemini (google-genai generate_content) -------------------------------------------------
@@ -830,11 +865,7 @@ _GEMINI_STOPS.update(dict.fromkeys(_GEMINI_SAFETY, "safety"))
 
 def to_gemini_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     """One Tool of FunctionDeclarations; the JSON Schema goes in untouched."""
-    fields = map(_tool_fields, tools)
-    declarations = [
-        {"name": n, "description": d, "parameters_json_schema": s} for n, d, s in fields
-    ]
-    return [{"function_declarations": declarations}]
+    return [{"function_declarations": _declarations(tools, "parameters_json_schema")}]
 
 
 def _gemini_image(image: Image) -> dict[str, Any]:
@@ -926,8 +957,8 @@ def from_gemini_response(data: dict[str, Any]) -> LlmResponse:
         for i, f in enumerate(functions)
     )
     text = "".join(p["text"] for p in parts if p.get("text") and not p.get("thought"))
-    stop = _GEMINI_STOPS.get(data["candidates"][0].get("finish_reason"), "other")
-    return LlmResponse(text, calls, usage, _with_tool_stop(stop, calls), model)
+    stop = _stop_reason(_GEMINI_STOPS, data["candidates"][0].get("finish_reason"), calls)
+    return LlmResponse(text, calls, usage, stop, model)
 
 
 def _dump_gemini(response: Any) -> dict[str, Any]:
@@ -951,24 +982,19 @@ class GeminiLlmClient(_ProviderClient):
         )
         return genai.Client(api_key=self._api_key, vertexai=False, http_options=http_options)
 
-    def _send(
-        self,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        on_text: TextCallback | None,
-    ) -> dict[str, Any]:
+    def _send(self, request: _Request) -> dict[str, Any]:
         config: dict[str, Any] = {"max_output_tokens": self.max_tokens}
         config["automatic_function_calling"] = {"disable": True}  # we run the tools
-        if system_prompt:
-            config["system_instruction"] = system_prompt
-        if tools:
-            config["tools"] = to_gemini_tools(tools)
-        request = {"model": self.model, "contents": to_gemini_contents(messages), "config": config}
-        if on_text is None:
-            return _dump_gemini(self._sdk.models.generate_content(**request))
-        stream = self._sdk.models.generate_content_stream(**request)
-        data = merge_gemini_chunks(map(_dump_gemini, stream), on_text)
+        if request.system_prompt:
+            config["system_instruction"] = request.system_prompt
+        if request.tools:
+            config["tools"] = to_gemini_tools(request.tools)
+        contents = to_gemini_contents(request.messages)
+        body = {"model": self.model, "contents": contents, "config": config}
+        if request.on_text is None:
+            return _dump_gemini(self._sdk.models.generate_content(**body))
+        stream = self._sdk.models.generate_content_stream(**body)
+        data = merge_gemini_chunks(map(_dump_gemini, stream), request.on_text)
         candidates = data.get("candidates") or [{}]
         if not candidates[0].get("finish_reason") and not data.get("prompt_feedback"):
             raise _StreamCut("the stream ended without a finish reason")
@@ -998,11 +1024,7 @@ _OPENAI_STOPS: dict[str | None, StopReason] = {
 
 
 def to_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    fields = map(_tool_fields, tools)
-    return [
-        {"type": "function", "function": {"name": n, "description": d, "parameters": s}}
-        for n, d, s in fields
-    ]
+    return [{"type": "function", "function": f} for f in _declarations(tools, "parameters")]
 
 
 def to_openai_messages(system_prompt: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -1108,53 +1130,38 @@ def from_openai_response(data: dict[str, Any]) -> LlmResponse:
         text=message.get("content") or "",
         tool_calls=calls,
         usage=Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0, cached),
-        stop_reason=_with_tool_stop(_OPENAI_STOPS.get(choice.get("finish_reason"), "other"), calls),
+        stop_reason=_stop_reason(_OPENAI_STOPS, choice.get("finish_reason"), calls),
         model=data.get("model") or "",
     )
 
 
-class OpenAICompatibleLlmClient(_ProviderClient):
+class OpenAICompatibleLlmClient(_StainlessClient):
     """Any Chat Completions server: OpenAI, Ollama, vLLM, llama.cpp, LM Studio, OpenRouter."""
 
     provider = "openai"
+    sdk_client = "openai:OpenAI"
     _parse = staticmethod(from_openai_response)
 
-    def _make_sdk(self) -> Any:
-        import openai
-
-        return openai.OpenAI(
-            api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
-        )
-
-    def _send(
-        self,
-        system_prompt: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec],
-        on_text: TextCallback | None,
-    ) -> dict[str, Any]:
+    def _body(self, request: _Request) -> dict[str, Any]:
         # OpenAI itself wants max_completion_tokens (its reasoning models reject max_tokens);
         # local servers know max_tokens.
         limit = "max_completion_tokens" if "api.openai.com" in self.base_url else "max_tokens"
-        request: dict[str, Any] = {"model": self.model, limit: self.max_tokens}
-        request["messages"] = to_openai_messages(system_prompt, messages)
-        if tools:
-            request["tools"] = to_openai_tools(tools)
-        create = self._sdk.chat.completions.create
-        if on_text is None:
-            return create(**request).to_dict()
-        stream = create(**request, stream=True, stream_options={"include_usage": True})
-        if (whole := self._whole_reply(stream.response, on_text)) is not None:
-            return whole
+        body: dict[str, Any] = {"model": self.model, limit: self.max_tokens}
+        body["messages"] = to_openai_messages(request.system_prompt, request.messages)
+        if request.tools:
+            body["tools"] = to_openai_tools(request.tools)
+        return body
+
+    def _call(self, body: dict[str, Any], *, stream: bool) -> Any:
+        if stream:  # a stream tells the usage only when asked to, in its last chunk
+            body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        return self._sdk.chat.completions.create(**body)
+
+    def _merge(self, stream: Any, on_text: TextCallback) -> dict[str, Any]:
         data = merge_openai_chunks((chunk.to_dict() for chunk in stream), on_text)
         if data["choices"][0]["finish_reason"] is None:
             raise _StreamCut("the stream ended without a finish_reason")
         return data
-
-    def _failure(self, exc: Exception) -> _Failure | None:
-        import openai
-
-        return _stainless_failure(openai, exc, self.base_url)
 
 
 def preload_sdk(provider: str) -> None:

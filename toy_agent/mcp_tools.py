@@ -30,7 +30,7 @@ import queue
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -565,21 +565,19 @@ class McpTools:
             raise McpToolError(f"MCP tool {name!r}: parameters must be a JSON object")
         server, tool = self._routes[name]
         where = f"MCP tool {name!r} (server {server.config.name!r})"
-        if server.client is None:
-            raise McpToolError(f"{where}: server unavailable: {server.dead or 'not connected'}")
         logger.info("MCP call %s %s", name, json.dumps(parameters, ensure_ascii=False)[:500])
         progress: queue.SimpleQueue[McpProgress | None] = queue.SimpleQueue()
-        future = self._loop.submit(self._call(server, tool, parameters or {}, progress))
-        future.add_done_callback(lambda _: progress.put(None))
-        try:
-            self._wait(future, progress, _progress_listener.get())
-            result = future.result(0)
-        except BaseException as exc:  # KeyboardInterrupt too: the call must not linger
-            future.cancel()
-            if not isinstance(exc, Exception):
-                raise
-            logger.debug("%s failed", where, exc_info=exc)
-            raise McpToolError(f"{where}: {self._call_failure(server, exc)}") from None
+        listener = _progress_listener.get()
+
+        def call(_client: Any) -> Coroutine[Any, Any, Any]:
+            return self._call(server, tool, parameters or {}, progress)
+
+        def until_done(future: concurrent.futures.Future[Any]) -> Any:
+            future.add_done_callback(lambda _: progress.put(None))
+            self._wait(future, progress, listener)
+            return future.result(0)
+
+        result = self._request(server, where, call, until_done)
         read_with = self._resource_tool if server.serves_resources else ""
         output = result_output(result, server.config.name, read_with)
         text = output.text
@@ -588,13 +586,23 @@ class McpTools:
             raise McpToolError(f"{where} reported an error: {text or '(no message)'}")
         return output
 
-    def _request(self, server: _Server, where: str, request: Any) -> Any:
-        """`request(client)` run on the server's session, bounded by the timeout."""
+    def _request(
+        self,
+        server: _Server,
+        where: str,
+        request: Callable[[Any], Coroutine[Any, Any, Any]],
+        wait: Callable[[concurrent.futures.Future[Any]], Any] | None = None,
+    ) -> Any:
+        """`request(client)` run on the server's session, its result as `wait(future)` returns
+        it (by default: bounded by the timeout). A failure becomes an McpToolError naming
+        `where`; an interrupt cancels the request, then propagates."""
         if server.client is None:
             raise McpToolError(f"{where}: server unavailable: {server.dead or 'not connected'}")
         future = self._loop.submit(request(server.client))
         try:
-            return future.result(self.timeout + _GRACE)
+            if wait is None:
+                return future.result(self.timeout + _GRACE)
+            return wait(future)
         except BaseException as exc:  # KeyboardInterrupt too: the call must not linger
             future.cancel()
             if not isinstance(exc, Exception):

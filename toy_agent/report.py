@@ -31,6 +31,7 @@ from toy_agent import __version__, cuts
 from toy_agent.agent import DECLINED
 from toy_agent.batch import RESULTS_FILE
 from toy_agent.events import TRAJECTORY_FORMAT
+from toy_agent.files import atomic_write
 from toy_agent.messages import LlmResponse, Message, visible
 from toy_agent.parsing import ActionFormat, ParseError, get_format
 from toy_agent.redaction import REDACTED, Redactor, is_secret_variable
@@ -386,7 +387,7 @@ def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     out = Path(out)
     html = render(load_report([Path(p) for p in paths], out))
     try:
-        out.write_text(html, encoding="utf-8")
+        atomic_write(out, html)
     except OSError as exc:
         raise ReportError(f"cannot write {out}: {exc.strerror or exc}") from None
     return out
