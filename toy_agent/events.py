@@ -44,6 +44,8 @@ def _image_references(observation: Observation) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunStarted:
+    """The run begins: before the first step, with what the model is told."""
+
     task: str
     system_prompt: str
     settings: dict[str, Any]
@@ -61,16 +63,22 @@ class StepEvent:
 
 @dataclass(frozen=True)
 class StepStarted(StepEvent):
+    """A step begins; `max_iterations` is the run's limit."""
+
     max_iterations: int
 
 
 @dataclass(frozen=True)
 class LlmRequested(StepEvent):
+    """The step's LLM call is about to be sent."""
+
     messages: Sequence[Message]  # exactly what is sent, after the context budget
 
 
 @dataclass(frozen=True)
 class TextDelta:
+    """A piece of the reply as it streams in (with streaming on); untrusted text."""
+
     text: str
 
 
@@ -92,12 +100,16 @@ class LlmFailed(StepEvent):
 
 @dataclass(frozen=True)
 class LlmResponded(StepEvent):
+    """The step's LLM call answered, after `seconds` (its retries included)."""
+
     response: LlmResponse
     seconds: float
 
 
 @dataclass(frozen=True)
 class ToolStarted(StepEvent):
+    """An action of the reply starts running (after any confirmation)."""
+
     action: Action
 
 
@@ -131,6 +143,8 @@ class ToolRefused(StepEvent):
 
 @dataclass(frozen=True)
 class ToolFinished(StepEvent):
+    """An action ended (or was refused): what the model is told, and how long it ran."""
+
     observation: Observation
     seconds: float
 
@@ -170,11 +184,15 @@ class Step:
 
 @dataclass(frozen=True)
 class StepFinished:
+    """A step ended; `step` is its record in the trajectory (unparsable replies too)."""
+
     step: Step
 
 
 @dataclass(frozen=True)
 class RunFinished:
+    """The run ended: its result object (as `--output json` has it) and the diffs."""
+
     result: dict[str, Any]
     diffs: dict[str, str] = field(default_factory=dict)  # path -> unified diff, as in RunResult
 

@@ -812,14 +812,11 @@ def from_anthropic_response(data: dict[str, Any]) -> LlmResponse:
     )
     cached = usage.get("cache_read_input_tokens") or 0
     written = usage.get("cache_creation_input_tokens") or 0
-    return LlmResponse(
-        text="".join(b["text"] for b in blocks if b["type"] == "text"),
-        tool_calls=calls,
-        # input counts every prompt token, as OpenAI and Gemini do; cached is the part read
-        usage=Usage(usage["input_tokens"] + cached + written, usage["output_tokens"], cached),
-        stop_reason=_stop_reason(_ANTHROPIC_STOPS, data.get("stop_reason"), calls),
-        model=data.get("model") or "",
-    )
+    # input counts every prompt token, as OpenAI and Gemini do; cached is the part read
+    tokens = Usage(usage["input_tokens"] + cached + written, usage["output_tokens"], cached)
+    text = "".join(b["text"] for b in blocks if b["type"] == "text")
+    stop = _stop_reason(_ANTHROPIC_STOPS, data.get("stop_reason"), calls)
+    return LlmResponse(text, calls, tokens, stop, data.get("model") or "")
 
 
 class ClaudeLlmClient(_StainlessClient):
@@ -1126,13 +1123,9 @@ def from_openai_response(data: dict[str, Any]) -> LlmResponse:
     message, usage = choice["message"], data.get("usage") or {}
     calls = tuple(_openai_tool_call(i, c) for i, c in enumerate(message.get("tool_calls") or []))
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    return LlmResponse(
-        text=message.get("content") or "",
-        tool_calls=calls,
-        usage=Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0, cached),
-        stop_reason=_stop_reason(_OPENAI_STOPS, choice.get("finish_reason"), calls),
-        model=data.get("model") or "",
-    )
+    tokens = Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0, cached)
+    stop = _stop_reason(_OPENAI_STOPS, choice.get("finish_reason"), calls)
+    return LlmResponse(message.get("content") or "", calls, tokens, stop, data.get("model") or "")
 
 
 class OpenAICompatibleLlmClient(_StainlessClient):
