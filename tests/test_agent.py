@@ -248,7 +248,7 @@ def test_the_wait_for_a_confirmation_is_not_counted_as_the_tools_time(repo):
     assert finished.seconds < CONFIRM_WAIT and step.tool_seconds == finished.seconds
 
 
-CONFIRM_WAIT = 1.0  # far longer than writing a 2-byte file takes
+CONFIRM_WAIT = 0.5  # far longer than writing a 2-byte file takes
 
 
 @pytest.mark.slow

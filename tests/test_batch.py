@@ -599,7 +599,7 @@ def test_a_command_that_moves_the_work_tree_cannot_put_files_outside_the_copy_in
 
 @pytest.mark.slow
 def test_a_ray_that_cannot_be_imported_or_reached_is_one_line_and_exit_2(
-    sources: dict[str, Path], tmp_path: Path
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     """A broken install (`import ray` raising a protobuf TypeError) and a cluster that cannot
     be reached: each is one line naming the cause, exit 2, and the usage-error JSON."""
@@ -619,17 +619,21 @@ def test_a_ray_that_cannot_be_imported_or_reached_is_one_line_and_exit_2(
                          "created directly.)"),
                         (unreachable, "could not start or reach the Ray cluster at "
                          "10.0.0.9:6379 (ConnectionError: Could not connect")):  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(fake), "ANTHROPIC_API_KEY": "sk-ant-test-key"}
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "main.py"), "--tasks-file", str(tasks), "--out",
-             str(tmp_path / "out"), "--executor", "ray", "--ray-address", "10.0.0.9:6379",
-             "--output", "json"],
-            capture_output=True, text=True, env=env, timeout=60,
-        )  # fmt: skip
-        assert done.returncode == 2, done.stderr
-        assert done.stderr.count("\n") == 1 and cause in done.stderr, done.stderr
-        assert "Traceback" not in done.stderr
-        reply = json.loads(done.stdout)
+        with monkeypatch.context() as patch:  # `import ray` finds the fake, then the real again
+            patch.syspath_prepend(str(fake))
+            patch.delitem(sys.modules, "ray", raising=False)
+            patch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-key")
+            try:
+                code = main(["--tasks-file", str(tasks), "--out", str(tmp_path / "out"),
+                             "--executor", "ray", "--ray-address", "10.0.0.9:6379",
+                             "--output", "json"])  # fmt: skip
+            finally:
+                sys.modules.pop("ray", None)  # the fake, when it imported
+        out, err = capsys.readouterr()
+        assert code == 2, err
+        assert err.count("\n") == 1 and cause in err, err
+        assert "Traceback" not in err
+        reply = json.loads(out)
         assert reply["outcome"] == "usage_error" and reply["exit_code"] == 2
 
 
@@ -677,35 +681,6 @@ def test_a_task_that_changes_a_file_whose_name_is_not_utf8_is_recorded(
 
 
 # -------------------------------------------------------------------------------------- Ray
-@pytest.mark.slow
-def test_ray_runs_the_same_task_file_with_results_identical_in_shape_to_local(
-    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
-) -> None:
-    pytest.importorskip("ray")
-    url_task = {"id": "echo", "repo": f"file://{sources['repo']}", "task": "[alpha] via a URL",
-                "check": TASKS[0]["check"]}  # fmt: skip
-    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[2], url_task])
-    before = {name: snapshot(path) for name, path in sources.items()}
-    with TaskScripts(SCRIPTS) as provider:
-        local = run_batch_cli(provider, tasks, tmp_path / "local", "--workers", "2",
-                              monkeypatch=monkeypatch)  # fmt: skip
-        on_ray = run_batch_cli(provider, tasks, tmp_path / "ray", "--workers", "2",
-                               "--executor", "ray", monkeypatch=monkeypatch)  # fmt: skip
-
-    assert local == on_ray == 0, capsys.readouterr()
-    by_id = {r["id"]: r for r in results(tmp_path / "local")}
-    for record in results(tmp_path / "ray"):
-        expected = by_id[record["id"]]
-        assert list(record) == list(expected)
-        varying = ("elapsed_seconds",)
-        assert {k: v for k, v in record.items() if k not in varying} == {
-            k: v for k, v in expected.items() if k not in varying}  # fmt: skip
-        assert (tmp_path / "ray" / record["patch"]).read_bytes() == (
-            tmp_path / "local" / expected["patch"]).read_bytes()  # fmt: skip
-        assert (tmp_path / "ray" / record["trajectory"]).exists()
-    assert {name: snapshot(path) for name, path in sources.items()} == before
-
-
 def test_credentials_show_their_variables_names_never_a_value() -> None:
     """What a task gets its key in may be printed by Ray (a failed task's arguments)."""
     credentials = Credentials({"ANTHROPIC_API_KEY": "sk-ant-secret-value-123"})
@@ -742,36 +717,68 @@ def ray_dir() -> Iterator[Path]:
 
 
 @pytest.mark.slow
-def test_ray_workers_get_the_key_as_an_argument_and_ray_never_writes_it_down(
+def test_ray_runs_the_task_file_as_local_does_and_its_workers_get_the_key_only_as_an_argument(
     sources: dict[str, Path],
     tmp_path: Path,
     ray_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: Any,
 ) -> None:
-    """Ray logs a task's runtime environment and shows it on its dashboard, so the key must
-    not travel there. Here the workers start without the key in their environment (Ray is
-    started before it is set), so the task can only reach the model with the key it was
-    handed; and no file Ray writes (its logs, its session) holds the key."""
+    """One Ray (it takes seconds to start) for both checks. On Ray, the task file gives the
+    results of a local run, field for field but the time taken, patch for patch, and leaves
+    the sources as they were. Ray logs a task's runtime environment and shows it on its
+    dashboard, so the key must not travel there. Here the workers start without the key in
+    their environment (Ray is started before it is set), so a task can only reach the model
+    with the key it was handed; no file Ray writes (its logs, its session) holds the key; and
+    a Ray the batch did not start is left running."""
     ray = pytest.importorskip("ray")
     key = "sk-ant-api03-" + "q7Z" * 12  # recognisable anywhere Ray might write it
-    ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=str(ray_dir),
+    url_task = {"id": "echo", "repo": f"file://{sources['repo']}", "task": "[alpha] via a URL",
+                "check": TASKS[0]["check"]}  # fmt: skip
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[2], url_task])
+    before = {name: snapshot(path) for name, path in sources.items()}
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=str(ray_dir),
              logging_level=logging.WARNING)  # fmt: skip
     try:
-        tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0]])
         with TaskScripts(SCRIPTS) as provider:
             for name, value in provider.env("claude", key=key).items():
                 monkeypatch.setenv(name, value)
-            code = main(["--tasks-file", str(tasks), "--out", str(tmp_path / "out"),
-                         "--executor", "ray", "--sandbox", "auto"])  # fmt: skip
-        assert code == 0, capsys.readouterr()
-        assert [r["outcome"] for r in results(tmp_path / "out")] == ["completed"]
-        assert provider.requests  # each with the key (x-api-key or a bearer token)
+            codes = [
+                main(
+                    [
+                        "--tasks-file",
+                        str(tasks),
+                        "--out",
+                        str(tmp_path / out),
+                        "--sandbox",
+                        "auto",
+                        "--workers",
+                        "2",
+                        *executor,
+                    ]
+                )
+                for out, executor in (("local", []), ("ray", ["--executor", "ray"]))
+            ]
+        assert codes == [0, 0], capsys.readouterr()
+        assert len(provider.requests) == 2 * 9  # each run: three tasks of three replies
         assert all(any(key in value for value in request.headers.values())
                    for request in provider.requests)  # fmt: skip
         assert ray.is_initialized()  # a Ray the batch did not start is left running
     finally:
         ray.shutdown()
+
+    by_id = {r["id"]: r for r in results(tmp_path / "local")}
+    for record in results(tmp_path / "ray"):
+        expected = by_id.pop(record["id"])
+        assert list(record) == list(expected)
+        varying = ("elapsed_seconds",)
+        assert {k: v for k, v in record.items() if k not in varying} == {
+            k: v for k, v in expected.items() if k not in varying}  # fmt: skip
+        assert (tmp_path / "ray" / record["patch"]).read_bytes() == (
+            tmp_path / "local" / expected["patch"]).read_bytes()  # fmt: skip
+        assert (tmp_path / "ray" / record["trajectory"]).exists()
+    assert by_id == {}  # every task ran on Ray too
+    assert {name: snapshot(path) for name, path in sources.items()} == before
     written = [path for path in ray_dir.rglob("*") if path.is_file() and not path.is_symlink()]
     assert any(path.suffix in (".log", ".out", ".err") for path in written)  # Ray did log
     assert [path for path in written if key.encode() in path.read_bytes()] == []

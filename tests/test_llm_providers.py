@@ -297,12 +297,15 @@ def test_a_stream_cut_after_text_is_retried_and_the_failed_attempt_recorded(prov
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 def test_timeout_bounds_the_whole_response_of_a_trickling_server(provider, server, stream):
-    """200 at once, then one byte a second: every read is quick, the response never ends."""
+    """200 at once, then one byte every 20 ms: each read comes 25 times quicker than the
+    timeout, but the whole body (hundreds of bytes) would take seconds."""
     whole = reply(provider, ["slow words"], stream=stream)
-    server.enqueue(Reply(200, whole.body, whole.headers, trickle=1.0))
-    with pytest.raises(LlmError, match=r"no complete response within 2s"):
-        ask(make_client(provider, server, timeout=2, max_retries=0),
+    assert len(whole.encoded()) * 0.02 > 2  # at least four times the timeout
+    server.enqueue(Reply(200, whole.body, whole.headers, trickle=0.02))
+    with pytest.raises(LlmError, match=r"no complete response within 0.5s"):
+        ask(make_client(provider, server, timeout=0.5, max_retries=0),
             on_text=(lambda _: None) if stream else None)  # fmt: skip
+    assert len(server.requests) == 1  # it was the reply that took too long, not the request
 
 
 def test_a_stream_that_ends_early_is_not_a_reply_and_is_retried_once_only(provider, server):

@@ -339,15 +339,21 @@ def listed(done: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_read_only_lists_only_tools_that_change_nothing_mcp_ones_by_their_annotation(repo):
-    server = shlex.join([sys.executable, str(SERVER)])
-    done = run_cli("--list-tools", "--output", "json", "--repo", str(repo), "--allow-commands",
-                   "--permission-mode", "read-only", "--mcp-server", server)  # fmt: skip
-    names = listed(done)
+def test_read_only_lists_only_tools_that_change_nothing_mcp_ones_by_their_annotation(repo, capsys):
+    """Through main() in this process: the MCP server is the subprocess to wait for."""
+    from toy_agent.cli import main
+
+    def listed_by_main(*args: str) -> list[str]:
+        code = main(["--list-tools", "--output", "json", "--repo", str(repo), "--allow-commands",
+                     "--mcp-server", shlex.join([sys.executable, str(SERVER)]), *args])  # fmt: skip
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        return [spec["name"] for spec in json.loads(out)]
+
+    names = listed_by_main("--permission-mode", "read-only")
     assert "echo" in names and "add" in names  # annotated readOnlyHint
     assert not {"write_file", "edit_file", "run_command", "fail", "env"} & set(names)
-    everything = listed(run_cli("--list-tools", "--output", "json", "--repo", str(repo),
-                                "--allow-commands", "--mcp-server", server))  # fmt: skip
+    everything = listed_by_main()
     assert {"write_file", "edit_file", "run_command", "fail", "env"} <= set(everything)
 
 

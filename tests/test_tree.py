@@ -15,7 +15,7 @@ from toy_agent.messages import LlmResponse
 from toy_agent.tools import CodeRepositoryTools
 from toy_agent.tree import Tree, walk
 
-RACY_SECONDS = 2.1  # a folder changed less than 2 s before a walk is not remembered
+RACY = 0.1  # the Trees here do not remember a folder changed less than 0.1 s before a walk
 
 
 def make(root: Path, files: dict[str, str]) -> None:
@@ -25,8 +25,8 @@ def make(root: Path, files: dict[str, str]) -> None:
 
 
 @pytest.fixture
-def settled(tmp_path: Path) -> tuple[Path, Path]:
-    """A repository whose folders were last changed over 2 s ago, and a file outside it."""
+def repository(tmp_path: Path) -> tuple[Path, Path]:
+    """A repository of seven folders, and a file outside it."""
     root, outside = tmp_path / "repo", tmp_path / "secret.txt"
     outside.write_text("outside\n")
     make(
@@ -45,14 +45,20 @@ def settled(tmp_path: Path) -> tuple[Path, Path]:
         },
     )
     os.symlink("../d/target.py", root / "e" / "link.py")
-    time.sleep(RACY_SECONDS)
     return root, outside
 
 
-@pytest.mark.slow
+@pytest.fixture
+def settled(repository: tuple[Path, Path]) -> tuple[Path, Path]:
+    """The repository, its folders last changed over RACY seconds ago (timestamps lag the
+    clock by a tick at most, a few milliseconds)."""
+    time.sleep(2 * RACY)
+    return repository
+
+
 def test_an_unchanged_repository_is_walked_from_memory(settled: tuple[Path, Path]) -> None:
     root, _ = settled
-    tree = Tree(root)
+    tree = Tree(root, racy_seconds=RACY)
     first = sorted(tree.walk(root))
     scans = tree.scans
     assert scans == 7  # the root and its six folders
@@ -60,12 +66,11 @@ def test_an_unchanged_repository_is_walked_from_memory(settled: tuple[Path, Path
     assert tree.scans == scans
 
 
-@pytest.mark.slow
 def test_a_walk_rereads_only_changed_folders_and_sees_every_change(
     settled: tuple[Path, Path],
 ) -> None:
     repo, outside = settled
-    tree = Tree(repo)
+    tree = Tree(repo, racy_seconds=RACY)
     before = dict(tree.walk(repo))
     assert "e/link.py" in before and "b/x.tmp" not in before
     scans = tree.scans
@@ -116,12 +121,11 @@ def test_the_tools_see_their_own_writes_at_once(tmp_path: Path) -> None:
     assert "pkg/b.py" in tools.search_in_files("needle")
 
 
-@pytest.mark.slow
 def test_a_warm_up_walks_in_the_background_and_the_next_walk_reuses_it(
     settled: tuple[Path, Path],
 ) -> None:
     root, _ = settled
-    tree = Tree(root)
+    tree = Tree(root, racy_seconds=RACY)
     tree.warm_up()
     assert sorted(tree.walk(root)) == sorted(walk(root, root))  # waits for the warm-up
     assert tree.scans == 7
@@ -143,11 +147,10 @@ class WaitsForTheWalk(ScriptedLlm):
         return super().call_llm(*args, **kwargs)
 
 
-@pytest.mark.slow
 def test_a_run_walks_the_repository_while_the_first_llm_call_is_in_flight(
-    settled: tuple[Path, Path],
+    repository: tuple[Path, Path],
 ) -> None:
-    root, _ = settled
+    root, _ = repository
     tools = CodeRepositoryTools(root)
     agent = ReactAgent(WaitsForTheWalk(tools.tree, 7), tools=tools)
     assert agent.run("look around")["outcome"] == "completed"

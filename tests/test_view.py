@@ -115,7 +115,7 @@ def test_confirm_question_stays_visible_and_its_wait_is_not_tool_time(repo, tmp_
 def test_log_records_print_above_the_live_line_never_on_it(repo, tmp_path):
     with FakeProvider() as server:
         server.enqueue(
-            error_reply(429, "rate limited", retry_after="0.5"),
+            error_reply(429, "rate limited", retry_after="0.2"),  # two of the view's refreshes
             anthropic_reply(xml_action("task_complete", result="ok")),
         )
         term = Terminal(toy_agent("--task", "x", "--repo", str(repo)), tmp_path,
@@ -132,7 +132,7 @@ def test_log_records_print_above_the_live_line_never_on_it(repo, tmp_path):
 SLOW_SDK = """
 import importlib.util, os, sys, time
 
-class SlowSdk:  # anthropic takes seconds to import on a cold start: make it so here
+class SlowSdk:  # anthropic takes seconds to import on a cold start: make it slower here
     def find_spec(self, name, path=None, target=None):
         if name != "anthropic":
             return None
@@ -141,7 +141,7 @@ class SlowSdk:  # anthropic takes seconds to import on a cold start: make it so 
         load = spec.loader.exec_module
 
         def slow_load(module):
-            time.sleep(1.5)
+            time.sleep(0.5)  # on top of the import's own second or so
             load(module)
             os.write(1, b"<anthropic imported>\\r\\n")
 
@@ -299,7 +299,7 @@ def test_the_confirm_preview_of_an_edit_to_a_crlf_file_shows_the_change(tmp_path
 def test_the_live_line_shows_an_mcp_tools_progress(repo, tmp_path):
     replay = write_replay(
         tmp_path / "r.json",
-        xml_action("steps", count=4, pause=0.5),
+        xml_action("steps", count=4, pause=0.1),  # the view redraws at once on progress
         xml_action("task_complete", result="ok"),
     )
     server = f"{sys.executable} {ROOT / 'tests' / 'mcp_servers' / 'demo_server.py'} --only steps"

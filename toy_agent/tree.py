@@ -50,7 +50,7 @@ _SCAN_FD = os.scandir in os.supports_fd and bool(_NOFOLLOW and _DIRECTORY)  # no
 # A folder changed this close to its scan may change again without its timestamp moving (a
 # timestamp is as coarse as a clock tick, or 2 s on FAT): its scan is not reused. Git's index
 # has the same "racy" rule.
-_RACY_NS = 2_000_000_000
+RACY_SECONDS = 2.0
 WALK_CACHE_MAX_ENTRIES = 200_000  # beyond this many entries, a Tree stops remembering folders
 
 _Entry = tuple[str, str]  # (repo-relative path, kind)
@@ -109,14 +109,23 @@ class Tree:
     folder whose timestamp, and whose ignore rules, are as they were is not scanned again (git's
     untracked cache works the same way). Symlinks and virtualenv markers are checked on every
     walk. A Tree lives as long as its CodeRepositoryTools; nothing is kept on disk.
+    `racy_seconds`: a folder or ignore file changed less than this before a scan is read again
+    next time (RACY_SECONDS covers FAT; where timestamps are fine, a clock tick would do).
     """
 
-    def __init__(self, root: Path, *, max_entries: int = WALK_CACHE_MAX_ENTRIES):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_entries: int = WALK_CACHE_MAX_ENTRIES,
+        racy_seconds: float = RACY_SECONDS,
+    ):
         self.root = root
         self._folders: dict[str, _Folder] = {}
         self._ignore_files: dict[str, tuple[_Stamp, tuple[str, ...]]] = {}
         self._held = 0  # entries remembered, up to max_entries
         self._max_entries = max_entries
+        self._racy_ns = int(racy_seconds * 1e9)
         self.scans = 0  # folders read from disk so far; the others came from memory
         self.unreadable: set[str] = set()  # folders the last scan could not read (permissions)
         self._warming: threading.Thread | None = None
@@ -248,7 +257,7 @@ class Tree:
         has_ignore_file = not explicit and ".gitignore" in files
         here = self._with_ignore_file(specs, rel_dir, directory, has_ignore_file)
         paths, odd, marks = _kept(dirs, files, kinds, f"{rel_dir}/" if rel_dir else "", here)
-        racy = st.st_mtime_ns + _RACY_NS > now or st.st_ctime_ns + _RACY_NS > now
+        racy = st.st_mtime_ns + self._racy_ns > now or st.st_ctime_ns + self._racy_ns > now
         is_venv = "pyvenv.cfg" in files or "pyvenv.cfg" in dirs or "pyvenv.cfg" in kinds
         folder = _Folder(None if racy else stamp, here, has_ignore_file, paths, odd, marks, is_venv)
         with self._lock:
@@ -301,7 +310,7 @@ class Tree:
             if read is None:
                 return specs
             st, lines = read
-            if st.st_mtime_ns + _RACY_NS < time.time_ns():
+            if st.st_mtime_ns + self._racy_ns < time.time_ns():
                 self._ignore_files[file] = (_file_stamp(st), lines)
         rules = ignore_rules(lines)
         return (*specs, (rel_dir, rules)) if rules is not None else specs
