@@ -8,6 +8,7 @@ them (`clean_env`, `home`, `repo`) are in conftest.py.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -57,12 +58,37 @@ def run_cli(
     )  # fmt: skip
 
 
-def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+def run_main(
+    capsys: pytest.CaptureFixture[str],
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+) -> subprocess.CompletedProcess[str]:
     """`main(args)` in this process, its exit code and streams handed back as `run_cli` hands
-    back a process's: for commands that only read settings and files, where a process of
-    their own would show nothing more (terminals, signals and stdin need `run_cli`)."""
+    back a process's, with the same environment (`cli_environment(env)`) and working folder:
+    for runs whose point is what the CLI prints, writes or exits with, where a process of its
+    own would show nothing more (terminals, signals, stdin and what a child inherits need
+    `run_cli`). What main changes in the process is put back afterwards: the environment (a
+    .env file's variables), the working folder, and the loggers' levels and handlers."""
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in
+                                      list(logging.Logger.manager.loggerDict))]  # fmt: skip
+    saved_logging = [(logger, logger.level, list(logger.handlers)) for logger in loggers]
+    environment = cli_environment(env)
     capsys.readouterr()
-    code = main(list(args))
+    try:
+        os.environ.clear()
+        os.environ.update(environment)
+        if cwd is not None:
+            os.chdir(cwd)
+        code = main(list(args))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        for logger, level, handlers in saved_logging:
+            logger.setLevel(level)
+            logger.handlers[:] = handlers
     return subprocess.CompletedProcess(list(args), code, *capsys.readouterr())
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import ROOT, quickest_provider_env, run_cli, toy_agent
+from cli_helpers import ROOT, quickest_provider_env, run_cli, run_main, toy_agent
 from fake_providers import FakeProvider, error_reply
 from fakes import write_replay, xml_action
 
@@ -20,15 +20,14 @@ pytestmark = pytest.mark.usefixtures("clean_env")
 # --- 7: complete streams ----------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_stream_json_has_an_event_for_every_step_an_unparsable_reply_too(repo, tmp_path):
+def test_stream_json_has_an_event_for_every_step_an_unparsable_reply_too(repo, tmp_path, capsys):
     recording = write_replay(
         tmp_path / "r.json",
         "I will just say it: the file prints helo.",  # no action: the model is told
         xml_action("read_file", path="hello.py"),
         xml_action("task_complete", result="it prints helo"),
     )
-    done = run_cli("--task", "what does it print?", "--repo", str(repo), "--replay",
+    done = run_main(capsys, "--task", "what does it print?", "--repo", str(repo), "--replay",
                    str(recording), "--output", "stream-json")  # fmt: skip
     events = [json.loads(line) for line in done.stdout.splitlines()]
 
@@ -51,8 +50,7 @@ def test_stream_json_has_an_event_for_every_step_an_unparsable_reply_too(repo, t
     assert events[-2]["tools"] == ["task_complete"]
 
 
-@pytest.mark.slow
-def test_output_json_carries_the_run_s_diff_with_secrets_redacted(repo, tmp_path):
+def test_output_json_carries_the_run_s_diff_with_secrets_redacted(repo, tmp_path, capsys):
     key = "sk-proj-" + "A1b2C3d4" * 5
     recording = write_replay(
         tmp_path / "r.json",
@@ -60,7 +58,7 @@ def test_output_json_carries_the_run_s_diff_with_secrets_redacted(repo, tmp_path
         xml_action("write_file", path="settings.py", content=f"API_KEY = '{key}'\n"),
         xml_action("task_complete", result="done"),
     )
-    done = run_cli("--task", "fix", "--repo", str(repo), "--replay", str(recording),
+    done = run_main(capsys, "--task", "fix", "--repo", str(repo), "--replay", str(recording),
                    "--output", "json")  # fmt: skip
     result = json.loads(done.stdout)
 
@@ -73,15 +71,14 @@ def test_output_json_carries_the_run_s_diff_with_secrets_redacted(repo, tmp_path
     assert key not in done.stdout and "[REDACTED]" in diff
 
 
-@pytest.mark.slow
-def test_output_json_s_diff_is_bounded_and_says_it_was_cut(repo, tmp_path):
+def test_output_json_s_diff_is_bounded_and_says_it_was_cut(repo, tmp_path, capsys):
     big = "".join(f"line {n}: {'x' * 60}\n" for n in range(3000))  # about 200 KB
     recording = write_replay(
         tmp_path / "r.json",
         xml_action("write_file", path="big.txt", content=big),
         xml_action("task_complete", result="done"),
     )
-    done = run_cli("--task", "write", "--repo", str(repo), "--replay", str(recording),
+    done = run_main(capsys, "--task", "write", "--repo", str(repo), "--replay", str(recording),
                    "--output", "json", "--context-budget", "400000")  # fmt: skip
     result = json.loads(done.stdout)
 
@@ -112,11 +109,10 @@ def test_a_rejected_key_is_one_error_line_and_the_summary(repo):
     assert "✗ not completed (provider_error)" in done.stdout
 
 
-@pytest.mark.slow
-def test_retries_run_out_once_naming_what_to_do(repo):
+def test_retries_run_out_once_naming_what_to_do(repo, capsys):
     with FakeProvider() as server:
         server.enqueue(*[error_reply(503, "overloaded", retry_after="0")] * 3)
-        done = run_cli("--task", "x", "--repo", str(repo), "--max-retries", "2", "-q",
+        done = run_main(capsys, "--task", "x", "--repo", str(repo), "--max-retries", "2", "-q",
                        env=quickest_provider_env(server))  # fmt: skip
 
     assert done.returncode == 3
@@ -130,11 +126,10 @@ def test_retries_run_out_once_naming_what_to_do(repo):
     assert "overloaded" not in done.stdout
 
 
-@pytest.mark.slow
-def test_with_output_json_the_error_line_is_on_stderr_and_the_error_in_the_object(repo):
+def test_with_output_json_the_error_line_is_on_stderr_and_the_error_in_the_object(repo, capsys):
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
-        done = run_cli("--task", "x", "--repo", str(repo), "--output", "json",
+        done = run_main(capsys, "--task", "x", "--repo", str(repo), "--output", "json",
                        env=quickest_provider_env(server))  # fmt: skip
 
     result = json.loads(done.stdout)
@@ -146,7 +141,7 @@ def test_with_output_json_the_error_line_is_on_stderr_and_the_error_in_the_objec
 
 
 @pytest.mark.slow
-def test_a_diverged_replay_shows_the_first_differing_line_of_both(repo, tmp_path):
+def test_a_diverged_replay_shows_the_first_differing_line_of_both(repo, tmp_path, capsys):
     filler = "".join(f"# filler line {n} that pushes the change far down the file\n"
                      for n in range(30))  # fmt: skip
     (repo / "greet.py").write_text(filler + "GREETING = 'helo, world'  # said at start-up\n")
@@ -156,7 +151,7 @@ def test_a_diverged_replay_shows_the_first_differing_line_of_both(repo, tmp_path
         xml_action("task_complete", result="done"),
     )
     trajectory = tmp_path / "t.json"
-    first = run_cli("--task", "read", "--repo", str(repo), "--replay", str(recording),
+    first = run_main(capsys, "--task", "read", "--repo", str(repo), "--replay", str(recording),
                     "--trajectory", str(trajectory))  # fmt: skip
     assert first.returncode == 0, first.stderr
     (repo / "greet.py").write_text(filler + "GREETING = 'hello, world'  # said at start-up\n")
@@ -199,12 +194,11 @@ def test_a_key_under_8_characters_is_masked_only_as_a_whole_token(text, key, mas
     assert mask_key(text, key) == masked
 
 
-@pytest.mark.slow
-def test_a_one_letter_key_leaves_the_provider_s_error_readable(repo):
+def test_a_one_letter_key_leaves_the_provider_s_error_readable(repo, capsys):
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "Incorrect API key provided: x. Find yours at "
                                    "https://platform.example/account/api-keys."))  # fmt: skip
-        done = run_cli("--task", "x", "--repo", str(repo), "--model", "gpt-5-mini",
+        done = run_main(capsys, "--task", "x", "--repo", str(repo), "--model", "gpt-5-mini",
                        env=server.env("openai", key="x"))  # fmt: skip
 
     assert done.returncode == 3
@@ -239,8 +233,7 @@ def test_on_a_terminal_a_provider_failure_and_an_unparsable_reply_show_once_each
     assert "toy-agent: error: openai API error 401: invalid x-api-key" in screen
 
 
-@pytest.mark.slow
-def test_every_line_and_object_follows_the_documented_schema(repo, tmp_path):
+def test_every_line_and_object_follows_the_documented_schema(repo, tmp_path, capsys):
     import jsonschema  # a dependency of mcp, so always there
 
     schema = json.loads((ROOT / "docs" / "output.schema.json").read_text())
@@ -255,11 +248,11 @@ def test_every_line_and_object_follows_the_documented_schema(repo, tmp_path):
     )
     args = ["--task", "fix", "--repo", str(repo), "--replay", str(recording), "--allow-commands",
             "--deny-command", "curl*", "--sandbox", "off"]  # fmt: skip
-    lines = run_cli(*args, "--output", "stream-json").stdout.splitlines()
+    lines = run_main(capsys, *args, "--output", "stream-json").stdout.splitlines()
     (repo / "hello.py").write_text("print('helo')\n")
     objects = [json.loads(line) for line in lines]
-    objects.append(json.loads(run_cli(*args, "--output", "json").stdout))
-    objects.append(json.loads(run_cli("--mdoel", "x", "--output", "json").stdout))
+    objects.append(json.loads(run_main(capsys, *args, "--output", "json").stdout))
+    objects.append(json.loads(run_main(capsys, "--mdoel", "x", "--output", "json").stdout))
     for obj in objects:
         validator.validate(obj)
     types = {obj.get("type") for obj in objects}

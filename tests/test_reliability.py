@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_helpers import cli_environment, quickest_provider_env, run_cli, toy_agent
+from cli_helpers import cli_environment, quickest_provider_env, run_cli, run_main, toy_agent
 from fake_providers import FakeProvider, anthropic_reply, error_reply, openai_reply
 from fakes import ScriptedLlm, native_call, write_replay, xml_action
 
@@ -79,10 +79,9 @@ def test_the_trajectory_is_on_disk_after_every_step(repo, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-@pytest.mark.slow
-def test_an_unwritable_trajectory_still_prints_the_summary_then_one_error(repo, tmp_path):
+def test_an_unwritable_trajectory_still_prints_the_summary_then_one_error(repo, tmp_path, capsys):
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="fine"))
-    done = run_cli("--task", "x", "--repo", str(repo), "--replay", str(replay),
+    done = run_main(capsys, "--task", "x", "--repo", str(repo), "--replay", str(replay),
                "--trajectory", "/dev/full")  # fmt: skip
     assert done.returncode == 0
     assert "✓ completed" in done.stdout and "fine" in done.stdout
@@ -109,12 +108,11 @@ def test_a_closed_stdout_ends_quietly(repo, tmp_path):
     assert "Traceback" not in err and "BrokenPipe" not in err
 
 
-@pytest.mark.slow
-def test_why_the_provider_failed_is_in_the_log(repo, tmp_path):
+def test_why_the_provider_failed_is_in_the_log(repo, tmp_path, capsys):
     log = tmp_path / "run.log"
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
-        done = run_cli("--task", "x", "--repo", str(repo), "--log-file", str(log),
+        done = run_main(capsys, "--task", "x", "--repo", str(repo), "--log-file", str(log),
                        env=quickest_provider_env(server))  # fmt: skip
     assert done.returncode == 3
     error = "toy-agent: error: openai API error 401: invalid x-api-key — check OPENAI_API_KEY"
