@@ -344,8 +344,9 @@ def test_a_native_conversation_continued_in_a_text_format_is_rewritten_in_that_f
     assert "task_complete" in sent[3].content and sent[4].content == "and now?"
 
 
-@pytest.mark.slow
-def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(home, repo, tmp_path):
+def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(
+    home, repo, tmp_path, capsys
+):
     """Anthropic rejects tool_use blocks in a request that offers no tools. The native run
     is a replay of Claude's replies (its session holds the same calls and results)."""
     native = tmp_path / "native.json"
@@ -354,12 +355,12 @@ def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(ho
              LlmResponse("", tool_calls=(ToolCall("task_complete", {"result": "read"},
                          "toolu_2"),), stop_reason="tool_use")]  # fmt: skip
     native.write_text(json.dumps({"steps": [{"response": s.to_dict()} for s in steps]}))
-    first = run_cli("--repo", str(repo), "--task", "read it", "--tool-format", "native",
+    first = run_main(capsys, "--repo", str(repo), "--task", "read it", "--tool-format", "native",
                     "--replay", str(native))  # fmt: skip
     assert first.returncode == 0, first.stderr
     with FakeProvider() as server:
         server.enqueue(anthropic_reply(xml_action("task_complete", result="again")))
-        second = run_cli("--repo", str(repo), "-c", "--task", "and now?",
+        second = run_main(capsys, "--repo", str(repo), "-c", "--task", "and now?",
                          env=server.env("claude"))  # fmt: skip
         assert second.returncode == 0, second.stderr
 
