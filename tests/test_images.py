@@ -292,11 +292,10 @@ def test_read_resource_mistakes_are_tool_errors(content_mcp):
     assert "memo://notes.txt" in content_mcp.call("read_resource", {})  # one server: implied
 
 
-@pytest.mark.slow
 def test_read_resource_is_not_offered_without_resources(tmp_path):
-    from test_mcp_integration import SERVER_COMMAND
+    from mcp_helpers import demo_in_process
 
-    with McpTools(SERVER_COMMAND) as mcp:
+    with McpTools(demo_in_process()) as mcp:
         assert "read_resource" not in [t["name"] for t in mcp.get_mcp_tools()]
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import socket
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 from fake_providers import FakeProvider, openai_reply
 from fakes import ScriptedLlm, write_replay, xml_action
+from mcp_helpers import DEMO, DEMO_COMMAND, demo_in_process
 
 from toy_agent import ReactAgent
 from toy_agent.cli import main
@@ -18,8 +18,7 @@ from toy_agent.llm import OpenAICompatibleLlmClient
 from toy_agent.mcp_tools import MCP_DESCRIPTION_MAX_CHARS, MCP_TOOLS_MAX, McpTools
 from toy_agent.messages import ToolCall
 
-SERVER = Path(__file__).parent / "mcp_servers" / "demo_server.py"
-SERVER_COMMAND = shlex.join([sys.executable, str(SERVER)])
+SERVER_COMMAND = DEMO_COMMAND
 
 
 @pytest.fixture
@@ -62,7 +61,7 @@ def test_cli_lists_tools_of_flag_and_config_servers(repo, tmp_path, capsys):
         json.dumps(
             {
                 "mcpServers": {
-                    "second": {"command": sys.executable, "args": [str(SERVER), "--only", "echo"]}
+                    "second": {"command": sys.executable, "args": [str(DEMO), "--only", "echo"]}
                 }
             }
         )
@@ -85,12 +84,11 @@ def test_cli_lists_tools_of_flag_and_config_servers(repo, tmp_path, capsys):
     assert "demo_server__echo(text)" in out and "second__echo(text)" in out  # clash rule
 
 
-@pytest.mark.slow
 def test_a_servers_tools_add_a_bounded_amount_to_every_request(
     repo: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A description is cut, and a tool whose schema alone is 30 KB is not offered."""
-    with McpTools([f"{SERVER_COMMAND} --only echo,verbose,wide"], timeout=30) as mcp:
+    with McpTools([demo_in_process(only="echo,verbose,wide")], timeout=30) as mcp:
         specs = {spec["name"]: spec for spec in mcp.get_mcp_tools()}
 
     assert sorted(specs) == ["echo", "verbose"]
@@ -98,7 +96,7 @@ def test_a_servers_tools_add_a_bounded_amount_to_every_request(
     assert len(kept) <= MCP_DESCRIPTION_MAX_CHARS and cut_note.endswith(" characters cut]")
     assert "tool 'wide' not offered: its JSON Schema has" in caplog.text
 
-    with McpTools([f"{SERVER_COMMAND} --only echo --many 130"], timeout=30) as mcp:
+    with McpTools([demo_in_process(only="echo", many=130)], timeout=30) as mcp:
         names = [spec["name"] for spec in mcp.get_mcp_tools()]
     assert len(names) == MCP_TOOLS_MAX and names[-1] == "echo_126"
     assert "tool 'echo_129' not offered: a server offers at most 128" in caplog.text
@@ -184,7 +182,6 @@ def test_mcp_command_that_does_not_exist_exits_two(repo, capsys):
     assert code == 2 and "no-such-mcp-server" in err and "Traceback" not in err
 
 
-@pytest.mark.slow
 def test_an_mcp_error_says_error_once_in_the_openai_native_format(repo):
     with FakeProvider() as server:
         server.enqueue(
@@ -196,8 +193,9 @@ def test_an_mcp_error_says_error_once_in_the_openai_native_format(repo):
             ),  # fmt: skip
         )
         llm = OpenAICompatibleLlmClient("key", "gpt-test", base_url=server.url + "/v1")
-        agent = ReactAgent(llm, repo, mcp_server_url=SERVER_COMMAND, tool_format="native")
-        assert agent.run("fail")["success"]
+        with McpTools([demo_in_process("demo_server", "fail")], timeout=30) as mcp:
+            agent = ReactAgent(llm, repo, mcp_tools=mcp, tool_format="native")
+            assert agent.run("fail")["success"]
         answer = server.requests[1].body["messages"][-1]
 
     assert answer["role"] == "tool" and answer["tool_call_id"] == "c1"

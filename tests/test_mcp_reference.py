@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import reference_servers as ref
+from mcp_helpers import DEMO, demo_in_process
 
 from toy_agent.mcp_tools import (
     McpProgress,
@@ -25,7 +26,6 @@ from toy_agent.mcp_tools import (
 
 pytestmark = pytest.mark.slow  # see pyproject's markers
 
-DEMO = Path(__file__).parent / "mcp_servers" / "demo_server.py"
 TASK_ONLY = "simulate-research-query"  # execution.taskSupport: "required"
 
 
@@ -89,15 +89,6 @@ def test_a_tool_that_must_run_as_a_task_is_left_out_with_one_warning_naming_it(
     assert TASK_ONLY in warnings[0] and "task" in warnings[0]
 
 
-def demo_in_process(only: str) -> McpServerConfig:
-    """Our demo server with only the tools named, run inside this process by the SDK's Client:
-    milliseconds instead of a second's start-up, for checks of what the client does with what
-    a server sends (progress, log records, timeouts); lifecycle tests keep real processes."""
-    from mcp_servers.demo_server import build_server
-
-    return McpServerConfig("demo", server=build_server(set(only.split(","))))
-
-
 def with_call_limits(config: McpServerConfig, timeout: float, ceiling: float) -> McpTools:
     """Connected with time to spare on a busy machine, then calls bounded as given."""
     tools = McpTools(config, timeout=60)
@@ -126,20 +117,20 @@ def test_progress_cannot_keep_a_call_alive_past_the_ceiling(reference_servers) -
 
 
 def test_without_progress_the_call_times_out_naming_it() -> None:
-    tools = with_call_limits(demo_in_process("slow"), timeout=0.5, ceiling=60)
+    tools = with_call_limits(demo_in_process(only="slow"), timeout=0.5, ceiling=60)
     with tools, pytest.raises(McpToolError, match=r"timed out after 0.5s without progress"):
         tools.execute_mcp_tool("slow", {"seconds": 30})
 
 
 def test_the_ceiling_is_600_seconds_or_the_timeout_if_longer() -> None:
-    demo = demo_in_process("echo")
+    demo = demo_in_process(only="echo")
     with McpTools(demo, timeout=30) as tools, McpTools(demo, timeout=900) as patient:
         assert (tools.ceiling, patient.ceiling) == (600, 900)
 
 
 def test_progress_messages_come_from_our_own_sdk_server_too() -> None:
     seen: list[McpProgress] = []
-    demo = demo_in_process("steps")
+    demo = demo_in_process(only="steps")
     with McpTools(demo, timeout=10) as tools, reporting_progress(seen.append):
         assert tools.execute_mcp_tool("steps", {"count": 3, "pause": 0.01}) == "3 steps done"
     assert seen == [McpProgress(n, 3, f"step {n} of 3") for n in (1, 2, 3)]
@@ -147,7 +138,7 @@ def test_progress_messages_come_from_our_own_sdk_server_too() -> None:
 
 def test_progress_messages_are_redacted() -> None:
     seen: list[McpProgress] = []
-    demo = demo_in_process("steps")
+    demo = demo_in_process(only="steps")
     tools = McpTools(demo, timeout=10, redact=lambda text: text.replace(" of ", " [REDACTED] "))
     with tools, reporting_progress(seen.append):
         tools.execute_mcp_tool("steps", {"count": 1, "pause": 0.01})
@@ -187,7 +178,7 @@ def test_a_log_record_is_redacted_and_its_control_characters_escaped(
     level: str, expected: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="toy_agent.mcp_tools")
-    demo = demo_in_process("shout")
+    demo = demo_in_process(only="shout")
     secret = "sk-test-0123456789abcdef"
     text = f"key {secret}\x1b[2J\nsecond line"
     with McpTools(demo, timeout=10, redact=lambda t: t.replace(secret, "[REDACTED]")) as tools:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mcp_helpers import demo_command, demo_in_process, demo_stdio
 
 from toy_agent.mcp_tools import (
     McpError,
@@ -26,7 +27,6 @@ from toy_agent.mcp_tools import (
 from toy_agent.routes import RouteTable
 from toy_agent.tools import CodeRepositoryTools
 
-DEMO = Path(__file__).parent / "mcp_servers" / "demo_server.py"
 LOCAL_TOOLS = [
     "list_files",
     "read_file",
@@ -37,14 +37,6 @@ LOCAL_TOOLS = [
     "run_command",
     "task_complete",
 ]
-
-
-def demo_command(*args: str) -> tuple[str, ...]:
-    return (sys.executable, str(DEMO), *args)
-
-
-def demo_stdio(name: str = "demo", *args: str, env: dict[str, str] | None = None):
-    return McpServerConfig(name, command=demo_command(*args), env=env or {})
 
 
 def free_port() -> int:
@@ -369,14 +361,6 @@ def test_a_failing_server_closes_the_ones_already_started(tmp_path: Path) -> Non
     with pytest.raises(McpError, match="'bad'"):
         McpTools(servers, timeout=10)
     assert not is_alive(wait_for_pid(pid_file))
-
-
-def demo_in_process(name: str = "demo", only: str | None = None) -> McpServerConfig:
-    """The demo server run inside this process by the SDK's Client: milliseconds, for tests
-    of naming and routing (lifecycle tests keep real subprocesses)."""
-    from mcp_servers.demo_server import build_server
-
-    return McpServerConfig(name, server=build_server(set(only.split(",")) if only else None))
 
 
 @pytest.mark.slow

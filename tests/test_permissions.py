@@ -9,13 +9,13 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 
 import pytest
-from cli_helpers import ROOT, run_cli, run_main, toy_agent
+from cli_helpers import run_cli, run_main, toy_agent
 from fakes import ScriptedLlm, write_replay, xml_action
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mcp_helpers import DEMO_COMMAND
 
 from toy_agent.agent import ReactAgent
 from toy_agent.parsing import Action
@@ -29,7 +29,6 @@ from toy_agent.permissions import (
 )
 from toy_agent.tools import CodeRepositoryTools
 
-SERVER = ROOT / "tests" / "mcp_servers" / "demo_server.py"
 pytestmark = pytest.mark.usefixtures("clean_env")
 
 ALLOW = ("pytest*", "git diff*", "npm test")
@@ -345,7 +344,7 @@ def test_read_only_lists_only_tools_that_change_nothing_mcp_ones_by_their_annota
 
     def listed_by_main(*args: str) -> list[str]:
         code = main(["--list-tools", "--output", "json", "--repo", str(repo), "--allow-commands",
-                     "--mcp-server", shlex.join([sys.executable, str(SERVER)]), *args])  # fmt: skip
+                     "--mcp-server", DEMO_COMMAND, *args])  # fmt: skip
         out, err = capsys.readouterr()
         assert code == 0, err
         return [spec["name"] for spec in json.loads(out)]
