@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from fakes import folder
 
 from toy_agent.providers import endpoint_variables, key_variables
 
@@ -67,10 +68,7 @@ def home(clean_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A one-file repository: hello.py, which prints a misspelt greeting for tasks to fix."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "hello.py").write_text("print('helo')\n")
-    return root
+    return folder(tmp_path / "repo", {"hello.py": "print('helo')\n"})
 
 
 # --- the official MCP reference servers (tests/reference_servers.py) --------------------------

@@ -9,7 +9,7 @@ import select
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -94,6 +94,26 @@ def write_replay(path: Path, *replies: str) -> Path:
     steps = [{"response": LlmResponse(text).to_dict()} for text in replies]
     path.write_text(json.dumps({"steps": steps, "settings": {"model": "replayed"}}))
     return path
+
+
+def write(root: Path, rel: str, content: str | bytes = "x\n") -> Path:
+    """Write `content` to root/rel, making its folders: text as text, bytes as they are."""
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+def folder(root: Path, files: Mapping[str, str | bytes]) -> Path:
+    """The folder `root` (made if missing) holding `files`, relative path to content: a test's
+    repository, or the folder outside it that nothing may reach."""
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, content in files.items():
+        write(root, rel, content)
+    return root
 
 
 T = TypeVar("T")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import pytest
-from fakes import ScriptedLlm, native_call, xml_action
+from fakes import ScriptedLlm, folder, native_call, xml_action
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,10 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "a.py").write_text("one\ntwo\nthree\n")
-    return root
+    return folder(tmp_path / "repo", {"a.py": "one\ntwo\nthree\n"})
 
 
 # --- building a tool from a function ----------------------------------------------------

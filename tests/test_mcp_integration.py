@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from fake_providers import FakeProvider, openai_reply
-from fakes import ScriptedLlm, write_replay, xml_action
+from fakes import ScriptedLlm, folder, write_replay, xml_action
 from mcp_helpers import DEMO, DEMO_COMMAND, demo_in_process
 
 from toy_agent import ReactAgent
@@ -23,10 +23,7 @@ SERVER_COMMAND = DEMO_COMMAND
 
 @pytest.fixture
 def repo(tmp_path):
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "notes.txt").write_text("local notes\n")
-    return root
+    return folder(tmp_path / "repo", {"notes.txt": "local notes\n"})
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import cli_environment, quickest_provider_env, run_cli, run_main, toy_agent
 from fake_providers import FakeProvider, anthropic_reply, error_reply, openai_reply
-from fakes import ScriptedLlm, native_call, write_replay, xml_action
+from fakes import ScriptedLlm, folder, native_call, write_replay, xml_action
 
 from toy_agent.agent import ReactAgent
 from toy_agent.events import StepStarted, TrajectoryRecorder
@@ -21,10 +21,7 @@ REPLIES = {"claude": anthropic_reply, "openai": openai_reply}
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "ok.py").write_text("print('ok')\n")
-    return root
+    return folder(tmp_path / "repo", {"ok.py": "print('ok')\n"})
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes import finishes
+from fakes import finishes, write
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -39,15 +39,6 @@ BACKENDS = [
     "grep",
     "python",
 ]
-
-
-def write(root: Path, rel: str, content: str | bytes) -> None:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
 
 
 @pytest.fixture

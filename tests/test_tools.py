@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fakes import folder, write
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,29 +29,14 @@ SECRET = "TOP-SECRET-OUTSIDE-THE-REPO"
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    (root / "src").mkdir(parents=True)
-    (root / "src" / "app.py").write_text("def main():\n    return 1\n")
-    (root / "README.md").write_text("# demo\n")
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "secret.txt").write_text(SECRET + "\n")
-    return root
+    folder(tmp_path / "outside", {"secret.txt": SECRET + "\n"})
+    return folder(tmp_path / "repo", {"src/app.py": "def main():\n    return 1\n",
+                                      "README.md": "# demo\n"})  # fmt: skip
 
 
 @pytest.fixture
 def tools(repo: Path) -> CodeRepositoryTools:
     return CodeRepositoryTools(repo)
-
-
-def write(root: Path, rel: str, content: str | bytes = "x\n") -> Path:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
-    return path
 
 
 # ------------------------------------------------------------------------------ confinement

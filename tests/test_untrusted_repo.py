@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli, run_main
 from fake_providers import FakeProvider, openai_reply
-from fakes import ScriptedLlm, finishes, write_replay, xml_action
+from fakes import ScriptedLlm, finishes, folder, write_replay, xml_action
 
 from toy_agent.agent import ReactAgent
 from toy_agent.environment import child_environment, load_dotenv_file
@@ -31,19 +31,12 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    (root / "sub").mkdir(parents=True)
-    (root / "sub" / "inside.txt").write_text("inside\n")
-    (root / "app.py").write_text("print('hi')\n")
-    return root
+    return folder(tmp_path / "repo", {"sub/inside.txt": "inside\n", "app.py": "print('hi')\n"})
 
 
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
-    folder = tmp_path / "outside"
-    folder.mkdir()
-    (folder / "inside.txt").write_text("OUTSIDE SECRET\n")
-    return folder
+    return folder(tmp_path / "outside", {"inside.txt": "OUTSIDE SECRET\n"})
 
 
 # ----------------------------------------------------------------------------- .env
