@@ -111,6 +111,12 @@ def test_list_tools_shows_an_mcp_servers_escape_sequences_instead_of_sending_the
     assert "    \\x1b[2J\\x1b]0;owned\\x07Clear the user's screen" in out
 
 
+def replayed_with(task: str, repo: Path, replay: Path, server: str, trajectory: Path) -> list[str]:
+    """The command line of a replayed run with one --mcp-server that records its trajectory."""
+    return ["--task", task, "--repo", str(repo), "--llm-provider", "replay", "--replay",
+            str(replay), "--mcp-server", server, "--trajectory", str(trajectory)]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_cli_runs_an_mcp_tool_in_a_replayed_run(repo, tmp_path, capsys):
     replay = write_replay(
@@ -119,22 +125,7 @@ def test_cli_runs_an_mcp_tool_in_a_replayed_run(repo, tmp_path, capsys):
         xml_action("task_complete", result="echoed"),
     )
     trajectory = tmp_path / "t.json"
-    code = main(
-        [
-            "--task",
-            "echo",
-            "--repo",
-            str(repo),
-            "--llm-provider",
-            "replay",
-            "--replay",
-            str(replay),
-            "--mcp-server",
-            SERVER_COMMAND,
-            "--trajectory",
-            str(trajectory),
-        ]
-    )
+    code = main(replayed_with("echo", repo, replay, SERVER_COMMAND, trajectory))
 
     assert code == 0
     step = json.loads(trajectory.read_text())["steps"][0]
@@ -149,22 +140,7 @@ def test_unreachable_mcp_server_stops_before_any_llm_call(repo, tmp_path, capsys
         port = sock.getsockname()[1]
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="never"))
     trajectory = tmp_path / "t.json"
-    code = main(
-        [
-            "--task",
-            "x",
-            "--repo",
-            str(repo),
-            "--llm-provider",
-            "replay",
-            "--replay",
-            str(replay),
-            "--mcp-server",
-            f"http://127.0.0.1:{port}/mcp",
-            "--trajectory",
-            str(trajectory),
-        ]
-    )
+    code = main(replayed_with("x", repo, replay, f"http://127.0.0.1:{port}/mcp", trajectory))
 
     err = capsys.readouterr().err.strip()
     assert code == 2
