@@ -174,7 +174,9 @@ def test_without_a_terminal_and_without_a_task_the_exit_code_is_two(home, repo):
 
 
 @pytest.mark.slow
-def test_continue_and_resume_carry_the_conversation_into_a_new_process(home, repo, tmp_path):
+def test_continue_and_resume_carry_the_conversation_into_a_new_process(
+    home, repo, tmp_path, capsys
+):
     trajectory = tmp_path / "first.json"
     with FakeProvider() as server:
         server.enqueue(
@@ -187,8 +189,9 @@ def test_continue_and_resume_carry_the_conversation_into_a_new_process(home, rep
             openai_reply(xml_action("task_complete", result="From the trajectory.")),
         )
         env = quickest_provider_env(server)
-        first = run_cli("--repo", str(repo), "--task", "fix the greeting", "--output", "json",
-                        "--trajectory", str(trajectory), env=env)  # fmt: skip
+        # The first run only leaves the files: in this process; the others are new processes.
+        first = run_main(capsys, "--repo", str(repo), "--task", "fix the greeting", "--output",
+                         "json", "--trajectory", str(trajectory), env=env)  # fmt: skip
         assert first.returncode == 0, first.stderr
         session_id = json.loads(first.stdout)["session"]
         assert (sessions_dir(home) / f"{session_id}.json").is_file()
