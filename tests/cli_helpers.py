@@ -8,6 +8,7 @@ them (`clean_env`, `home`, `repo`) are in conftest.py.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import subprocess
@@ -63,14 +64,16 @@ def run_main(
     *args: str,
     env: Mapping[str, str] | None = None,
     cwd: Path | str | None = None,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`main(args)` in this process, its exit code and streams handed back as `run_cli` hands
     back a process's, with the same environment (`cli_environment(env)`) and working folder:
     for runs whose point is what the CLI prints, writes or exits with, where a process of its
-    own would show nothing more (terminals, signals, stdin and what a child inherits need
-    `run_cli`). What main changes in the process is put back afterwards: the environment (a
-    .env file's variables), the working folder, and the loggers' levels and handlers."""
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    own would show nothing more (terminals, signals, a closed stdin and what a child inherits
+    need `run_cli`). `stdin` is what a pipe would hold (answers, a task for `--task -`). What
+    main changes in the process is put back afterwards: the environment (a .env file's
+    variables), the working folder, stdin, and the loggers' levels and handlers."""
+    saved_env, saved_cwd, saved_stdin = dict(os.environ), os.getcwd(), sys.stdin
     loggers = [logging.getLogger(), *(logging.getLogger(name) for name in
                                       list(logging.Logger.manager.loggerDict))]  # fmt: skip
     saved_logging = [(logger, logger.level, list(logger.handlers)) for logger in loggers]
@@ -81,8 +84,11 @@ def run_main(
         os.environ.update(environment)
         if cwd is not None:
             os.chdir(cwd)
+        if stdin is not None:
+            sys.stdin = io.StringIO(stdin)
         code = main(list(args))
     finally:
+        sys.stdin = saved_stdin
         os.environ.clear()
         os.environ.update(saved_env)
         os.chdir(saved_cwd)

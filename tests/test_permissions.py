@@ -383,7 +383,9 @@ def test_confirm_is_ask_and_contradicting_it_is_a_usage_error(repo, capsys):
         "toy-agent: error: --confirm is --permission-mode ask: it contradicts "
         "--permission-mode auto; give one of them"
     )
-    done = run_cli("--task", "-", "--repo", str(repo), "--permission-mode", "ask", stdin="x")
+    done = run_main(
+        capsys, "--task", "-", "--repo", str(repo), "--permission-mode", "ask", stdin="x"
+    )
     assert done.returncode == 2 and "--permission-mode ask reads answers from stdin" in done.stderr
 
 
@@ -425,16 +427,16 @@ def test_in_a_script_what_would_ask_is_refused_when_no_answer_comes(repo, tmp_pa
     assert events[-1]["refused"] == 1 and events[-1]["permission_mode"] == "edits"
 
 
-@pytest.mark.slow
-def test_a_piped_answer_with_a_reason_reaches_the_model(repo, tmp_path):
+def test_a_piped_answer_with_a_reason_reaches_the_model(repo, tmp_path, capsys):
     recording = write_replay(
         tmp_path / "r.json",
         xml_action("write_file", path="hello.py", content="print('hello')\n"),
         xml_action("task_complete", result="ok"),
     )
     trajectory = tmp_path / "t.json"
-    done = run_cli("--task", "fix", "--repo", str(repo), "--replay", str(recording), "--confirm",
-                   "--trajectory", str(trajectory), stdin="n use edit_file instead\n")  # fmt: skip
+    done = run_main(capsys, "--task", "fix", "--repo", str(repo), "--replay", str(recording),
+                    "--confirm", "--trajectory", str(trajectory),
+                    stdin="n use edit_file instead\n")  # fmt: skip
     assert done.returncode == 0, done.stderr
     observation = json.loads(trajectory.read_text())["steps"][0]["observations"][0]["content"]
     assert "The user declined this action; it was not run." in observation

@@ -129,14 +129,12 @@ def test_why_a_tool_failed_is_logged_at_info(repo, caplog):
                for r in caplog.records)  # fmt: skip
 
 
-@pytest.mark.slow
-def test_a_declined_edit_is_counted_and_shown(repo, tmp_path):
+def test_a_declined_edit_is_counted_and_shown(repo, tmp_path, capsys):
     replay = write_replay(tmp_path / "r.json", xml_action("write_file", path="a.txt", content="A"),
                           xml_action("task_complete", result="tried"))  # fmt: skip
-    done = run_cli("--task", "x", "--repo", str(repo), "--replay", str(replay), "--confirm",
-               stdin="n\n")  # fmt: skip
+    args = ["--task", "x", "--repo", str(repo), "--replay", str(replay), "--confirm"]
+    done = run_main(capsys, *args, stdin="n\n")
     assert "tool errors: 1 (1 declined by you)" in done.stdout
-    as_json = run_cli("--task", "x", "--repo", str(repo), "--replay", str(replay), "--confirm",
-                  "--output", "json", stdin="n\n")  # fmt: skip
+    as_json = run_main(capsys, *args, "--output", "json", stdin="n\n")
     result = json.loads(as_json.stdout)
     assert (result["tool_errors"], result["declined"]) == (1, 1)
