@@ -47,9 +47,8 @@ class SlowProvider(FakeProvider):
         super().__init__()
         self.latency = latency
 
-    def _next(self, request: RecordedRequest) -> Reply:
-        with self._lock:
-            self.requests.append(request)
+    def reply_to(self, request: RecordedRequest) -> Reply:
+        self.record(request)
         step = sum(1 for m in request.body["messages"] if m["role"] == "assistant")
         reply = anthropic_reply(STEPS[min(step, len(STEPS) - 1)])
         return dataclasses.replace(reply, delay=self.latency)
