@@ -28,7 +28,7 @@ def test_stream_json_has_an_event_for_every_step_an_unparsable_reply_too(repo, t
         xml_action("task_complete", result="it prints helo"),
     )
     done = run_main(capsys, "--task", "what does it print?", "--repo", str(repo), "--replay",
-                   str(recording), "--output", "stream-json")  # fmt: skip
+                    str(recording), "--output", "stream-json")  # fmt: skip
     events = [json.loads(line) for line in done.stdout.splitlines()]
 
     assert done.returncode == 0, done.stderr
@@ -59,7 +59,7 @@ def test_output_json_carries_the_run_s_diff_with_secrets_redacted(repo, tmp_path
         xml_action("task_complete", result="done"),
     )
     done = run_main(capsys, "--task", "fix", "--repo", str(repo), "--replay", str(recording),
-                   "--output", "json")  # fmt: skip
+                    "--output", "json")  # fmt: skip
     result = json.loads(done.stdout)
 
     assert done.returncode == 0, done.stderr
@@ -79,7 +79,7 @@ def test_output_json_s_diff_is_bounded_and_says_it_was_cut(repo, tmp_path, capsy
         xml_action("task_complete", result="done"),
     )
     done = run_main(capsys, "--task", "write", "--repo", str(repo), "--replay", str(recording),
-                   "--output", "json", "--context-budget", "400000")  # fmt: skip
+                    "--output", "json", "--context-budget", "400000")  # fmt: skip
     result = json.loads(done.stdout)
 
     assert result["diff_truncated"] is True
@@ -113,7 +113,7 @@ def test_retries_run_out_once_naming_what_to_do(repo, capsys):
     with FakeProvider() as server:
         server.enqueue(*[error_reply(503, "overloaded", retry_after="0")] * 3)
         done = run_main(capsys, "--task", "x", "--repo", str(repo), "--max-retries", "2", "-q",
-                       env=quickest_provider_env(server))  # fmt: skip
+                        env=quickest_provider_env(server))  # fmt: skip
 
     assert done.returncode == 3
     lines = done.stderr.splitlines()
@@ -130,7 +130,7 @@ def test_with_output_json_the_error_line_is_on_stderr_and_the_error_in_the_objec
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
         done = run_main(capsys, "--task", "x", "--repo", str(repo), "--output", "json",
-                       env=quickest_provider_env(server))  # fmt: skip
+                        env=quickest_provider_env(server))  # fmt: skip
 
     result = json.loads(done.stdout)
     assert result["outcome"] == "provider_error" and "invalid x-api-key" in result["error"]
@@ -152,7 +152,7 @@ def test_a_diverged_replay_shows_the_first_differing_line_of_both(repo, tmp_path
     )
     trajectory = tmp_path / "t.json"
     first = run_main(capsys, "--task", "read", "--repo", str(repo), "--replay", str(recording),
-                    "--trajectory", str(trajectory))  # fmt: skip
+                     "--trajectory", str(trajectory))  # fmt: skip
     assert first.returncode == 0, first.stderr
     (repo / "greet.py").write_text(filler + "GREETING = 'hello, world'  # said at start-up\n")
 
@@ -199,7 +199,7 @@ def test_a_one_letter_key_leaves_the_provider_s_error_readable(repo, capsys):
         server.enqueue(error_reply(401, "Incorrect API key provided: x. Find yours at "
                                    "https://platform.example/account/api-keys."))  # fmt: skip
         done = run_main(capsys, "--task", "x", "--repo", str(repo), "--model", "gpt-5-mini",
-                       env=server.env("openai", key="x"))  # fmt: skip
+                        env=server.env("openai", key="x"))  # fmt: skip
 
     assert done.returncode == 3
     assert ("Incorrect API key provided: ***. Find yours at "

@@ -451,8 +451,8 @@ def test_a_denied_command_is_an_event_and_an_observation_naming_the_rule(repo, t
         xml_action("task_complete", result="ok"),
     )
     done = run_main(capsys, "--task", "go", "--repo", str(repo), "--replay", str(recording),
-                   "--allow-commands", "--sandbox", "off", "--deny-command", "curl*",
-                   "--allow-command", "touch*", "--output", "stream-json")  # fmt: skip
+                    "--allow-commands", "--sandbox", "off", "--deny-command", "curl*",
+                    "--allow-command", "touch*", "--output", "stream-json")  # fmt: skip
     events = stream(done)
     assert done.returncode == 0, done.stderr
     refused = next(e for e in events if e["type"] == "tool_refused")

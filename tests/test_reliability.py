@@ -79,7 +79,7 @@ def test_the_trajectory_is_on_disk_after_every_step(repo, tmp_path):
 def test_an_unwritable_trajectory_still_prints_the_summary_then_one_error(repo, tmp_path, capsys):
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="fine"))
     done = run_main(capsys, "--task", "x", "--repo", str(repo), "--replay", str(replay),
-               "--trajectory", "/dev/full")  # fmt: skip
+                    "--trajectory", "/dev/full")  # fmt: skip
     assert done.returncode == 0
     assert "✓ completed" in done.stdout and "fine" in done.stdout
     assert done.stderr.strip().splitlines()[-1] == (
@@ -110,7 +110,7 @@ def test_why_the_provider_failed_is_in_the_log(repo, tmp_path, capsys):
     with FakeProvider() as server:
         server.enqueue(error_reply(401, "invalid x-api-key"))
         done = run_main(capsys, "--task", "x", "--repo", str(repo), "--log-file", str(log),
-                       env=quickest_provider_env(server))  # fmt: skip
+                        env=quickest_provider_env(server))  # fmt: skip
     assert done.returncode == 3
     error = "toy-agent: error: openai API error 401: invalid x-api-key — check OPENAI_API_KEY"
     assert error in done.stderr

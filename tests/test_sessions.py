@@ -359,12 +359,12 @@ def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(
                          "toolu_2"),), stop_reason="tool_use")]  # fmt: skip
     native.write_text(json.dumps({"steps": [{"response": s.to_dict()} for s in steps]}))
     first = run_main(capsys, "--repo", str(repo), "--task", "read it", "--tool-format", "native",
-                    "--replay", str(native))  # fmt: skip
+                     "--replay", str(native))  # fmt: skip
     assert first.returncode == 0, first.stderr
     with FakeProvider() as server:
         server.enqueue(anthropic_reply(xml_action("task_complete", result="again")))
         second = run_main(capsys, "--repo", str(repo), "-c", "--task", "and now?",
-                         env=server.env("claude"))  # fmt: skip
+                          env=server.env("claude"))  # fmt: skip
         assert second.returncode == 0, second.stderr
 
     body = server.requests[0].body
