@@ -374,5 +374,7 @@ def test_walk_lists_the_files_git_lists_on_random_trees() -> None:
 
     check()
     # The trees must not be trivial: a generator that stopped ignoring anything would pass.
-    assert seen["some files kept, some ignored"] >= 20, seen
-    assert seen["walked from a folder"] >= 20, seen
+    # Of 100 examples, 30-50 kept some and ignored some, 60-80 walked from a folder (15 and 19
+    # at the fewest seen, under load): 5 is far below chance, far above a broken generator.
+    assert seen["some files kept, some ignored"] >= 5, seen
+    assert seen["walked from a folder"] >= 5, seen
