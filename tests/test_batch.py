@@ -784,6 +784,35 @@ def test_ray_runs_the_task_file_as_local_does_and_its_workers_get_the_key_only_a
     assert [path for path in written if key.encode() in path.read_bytes()] == []
 
 
+@pytest.mark.slow
+def test_without_a_ray_running_the_batch_starts_a_local_one_and_stops_it_after(
+    sources: dict[str, Path],
+    tmp_path: Path,
+    ray_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:
+    """`--executor ray` with neither --ray-address nor RAY_ADDRESS, the way most people first
+    try it: the batch starts a local Ray, runs the tasks on it and stops it again."""
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[2]])
+    monkeypatch.setenv("RAY_TMPDIR", str(ray_dir))  # Ray's sockets want a short path
+    with TaskScripts(SCRIPTS, wire="openai") as provider:
+        for name, value in quickest_provider_env(provider).items():
+            monkeypatch.setenv(name, value)
+        code = main(["--tasks-file", str(tasks), "--out", str(tmp_path / "out"), "--sandbox",
+                     "off", "--workers", "1", "--executor", "ray"])  # fmt: skip
+
+    assert code == 0, capsys.readouterr()
+    assert not ray.is_initialized()  # the Ray it started is stopped
+    [record] = results(tmp_path / "out")
+    assert (record["id"], record["outcome"], record["check"]["passed"]) == (
+        "charlie", "completed", True)  # fmt: skip
+    assert provider.asked_by("charlie") == 3
+    assert any(ray_dir.rglob("*.log")) or any(ray_dir.rglob("*.out"))  # Ray ran in ray_dir
+
+
 # ------------------------------------------------------------------------------- cost limits
 @pytest.mark.slow
 def test_max_cost_limits_each_task_and_max_total_cost_starts_no_task_past_it(
