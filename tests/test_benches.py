@@ -1,0 +1,34 @@
+"""The benches under bench/ still run: they import the test fakes and the package's internals,
+so a rename elsewhere can break one unnoticed (bench_batch did, for a stop). Each runs once
+with the smallest inputs it takes; what it measures is not judged here."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def run_bench(name: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(BENCH / name), *args], capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_bench_batch_runs_a_tiny_batch_at_each_worker_count() -> None:
+    out = run_bench("bench_batch.py", "--tasks", "2", "--latency", "0", "--workers", "1", "2")
+    rows = re.findall(r"^local\s+(\d+)\s+[\d.]+\s+[\d.]+x$", out, re.MULTILINE)
+    assert rows == ["1", "2"], out
+
+
+def test_bench_tokens_counts_six_requests_in_each_format() -> None:
+    out = run_bench("bench_tokens.py")
+    rows = re.findall(r"^(xml|react|native)\s+(\d+)\s+[\d,]+", out, re.MULTILINE)
+    assert rows == [("xml", "6"), ("react", "6"), ("native", "6")], out
