@@ -152,6 +152,9 @@ class StepView:
 
 @dataclass(frozen=True)
 class FileDiff:
+    """One file's part of a run's diff, as the page shows it: its lines already classified,
+    so the template only colours them."""
+
     path: str
     added: int
     removed: int
