@@ -27,17 +27,6 @@ from toy_agent.mcp_tools import (
 from toy_agent.routes import RouteTable
 from toy_agent.tools import CodeRepositoryTools
 
-LOCAL_TOOLS = [
-    "list_files",
-    "read_file",
-    "write_file",
-    "edit_file",
-    "search_in_files",
-    "get_file_info",
-    "run_command",
-    "task_complete",
-]
-
 
 def free_port() -> int:
     with socket.socket() as sock:
