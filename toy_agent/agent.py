@@ -132,6 +132,10 @@ class RunResult:
     declined: int = 0  # actions the user declined under --confirm
     cost_usd: float | None = None  # None: no price known for the model
     refused: int = 0  # actions a deny rule or the permission mode refused
+    # Every command's result ({"iteration", "command", "exit_code", ...}, CommandResult's).
+    commands: tuple[dict[str, Any], ...] = ()
+    # Every action that did not run: {"iteration", "tool", "by" (user, rule, mode), "reason"}.
+    refusals: tuple[dict[str, Any], ...] = ()
 
     @property
     def success(self) -> bool:
@@ -151,6 +155,8 @@ class RunResult:
             "tool_errors": self.tool_errors,
             "declined": self.declined,
             "refused": self.refused,
+            "refused_actions": list(self.refusals),
+            "commands": list(self.commands),
             "cost_usd": self.cost_usd,
         }
 
@@ -172,6 +178,8 @@ class _Run:
     declined: int = 0
     refused: int = 0
     images: ImageBudget = field(default_factory=ImageBudget)  # the current step's
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    refusals: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ReactAgent:
@@ -264,7 +272,7 @@ class ReactAgent:
                     outcome, self.iteration, len(self.conversation_history), answer, error,
                     self.usage, time.monotonic() - started, tuple(changes.diff_stat()), diffs,
                     self._run.tool_errors, self._run.declined, self.cost.since(spent),
-                    self._run.refused,
+                    self._run.refused, tuple(self._run.commands), tuple(self._run.refusals),
                 )  # fmt: skip
                 self._emit(RunFinished(result.to_dict(), diffs))
                 return result
@@ -418,6 +426,8 @@ class ReactAgent:
                 self._state.declined += 1
             else:
                 self._state.refused += 1
+            self._state.refusals.append({"iteration": self.iteration, "tool": action.tool_name,
+                                         "by": by, "reason": reason})  # fmt: skip
             self._emit(ToolRefused(self.iteration, action, by, reason))
         else:
             started = time.monotonic()
@@ -434,13 +444,17 @@ class ReactAgent:
             except (ToolError, McpToolError) as exc:
                 content = f"Error: {exc}"
             seconds = time.monotonic() - started
+        command = content.command if isinstance(content, ToolOutput) else None
+        if command is not None:
+            is_error = not command.ok  # a failing command is an error result, as data
+            self._state.commands.append({"iteration": self.iteration, **command.to_dict()})
         self._state.tool_errors += is_error
         content, images = self._with_images(content)
         content = wire_text(content)
         content = self.redactor.redact(content)
         content = cap_text(content, observation_cap(self.context_budget), action.tool_name)
         content += self._repetition_warning(action)
-        observation = Observation(action, content, is_error, images)
+        observation = Observation(action, content, is_error, images, command)
         self._emit(ToolFinished(self.iteration, observation, seconds))
         return observation, seconds
 

@@ -615,7 +615,7 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     from toy_agent.config import load_instructions
     from toy_agent.environment import load_dotenv_file
     from toy_agent.llm import preload_sdk
-    from toy_agent.view import TerminalView, run_banner
+    from toy_agent.view import COMMAND_TAIL_LINES, TerminalView, run_banner
 
     if not (args.list_tools or args.undo):
         preload_sdk(args.llm_provider)
@@ -623,7 +623,11 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     repo = _repo(args.repo)
     live = args.output == "text" and not args.quiet and sys.stdout.isatty()
     batch = args.tasks_file is not None or args.out is not None
-    view = TerminalView(sys.stdout) if live and not (batch or args.list_tools) else None
+    tail = 20 if args.stream else COMMAND_TAIL_LINES
+    view = (
+        TerminalView(sys.stdout, tail_lines=tail) if live and not (batch or args.list_tools)
+        else None
+    )  # fmt: skip
     redactor, handlers = _setup_logging(args, live or batch, view, batch=batch)
     keys = providers.key_variables()
     for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():

@@ -34,6 +34,11 @@ OUTPUT_SCHEMA_VERSION = 1
 MAX_OUTPUT_DIFF_CHARS = 100_000  # --output json's "diff": bounded, the rest named
 
 
+def _command(observation: Observation) -> dict[str, Any]:
+    """How a command ended, when the observation is a command's: {"command": {...}}."""
+    return {"command": observation.command.to_dict()} if observation.command else {}
+
+
 def _image_references(observation: Observation) -> dict[str, Any]:
     """The images an observation sent, as references (mime type, bytes, sha256): a record
     never holds their base64."""
@@ -173,6 +178,7 @@ class Step:
             "actions": [asdict(a) for a in self.actions],
             "observations": [
                 {"tool_name": o.action.tool_name, "content": o.content, "is_error": o.is_error}
+                | _command(o)
                 | _image_references(o)
                 for o in self.observations
             ],
@@ -302,7 +308,7 @@ class JsonLinesWriter:
                 self.write({"type": "tool_finished", "iteration": i,
                             "tool": obs.action.tool_name, "content": obs.content,
                             "is_error": obs.is_error, "seconds": round(seconds, 3)}
-                           | _image_references(obs))  # fmt: skip
+                           | _command(obs) | _image_references(obs))  # fmt: skip
             case StepFinished(step=step):
                 self.write({"type": "step_finished", "iteration": step.iteration,
                             "thought": step.thought,

@@ -123,6 +123,17 @@ class ActionView:
 
 
 @dataclass(frozen=True)
+class CommandView:
+    """How a command ended, from the observation's `command` record (not its text)."""
+
+    command: str
+    exit_code: int | None
+    ok: bool
+    status: str  # exit 1, timed out, killed by signal 9
+    tail: str
+
+
+@dataclass(frozen=True)
 class ObservationView:
     tool: str
     content: str
@@ -133,6 +144,7 @@ class ObservationView:
     summary: str  # its first line, for the folded view
     warnings: tuple[tuple[str, str], ...] = ()  # (kind, text), found in the whole text
     images: tuple[str, ...] = ()  # what each image the tool returned was (a record keeps no data)
+    command: CommandView | None = None
 
 
 @dataclass(frozen=True)
@@ -691,8 +703,29 @@ def _observation(data: dict[str, Any], redactor: Redacts, caps: Caps) -> Observa
                f"{count(_int(_dict(i).get('bytes'), 0))} bytes", 200)
         for i in _list(data.get("images"))[:100]
     )  # fmt: skip
+    command = _command(data.get("command"), redactor)
+    if command is not None and not command.ok:  # open: the failure is what to see
+        folded = False
     return ObservationView(tool, content, is_error, len(raw), lines, folded,
-                           _first_line(content, 160), found, images)  # fmt: skip
+                           _first_line(content, 160), found, images, command)  # fmt: skip
+
+
+def _command(data: Any, redactor: Redacts) -> CommandView | None:
+    """A recorded CommandResult as the page shows it; None for a record without one."""
+    if not isinstance(data, dict):
+        return None
+    code = data.get("exit_code")
+    code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    timed_out = data.get("timed_out") is True
+    if timed_out:
+        status = "timed out"
+    elif code is not None and code < 0:
+        status = f"killed by signal {-code}"
+    else:
+        status = f"exit {code if code is not None else '?'}"
+    return CommandView(_clean(redactor, str(data.get("command") or ""), 500), code,
+                       code == 0 and not timed_out, status,
+                       _clean(redactor, str(data.get("output_tail") or ""), 4_000))  # fmt: skip
 
 
 def _found(raw: str, shown: str, tool: str, is_error: bool) -> tuple[tuple[str, str], ...]:

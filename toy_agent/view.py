@@ -34,7 +34,7 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
-from toy_agent.messages import FailedAttempt, visible
+from toy_agent.messages import CommandResult, FailedAttempt, visible
 from toy_agent.parsing import Action
 from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
 from toy_agent.tools import CodeRepositoryTools
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+COMMAND_TAIL_LINES = 5  # of a failed command's output, under its line (20 with --stream)
 KEY_ARGUMENTS = ("path", "pattern", "command", "query", "url", "name")
 LOG_LEVEL_STYLES = {logging.WARNING: "yellow", logging.ERROR: "red", logging.CRITICAL: "bold red"}
 
@@ -200,7 +201,12 @@ class TerminalView:
     """
 
     def __init__(
-        self, stream: TextIO = sys.stdout, *, color: bool | None = None, width: int | None = None
+        self,
+        stream: TextIO = sys.stdout,
+        *,
+        color: bool | None = None,
+        width: int | None = None,
+        tail_lines: int = COMMAND_TAIL_LINES,
     ):
         from rich.console import Console
         from rich.live import Live
@@ -220,6 +226,7 @@ class TerminalView:
         self._stream_lines = 0
         self._stream_gap = False
         self._refused: tuple[Action, str, str] | None = None
+        self.tail_lines = tail_lines  # of a failed command's output (more with --stream)
         self._live = Live(
             console=self.console, get_renderable=self._live_line, refresh_per_second=10,
             transient=True,
@@ -254,6 +261,8 @@ class TerminalView:
                 self._status = None
                 if self._refused is not None and self._refused[0] is obs.action:
                     self._show_refused(*self._refused)
+                elif obs.command is not None:
+                    self._show_command(obs.action, obs.command, seconds)
                 else:
                     self._show_tool(obs.action, obs.content, obs.is_error, seconds)
                 self._refused = None
@@ -340,6 +349,26 @@ class TerminalView:
         took = Text(f" {seconds:.2f}s", style="dim")
         error = f" {_first_line(visible(content))}" if is_error else ""
         self._print_line(self._fitted(describe_action(action), head=mark, tail=took, after=error))
+
+    def _show_command(self, action: Action, command: CommandResult, seconds: float) -> None:
+        """`✗ run_command pytest -q · exit 1`, then the last lines of its output."""
+        from rich.text import Text
+
+        ok = command.ok
+        mark = Text("  ✓ ", style="green") if ok else Text("  ✗ ", style="red")
+        status = Text(f" · {command.status}", style="green" if ok else "red")
+        status.append(f" {seconds:.2f}s", style="dim")
+        self._print_line(self._fitted(describe_action(action), head=mark, tail=status))
+        if not ok:
+            self._show_tail(command.output_tail)
+        if command.sandbox_note:
+            self._show_note(f"sandbox: {command.sandbox_note}")
+
+    def _show_tail(self, tail: str) -> None:
+        from rich.text import Text
+
+        for line in visible(tail).splitlines()[-self.tail_lines :]:
+            self._print_line(self._fitted(line, head=Text("    │ ", style="dim")))
 
     def _show_refused(self, action: Action, by: str, reason: str) -> None:
         from rich.text import Text

@@ -1,0 +1,96 @@
+"""Work that checks itself: a command's result as data, refusals counted, a check that decides
+the run, every edit parsed, and a batch that counts a fix only when it flips a failing test.
+Through the real CLI with a scripted (replayed) model."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_main, toy_agent
+from fakes import folder, run_in_pty, write_replay, xml_action
+
+pytestmark = pytest.mark.usefixtures("home")  # see conftest
+
+FAILING = "printf 'collected 1 item\\nE   assert 1 == 2\\n1 failed\\n'; exit 1"
+
+
+def replayed(repo: Path, replay: Path, *flags: str) -> list[str]:
+    return ["--task", "work", "--repo", str(repo), "--llm-provider", "replay",
+            "--replay", str(replay), "--sandbox", "off", *flags]  # fmt: skip
+
+
+def test_a_failing_command_is_an_error_with_its_exit_code_in_stream_json_and_trajectory(
+    capsys, repo, tmp_path
+):
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("run_command", command=FAILING),
+        xml_action("run_command", command="echo fine"),
+        xml_action("task_complete", result="done"),
+    )
+    trajectory = tmp_path / "t.json"
+    run = run_main(capsys, *replayed(repo, replay, "--allow-commands", "--output",
+                                     "stream-json", "--trajectory", str(trajectory)))  # fmt: skip
+
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    finished = [line for line in lines if line["type"] == "tool_finished"]
+    assert [f["is_error"] for f in finished] == [True, False]
+    assert finished[0]["command"]["exit_code"] == 1
+    assert finished[0]["command"]["timed_out"] is False
+    assert "1 failed" in finished[0]["command"]["output_tail"]
+    assert finished[1]["command"]["exit_code"] == 0
+    result = lines[-1]
+    assert [c["exit_code"] for c in result["commands"]] == [1, 0]
+    assert result["commands"][0]["iteration"] == 1
+    steps = json.loads(trajectory.read_text())["steps"]
+    recorded = steps[0]["observations"][0]
+    assert recorded["is_error"] is True and recorded["command"]["exit_code"] == 1
+    assert steps[1]["observations"][0]["command"]["exit_code"] == 0
+
+
+def test_a_timed_out_command_is_data_too(capsys, repo, tmp_path):
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("run_command", command="sleep 5", timeout=1),
+        xml_action("task_complete", result="done"),
+    )
+    run = run_main(capsys, *replayed(repo, replay, "--allow-commands", "--output", "json"))
+
+    command = json.loads(run.stdout)["commands"][0]
+    assert command["timed_out"] is True and command["killed"] is True
+    assert command["exit_code"] is None
+
+
+@pytest.mark.slow
+def test_the_live_view_shows_a_failing_command_with_its_exit_code_and_output_tail(repo, tmp_path):
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("run_command", command=FAILING),
+        xml_action("task_complete", result="done"),
+    )
+    output = run_in_pty(toy_agent(*replayed(repo, replay, "--allow-commands")))
+
+    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", output)
+    assert re.search(r"✗ run_command printf .* · exit 1", plain)
+    assert "│ E   assert 1 == 2" in plain and "│ 1 failed" in plain
+
+
+def test_the_report_marks_a_failed_command_and_unfolds_its_tail(capsys, repo, tmp_path):
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("run_command", command=FAILING),
+        xml_action("task_complete", result="done"),
+    )
+    trajectory = tmp_path / "t.json"
+    run_main(capsys, *replayed(repo, replay, "--allow-commands", "--output", "json",
+                               "--trajectory", str(trajectory)))  # fmt: skip
+    page = tmp_path / "page.html"
+    run = run_main(capsys, "report", str(trajectory), "-o", str(page))
+
+    assert run.returncode == 0, run.stderr
+    html = page.read_text()
+    assert '<span class="tag error">exit 1</span>' in html
+    assert '<pre class="tail">' in html and "E   assert 1 == 2" in html
