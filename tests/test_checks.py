@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import run_main, toy_agent
-from fakes import folder, run_in_pty, write_replay, xml_action
+from fakes import run_in_pty, write_replay, xml_action
 
 pytestmark = pytest.mark.usefixtures("home")  # see conftest
 
@@ -94,3 +94,36 @@ def test_the_report_marks_a_failed_command_and_unfolds_its_tail(capsys, repo, tm
     html = page.read_text()
     assert '<span class="tag error">exit 1</span>' in html
     assert '<pre class="tail">' in html and "E   assert 1 == 2" in html
+
+
+def test_refused_actions_are_counted_and_listed_and_strict_makes_the_run_fail(
+    capsys, repo, tmp_path
+):
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("run_command", command="rm -rf build"),
+        xml_action("task_complete", result="done"),
+    )
+    flags = ("--allow-commands", "--deny-command", "rm", "--output", "json")
+    run = run_main(capsys, *replayed(repo, replay, *flags))
+
+    result = json.loads(run.stdout)
+    assert run.returncode == 0 and result["outcome"] == "completed"
+    assert result["refused"] == 1
+    [refusal] = result["refused_actions"]
+    assert refusal["tool"] == "run_command" and refusal["by"] == "rule"
+    assert refusal["iteration"] == 1
+
+    strict = run_main(capsys, *replayed(repo, replay, *flags, "--strict"))
+    assert strict.returncode == 1 and json.loads(strict.stdout)["exit_code"] == 1
+
+    text = run_main(capsys, *replayed(repo, replay, *flags[:3]))
+    assert "✓ completed, but 1 action not run (refused or declined)" in text.stdout
+    assert "run_command: refused by a rule" in text.stdout
+
+
+def test_strict_keeps_a_clean_run_at_exit_0(capsys, repo, tmp_path):
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="done"))
+    run = run_main(capsys, *replayed(repo, replay, "--strict", "--output", "json"))
+
+    assert run.returncode == 0 and json.loads(run.stdout)["refused_actions"] == []

@@ -253,6 +253,11 @@ def build_parser() -> _Parser:
         help="refuse any run_command line with a command matching PATTERN; wins over "
         "--allow-command (repeatable)",
     )
+    add(
+        "--strict",
+        action="store_true",
+        help="a run that completes after an action was refused or declined exits 1, not 0",
+    )
     add = parser.add_argument_group("MCP", "MCP servers whose tools are offered too").add_argument
     add(
         "--mcp-server",

@@ -146,7 +146,7 @@ def _run_agent(
               "permission_mode": permissions.mode,
               "session": sessions.session.id, "provider": args.llm_provider,
               "model": getattr(llm, "model", None), "trajectory": args.trajectory,
-              "exit_code": OUTCOME_EXIT_CODES[outcome.outcome],
+              "exit_code": run_exit_code(outcome.outcome, outcome.refusals, args.strict),
               "diff": diff, "diff_truncated": diff_cut}  # fmt: skip
     if outcome.outcome == "provider_error":  # once, here: the log does not repeat it
         print(f"toy-agent: error: {visible(result['error'] or 'the provider failed')}",
@@ -171,7 +171,15 @@ def _run_agent(
         print(f"\nThe demo ran on a copy in {args.demo_folder / 'demo'}: look around, or "
               f"run the tests there (python -m pytest {args.demo_folder / 'demo'}).",
               file=where)  # fmt: skip
-    return OUTCOME_EXIT_CODES[result["outcome"]]
+    return int(result["exit_code"])
+
+
+def run_exit_code(outcome: str, refusals: Sequence[Any] = (), strict: bool = False) -> int:
+    """The exit code of a run: its outcome's, except that under --strict a completed run in
+    which something was refused or declined is not done (1)."""
+    if strict and outcome == "completed" and refusals:
+        return EXIT_NOT_COMPLETED
+    return OUTCOME_EXIT_CODES[outcome]
 
 
 def _session_recorder(

@@ -563,11 +563,14 @@ def format_summary(
     result: dict[str, Any], diffs: dict[str, str], *, show_diff: bool, color: bool = False
 ) -> str:
     style = Style(color)
+    not_run = result.get("refused_actions") or []
     status = (
         style("✓ completed", "32")
         if result["success"]
         else style(f"✗ not completed ({result['outcome']})", "31")
     )
+    if result["success"] and not_run:  # refused is not done: said where the verdict is
+        status += style(f", but {_actions(len(not_run))} not run (refused or declined)", "33")
     usage = result.get("usage") or {}
     lines = [
         "",
@@ -587,6 +590,10 @@ def format_summary(
         why += [f"{result['refused']} refused"] if result.get("refused") else []
         declined = f" ({', '.join(why)})" if why else ""
         lines.append(style(f"tool errors: {result.get('tool_errors', 0)}{declined}", "33"))
+    if not_run:
+        lines.append(style(f"not run ({len(not_run)}):", "33"))
+        lines += [f"  {visible(r['tool'])}: {_not_run_reason(r)}" for r in not_run[:20]]
+        lines += [f"  … and {len(not_run) - 20} more"] if len(not_run) > 20 else []
     if result.get("files_changed"):
         lines.append("files changed:")
         lines += [
@@ -600,6 +607,16 @@ def format_summary(
         lines.append(f"error: {visible(result['error'])}")
     lines += ["result:", visible(result.get("result") or "(none)")]
     return "\n".join(lines)
+
+
+def _actions(n: int) -> str:
+    return f"{n} action{'s' * (n != 1)}"
+
+
+def _not_run_reason(refusal: dict[str, Any]) -> str:
+    who = {"user": "declined by you", "rule": "refused by a rule", "mode": "not allowed"}
+    reason = refusal.get("reason") or ""
+    return who.get(refusal.get("by", ""), "not run") + (f" ({visible(reason)})" if reason else "")
 
 
 def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
