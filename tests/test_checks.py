@@ -8,9 +8,10 @@ import json
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 from cli_helpers import run_main, toy_agent
-from fakes import run_in_pty, write_replay, xml_action
+from fakes import ScriptedLlm, folder, run_in_pty, write_replay, xml_action
 
 pytestmark = pytest.mark.usefixtures("home")  # see conftest
 
@@ -127,3 +128,90 @@ def test_strict_keeps_a_clean_run_at_exit_0(capsys, repo, tmp_path):
     run = run_main(capsys, *replayed(repo, replay, "--strict", "--output", "json"))
 
     assert run.returncode == 0 and json.loads(run.stdout)["refused_actions"] == []
+
+
+CHECK = "python3 -c 'import calc; assert calc.add(1, 2) == 3, calc.add(1, 2)'"
+
+
+def calc_repo(root: Path) -> Path:
+    return folder(root, {"calc.py": "def add(a, b):\n    return a - b\n"})
+
+
+def test_a_failing_check_is_shown_to_the_model_which_fixes_the_code_and_the_run_exits_0(
+    capsys, tmp_path
+):
+    repo = calc_repo(tmp_path / "repo")
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("task_complete", result="done, I think"),
+        xml_action("edit_file", path="calc.py", old_str="a - b", new_str="a + b"),
+        xml_action("task_complete", result="fixed"),
+    )
+    trajectory = tmp_path / "t.json"
+    run = run_main(capsys, *replayed(repo, replay, "--check", CHECK, "--output", "json",
+                                     "--trajectory", str(trajectory)))  # fmt: skip
+
+    result = json.loads(run.stdout)
+    assert run.returncode == 0, run.stderr
+    assert result["outcome"] == "completed" and result["result"] == "fixed"
+    assert result["check"]["passed"] is True and result["check"]["attempts"] == 2
+    assert result["check"]["command"] == CHECK and result["check"]["exit_code"] == 0
+    data = json.loads(trajectory.read_text())
+    told = data["steps"][0]["observations"][0]
+    assert told["tool_name"] == "task_complete" and told["is_error"] is True
+    assert "exited with 1" in told["content"] and "AssertionError: -1" in told["content"]
+    assert "attempt 1 of 3" in told["content"]
+    assert [c["passed"] for c in data["checks"]] == [False, True]
+
+
+def test_a_check_that_never_passes_ends_the_run_with_exit_1_and_the_check_in_the_json(
+    capsys, tmp_path
+):
+    repo = calc_repo(tmp_path / "repo")
+    replay = write_replay(tmp_path / "r.json", *[xml_action("task_complete", result="done")] * 2)
+    run = run_main(capsys, *replayed(repo, replay, "--check", CHECK, "--check-retries", "1",
+                                     "--output", "stream-json"))  # fmt: skip
+
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    result = lines[-1]
+    assert run.returncode == 1 and result["exit_code"] == 1
+    assert result["outcome"] == "check_failed" and result["success"] is False
+    check = result["check"]
+    assert check["passed"] is False and check["exit_code"] == 1 and check["attempts"] == 2
+    assert "AssertionError: -1" in check["output_tail"]
+    schema = json.loads((Path(__file__).parents[1] / "docs/output.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    for line in lines:
+        validator.validate(line)
+    checks = [line for line in lines if line["type"] == "check_finished"]
+    assert [(c["attempt"], c["limit"], c["passed"]) for c in checks] == [
+        (1, 2, False),
+        (2, 2, False),
+    ]
+
+
+def test_a_deny_rule_binds_the_check_too(capsys, tmp_path):
+    repo = calc_repo(tmp_path / "repo")
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="done"))
+    run = run_main(capsys, *replayed(repo, replay, "--check", CHECK, "--check-retries", "0",
+                                     "--deny-command", "python3", "--output", "json"))  # fmt: skip
+
+    check = json.loads(run.stdout)["check"]
+    assert run.returncode == 1 and check["passed"] is False and check["exit_code"] is None
+    assert "refused" in check["output_tail"]
+
+
+def test_the_python_api_takes_a_check(tmp_path):
+
+    from toy_agent import ReactAgent  # noqa: PLC0415
+
+    repo = calc_repo(tmp_path / "repo")
+    llm = ScriptedLlm(
+        xml_action("task_complete", result="done"),
+        xml_action("edit_file", path="calc.py", old_str="a - b", new_str="a + b"),
+        xml_action("task_complete", result="fixed"),
+    )
+    result = ReactAgent(llm, repo, check=CHECK).run("fix add")
+
+    assert result["success"] is True and result["check"]["attempts"] == 2
+    assert "AssertionError: -1" in llm.sent_text()

@@ -137,7 +137,8 @@ def batches(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     repo = make_hostile_repo(root / "repo")
     outs = []
     for name, scripts in (("out-a", SCRIPTS_A), ("out-b", SCRIPTS_B)):
-        settings = RunSettings(make_llm=lambda s=scripts: MarkerLlm(s), sandbox="off", **PRICES)
+        settings = RunSettings(make_llm=lambda s=scripts: MarkerLlm(s), sandbox="off",
+                               check_retries=0, **PRICES)  # fmt: skip
         run_batch(tasks(repo), root / name, settings, workers=2)
         outs.append(root / name)
     return outs[0], outs[1]

@@ -252,7 +252,9 @@ def _preflight_local(settings: RunSettings, tasks: Sequence[Task]) -> RunSetting
     and warned about once, not once per task."""
     _preflight_llm(settings)
     try:
-        wants_sandbox = settings.allow_commands or any(t.check for t in tasks)
+        wants_sandbox = (
+            settings.allow_commands or bool(settings.check) or any(t.check for t in tasks)
+        )
         sandbox = resolve_sandbox(settings.sandbox, warn=wants_sandbox)
         if settings.mcp_servers:
             McpTools(list(settings.mcp_servers), timeout=settings.mcp_timeout).close()

@@ -254,6 +254,20 @@ def build_parser() -> _Parser:
         "--allow-command (repeatable)",
     )
     add(
+        "--check",
+        metavar="CMD",
+        help="a shell command that decides whether the task is done (e.g. 'pytest -q'): run "
+        "in the sandbox when the model calls task_complete; if it fails the model is shown "
+        "why and goes on; exit 0 only if it passed",
+    )
+    add(
+        "--check-retries",
+        type=_non_negative_int,
+        default=2,
+        metavar="N",
+        help="times the model may try again after a failed --check (default: 2)",
+    )
+    add(
         "--strict",
         action="store_true",
         help="a run that completes after an action was refused or declined exits 1, not 0",
@@ -392,7 +406,7 @@ def build_parser() -> _Parser:
         type=_positive_float,
         default=600.0,
         metavar="SECONDS",
-        help="limit for each task's check command (default: 600)",
+        help="limit for each run of a --check or task check command (default: 600)",
     )
     badd(
         "--executor",

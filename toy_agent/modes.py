@@ -36,6 +36,7 @@ OUTCOME_EXIT_CODES = {
     "cancelled": EXIT_INTERRUPTED,
     "replay_diverged": EXIT_NOT_COMPLETED,
     "cost_limit": EXIT_NOT_COMPLETED,
+    "check_failed": EXIT_NOT_COMPLETED,
 }
 
 
@@ -132,6 +133,9 @@ def _run_agent(
         instructions=instructions,
         cost=_cost_meter(args, llm),
         permissions=permissions,
+        check=args.check,
+        check_retries=args.check_retries,
+        check_timeout=args.check_timeout,
     )
     lines.session = sessions.session.id
     if task is None:
@@ -301,6 +305,7 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         sandbox_network=args.sandbox_network, sandbox_read=tuple(args.sandbox_read),
         mcp_servers=(*args.mcp_server, *config),
         mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
+        check=args.check, check_retries=args.check_retries,
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
         permissions=args.permissions,
     )  # fmt: skip

@@ -178,6 +178,8 @@ class CheckView:
     passed: bool
     exit_code: int | None
     tail: str
+    command: str = ""
+    attempts: int = 1
 
 
 @dataclass(frozen=True)
@@ -573,7 +575,9 @@ def _batch_run(
 def _check(check: dict[str, Any], redactor: Redacts) -> CheckView:
     code = check.get("exit_code")
     return CheckView(check.get("passed") is True, code if isinstance(code, int) else None,
-                     _clean(redactor, str(check.get("output_tail") or ""), 4_000))  # fmt: skip
+                     _clean(redactor, str(check.get("output_tail") or ""), 4_000),
+                     _clean(redactor, str(check.get("command") or ""), 500),
+                     _int(check.get("attempts"), 1))  # fmt: skip
 
 
 def run_view(
@@ -634,6 +638,7 @@ def run_view(
         diffs=diffs,
         diff_note=diff_note,
         files_changed=_paths(result.get("files_changed"), redactor),
+        check=_check(result["check"], redactor) if isinstance(result.get("check"), dict) else None,
     )
 
 

@@ -9,7 +9,6 @@ import contextlib
 import contextvars
 import json
 import logging
-import math
 import os
 import shutil
 import threading
@@ -19,22 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toy_agent import cuts
-from toy_agent.agent import ReactAgent, RunResult
+from toy_agent.agent import DEFAULT_CHECK_RETRIES, ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.copies import GitError, collect_patch, prepare_copy, remove_copy
 from toy_agent.events import TrajectoryRecorder
 from toy_agent.llm import LlmClient, LlmConfigError, client_for
 from toy_agent.mcp_config import McpError, McpServerConfig
 from toy_agent.mcp_tools import McpTools
-from toy_agent.messages import Usage
+from toy_agent.messages import CommandResult, Usage
 from toy_agent.permissions import Permissions
 from toy_agent.pricing import meter_for
 from toy_agent.providers import DEFAULT_PROVIDER
 from toy_agent.redaction import Redactor
-from toy_agent.sandbox import SandboxUnavailable, kill_live_groups, sandbox_note
-from toy_agent.shell import run_shell
+from toy_agent.sandbox import SandboxUnavailable, kill_live_groups
 from toy_agent.tasks import Task
+from toy_agent.tools import CHECK_TAIL_CHARS as CHECK_TAIL_CHARS  # its old home
 from toy_agent.tools import CodeRepositoryTools
 
 logger = logging.getLogger(__name__)
@@ -56,8 +54,6 @@ class TaskLogFilter(logging.Filter):
 
 
 DEFAULT_CHECK_TIMEOUT = 600.0
-CHECK_TAIL_CHARS = 2_000
-_CHECK_HOW = "only the end of the check's output is kept; run the check itself to see it all"
 
 
 @dataclass(frozen=True)
@@ -84,6 +80,8 @@ class RunSettings:
     mcp_servers: tuple[str | McpServerConfig, ...] = ()
     mcp_timeout: float = 30.0
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
+    check: str | None = None  # --check: the check of tasks that give none
+    check_retries: int = DEFAULT_CHECK_RETRIES  # times the model may try after a failed check
     max_cost: float | None = None  # per task, like --max-cost for one run
     price_input: float | None = None  # USD per million tokens, over the price table's
     price_output: float | None = None
@@ -172,7 +170,10 @@ def run_task(
         if run.outcome == "cancelled" or stopped():
             return {"id": task.id, "outcome": "cancelled"}
         patch, files = collect_patch(copy)
-        check = run_check(task.check, tools, settings.check_timeout) if task.check else None
+        check_command = task.check or settings.check
+        check = run.check if run.outcome in ("completed", "check_failed") else None
+        if check is None and check_command:  # the run stopped without a verdict: one now
+            check = run_check(check_command, tools, settings.check_timeout)
         if stopped():  # the stop killed the check: its verdict means nothing
             return {"id": task.id, "outcome": "cancelled"}
         trajectory = json.loads(trajectory_file.read_text(encoding="utf-8"))
@@ -238,7 +239,8 @@ def _run_agent(
             llm, tools=tools, max_iterations=task.max_iterations or settings.max_iterations,
             mcp_tools=mcp, tool_format=settings.tool_format,
             context_budget=settings.context_budget, redactor=redactor, cost=cost,
-            permissions=settings.permissions,
+            permissions=settings.permissions, check=task.check or settings.check,
+            check_retries=settings.check_retries, check_timeout=settings.check_timeout,
             on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
                       lambda event: agent.cancel() if stop and stop.is_set() else None],
         )  # fmt: skip
@@ -265,16 +267,16 @@ def build_llm(settings: RunSettings, credentials: Credentials | None = None) -> 
 def run_check(command: str, tools: CodeRepositoryTools, timeout: float) -> dict[str, Any]:
     """The task's check in its copy, sandboxed like run_command (no secrets in its
     environment; in bubblewrap when the sandbox is on), killed after `timeout` seconds."""
-    code, output, timed_out = run_shell(
-        command, tools.repo_path, math.ceil(timeout), policy=tools.sandbox_policy
-    )
-    tail = cuts.cut(tools.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
-    if timed_out:
-        tail += f"\n[the check timed out after {timeout:g}s and was killed]"
-        return {"passed": False, "exit_code": None, "output_tail": tail}
-    check: dict[str, Any] = {"passed": code == 0, "exit_code": code, "output_tail": tail}
-    policy = tools.sandbox_policy
-    note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
-    if note:
-        check["sandbox_note"] = tools.redactor.redact(note)
+    return check_record(tools.run_check(command, timeout), attempts=1)
+
+
+def check_record(result: CommandResult, attempts: int) -> dict[str, Any]:
+    """A check as results.jsonl, --output json and the trajectory record it."""
+    check: dict[str, Any] = {
+        "command": result.command, "passed": result.ok, "exit_code": result.exit_code,
+        "output_tail": result.output_tail, "attempts": attempts,
+        "seconds": round(result.seconds, 3), "timed_out": result.timed_out,
+    }  # fmt: skip
+    if result.sandbox_note:
+        check["sandbox_note"] = result.sandbox_note
     return check

@@ -16,6 +16,7 @@ import inspect
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import stat
@@ -93,6 +94,8 @@ _LONG_LINE = (
     "enabled, can show the rest"
 )
 COMMAND_MAX_TIMEOUT = 600
+CHECK_TAIL_CHARS = 2_000
+_CHECK_HOW = "only the end of the check's output is kept; run the check itself to see it all"
 
 
 # What a tool may change: nothing; files (its `path` parameter names the file: asked under
@@ -535,6 +538,23 @@ class CodeRepositoryTools:
         status = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
         text = f"$ {command}\n[{status}, {elapsed:.1f}s]\n{output or '(no output)'}"
         return ToolOutput(text, command=result)
+
+    def run_check(self, command: str, timeout: float) -> CommandResult:
+        """The user's check (`--check`, a task's `check`): run like run_command (sandboxed
+        when the sandbox is on, no secrets, no stdin), whether or not the model may run
+        commands, killed after `timeout` seconds. Its output tail is redacted."""
+        started = time.perf_counter()
+        code, output, timed_out = run_shell(
+            command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy
+        )
+        policy = self.sandbox_policy
+        note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
+        tail = cuts.cut(self.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
+        if timed_out:
+            tail += f"\n[the check timed out after {timeout:g}s and was killed]"
+        return CommandResult(command, None if timed_out else code,
+                             time.perf_counter() - started, timed_out,
+                             self.redactor.redact(note) if note else None, tail)  # fmt: skip
 
     # ----------------------------------------------------------------------------- paths
     def _resolve(self, path: str) -> Path:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from toy_agent.events import (
+    CheckFinished,
     Event,
     LlmResponded,
     LlmRetrying,
@@ -266,6 +267,8 @@ class TerminalView:
                 else:
                     self._show_tool(obs.action, obs.content, obs.is_error, seconds)
                 self._refused = None
+            case CheckFinished(result=result, attempt=attempt, limit=limit):
+                self._show_check(result, attempt, limit)
             case StepFinished(step=step) if step.parse_error:
                 self._show_note("reply not understood, the model was told: "
                                 f"{_first_line(visible(step.parse_error))}")  # fmt: skip
@@ -363,6 +366,19 @@ class TerminalView:
             self._show_tail(command.output_tail)
         if command.sandbox_note:
             self._show_note(f"sandbox: {command.sandbox_note}")
+
+    def _show_check(self, result: CommandResult, attempt: int, limit: int) -> None:
+        """`✗ check pytest -q · exit 1 (attempt 1 of 3)`, then the end of its output."""
+        from rich.text import Text
+
+        ok = result.ok
+        mark = Text("  ✓ ", style="green") if ok else Text("  ✗ ", style="red")
+        status = Text(f" · {'passed' if ok else result.status}", style="green" if ok else "red")
+        status.append(f" (attempt {attempt} of {limit})", style="dim")
+        self._print_line(self._fitted(f"check {visible(result.command)}", head=mark,
+                                      tail=status))  # fmt: skip
+        if not ok:
+            self._show_tail(result.output_tail)
 
     def _show_tail(self, tail: str) -> None:
         from rich.text import Text
