@@ -32,3 +32,8 @@ def test_bench_tokens_counts_six_requests_in_each_format() -> None:
     out = run_bench("bench_tokens.py")
     rows = re.findall(r"^(xml|react|native)\s+(\d+)\s+[\d,]+", out, re.MULTILINE)
     assert rows == [("xml", "6"), ("react", "6"), ("native", "6")], out
+
+
+def test_bench_lint_times_checked_and_unchecked_edits() -> None:
+    out = run_bench("bench_lint.py", "--lines", "200", "--edits", "2")
+    assert re.search(r"^edit_file \+ check\s+[\d.]+\s+[\d.]+$", out, re.MULTILINE), out

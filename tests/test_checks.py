@@ -215,3 +215,155 @@ def test_the_python_api_takes_a_check(tmp_path):
 
     assert result["success"] is True and result["check"]["attempts"] == 2
     assert "AssertionError: -1" in llm.sent_text()
+
+
+# --- every edit checked -----------------------------------------------------------------
+CALC_PY = "class Calc:\n    def add(self, a, b):\n        return a + b\n\n    def sub(self, a, b):\n        return a - b\n"  # noqa: E501
+CALC_TS = "export function add(a: number, b: number): number {\n  return a + b;\n}\n"
+
+
+def edited(capsys, tmp_path, files, edit, *flags):
+    """One edit_file by the model in a repository of `files`: the observation, as the
+    trajectory records it, and the run's JSON result."""
+    repo = folder(tmp_path / "repo", files)
+    replay = write_replay(tmp_path / "r.json", xml_action("edit_file", **edit),
+                          xml_action("task_complete", result="done"))  # fmt: skip
+    trajectory = tmp_path / "t.json"
+    run = run_main(capsys, *replayed(repo, replay, "--output", "json", "--trajectory",
+                                     str(trajectory), *flags))  # fmt: skip
+    observation = json.loads(trajectory.read_text())["steps"][0]["observations"][0]
+    return observation, json.loads(run.stdout), repo
+
+
+def test_an_edit_that_breaks_a_python_file_is_told_exactly_the_error_it_introduced(
+    capsys, tmp_path
+):
+    edit = {"path": "calc.py", "old_str": "return a + b", "new_str": "return (a + b"}
+    observation, result, repo = edited(capsys, tmp_path, {"calc.py": CALC_PY}, edit)
+
+    assert observation["is_error"] is False and result["outcome"] == "completed"
+    assert observation["content"].startswith("Edited calc.py (line 3).")
+    assert observation["content"].endswith(
+        "\n\nThe edit was applied; it introduced 1 syntax error: line 3 (in method "
+        'Calc.add): cannot parse "return (a + b"'
+    )
+    assert observation["edit_check"]["syntax_errors"] == [
+        'line 3 (in method Calc.add): cannot parse "return (a + b"'
+    ]
+    assert "return (a + b" in (repo / "calc.py").read_text()  # applied
+
+
+def test_an_edit_that_breaks_a_typescript_file_is_told_exactly_the_error_it_introduced(
+    capsys, tmp_path
+):
+    edit = {"path": "calc.ts", "old_str": "return a + b;", "new_str": "return a + ;"}
+    observation, _, _ = edited(capsys, tmp_path, {"calc.ts": CALC_TS}, edit)
+
+    assert observation["edit_check"]["syntax_errors"] == [
+        "line 2 (in function add): missing identifier"
+    ]
+    assert "it introduced 1 syntax error: line 2 (in function add)" in observation["content"]
+
+
+def test_an_edit_to_a_file_broken_elsewhere_reports_nothing_new(capsys, tmp_path):
+    broken = "def ok():\n    return 1\n\n\ndef broken(:\n    pass\n"
+    edit = {"path": "old.py", "old_str": "def ok():\n", "new_str": "# moved down\n\ndef ok():\n"}
+    observation, _, _ = edited(capsys, tmp_path, {"old.py": broken}, edit)
+
+    assert "edit_check" not in observation
+    assert "syntax error" not in observation["content"]
+
+
+def test_lint_strict_refuses_an_edit_that_breaks_the_file_and_leaves_it_as_it_was(capsys, tmp_path):
+    edit = {"path": "calc.py", "old_str": "return a + b", "new_str": "return (a + b"}
+    observation, result, repo = edited(capsys, tmp_path, {"calc.py": CALC_PY}, edit,
+                                       "--lint", "strict")  # fmt: skip
+
+    assert (repo / "calc.py").read_text() == CALC_PY
+    assert observation["is_error"] is True
+    assert observation["content"].startswith("The edit was not applied (--lint strict)")
+    assert observation["edit_check"]["refused"] is True
+    assert result["files_changed"] == []
+
+
+def test_lint_off_checks_nothing(capsys, tmp_path):
+    edit = {"path": "calc.py", "old_str": "return a + b", "new_str": "return (a + b"}
+    observation, _, _ = edited(capsys, tmp_path, {"calc.py": CALC_PY}, edit, "--lint", "off")
+
+    assert "edit_check" not in observation and "syntax error" not in observation["content"]
+
+
+def test_the_users_linter_runs_on_the_edited_file_and_only_new_findings_are_told(capsys, tmp_path):
+    notes = "# TODO: first\nx = 1\n"
+    edit = {"path": "notes.py", "old_str": "x = 1\n", "new_str": "x = 1\n\n# TODO: second\n"}
+    linter = "*.py=! grep -n TODO {file}"
+    observation, _, _ = edited(capsys, tmp_path, {"notes.py": notes}, edit,
+                               "--lint-cmd", linter, "--lint-cmd", "*.js=false")  # fmt: skip
+
+    assert observation["edit_check"]["lint"] == ["4:# TODO: second"]
+    assert observation["content"].endswith(
+        "The edit was applied; it introduced 1 new linter finding: 4:# TODO: second"
+    )
+
+
+def test_a_users_tool_that_changes_files_is_checked_too(tmp_path):
+    from toy_agent import ReactAgent  # noqa: PLC0415
+    from toy_agent.tools import tool  # noqa: PLC0415
+
+    repo = folder(tmp_path / "repo", {"calc.py": CALC_PY})
+
+    @tool(changes_files=True)
+    def append_line(path: str, line: str, repo: Path) -> str:
+        """Append a line to the file at path.
+
+        Args:
+            path: the file.
+            line: the line.
+        """
+        with (repo / path).open("a") as f:
+            f.write(line + "\n")
+        return "appended"
+
+    llm = ScriptedLlm(xml_action("append_line", path="calc.py", line="def mul(a, b:"),
+                      xml_action("task_complete", result="done"))  # fmt: skip
+    ReactAgent(llm, repo, tools=[append_line]).run("add mul")
+
+    assert "appended\n\nThe edit was applied; it introduced 1 syntax error: line 7" in (
+        llm.sent_text().replace("\\n", "\n")
+    )
+
+
+LANGUAGES = {  # file: (parses, one syntax error)
+    "a.py": ("def f():\n    return 1\n", "def f(:\n    return 1\n"),
+    "a.js": ("function f() { return 1; }\n", "function f() { return 1; \n"),
+    "a.ts": ("function f(): number { return 1; }\n", "function f(): number { return ; ) }\n"),
+    "a.tsx": ("const A = () => <div>hi</div>;\n", "const A = () => <div>hi</div;\n"),
+    "a.go": ("package a\n\nfunc F() int { return 1 }\n", "package a\n\nfunc F() int { return 1\n"),
+    "a.rs": ("fn f() -> i32 { 1 }\n", "fn f() -> i32 { 1 \n"),
+    "A.java": ("class A { int f() { return 1; } }\n", "class A { int f() { return 1 } }\n"),
+    "a.c": ("int f(void) { return 1; }\n", "int f(void) { return 1 }\n"),
+    "a.cpp": ("int f() { return 1; }\n", "int f() { return 1 }\n"),
+    "a.rb": ("def f\n  1\nend\n", "def f\n  (1\nend\n"),
+    "a.json": ('{"a": 1}\n', '{"a": 1,,}\n'),
+    "a.yaml": ("a: 1\nb: [1, 2]\n", "a: 1\nb: [1, 2\n"),
+    "a.toml": ('a = 1\n[b]\nc = "x"\n', 'a = 1\n[b\nc = "x"\n'),
+}
+
+
+@pytest.mark.parametrize("name", LANGUAGES)
+def test_each_shipped_grammar_parses_its_language_and_finds_an_error(name):
+    from toy_agent.lint import syntax_errors  # noqa: PLC0415
+
+    good, bad = LANGUAGES[name]
+    assert syntax_errors(name, good.encode()) == []
+    assert syntax_errors(name, bad.encode())
+
+
+def test_the_report_names_the_syntax_error_an_edit_introduced(capsys, tmp_path):
+    edit = {"path": "calc.py", "old_str": "return a + b", "new_str": "return (a + b"}
+    edited(capsys, tmp_path, {"calc.py": CALC_PY}, edit)
+    page = tmp_path / "page.html"
+    run = run_main(capsys, "report", str(tmp_path / "t.json"), "-o", str(page))
+
+    assert run.returncode == 0, run.stderr
+    assert "edit_file introduced: line 3 (in method Calc.add): cannot parse" in page.read_text()

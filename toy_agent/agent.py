@@ -43,6 +43,7 @@ from toy_agent.events import (
     ToolStarted,
     log_event,
 )
+from toy_agent.lint import EditCheck, LintMode, edit_checker
 from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
 from toy_agent.messages import (
@@ -246,6 +247,8 @@ class ReactAgent:
         check: str | None = None,
         check_retries: int = DEFAULT_CHECK_RETRIES,
         check_timeout: float = DEFAULT_CHECK_TIMEOUT,
+        lint: LintMode = "on",
+        lint_commands: Sequence[str] = (),
     ):
         if max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
@@ -265,6 +268,7 @@ class ReactAgent:
         self.check = check or None
         self.check_retries = check_retries
         self.check_timeout = check_timeout
+        self.edits = edit_checker(self.tools, lint, lint_commands)
         self.cost = cost or CostMeter(price_for(getattr(llm_client, "model", "") or ""))
         if on_event is None:
             on_event = []
@@ -459,6 +463,7 @@ class ReactAgent:
         self._emit(ToolStarted(self.iteration, action))
         is_error, seconds = True, 0.0
         content: str | ToolOutput
+        edit_check = None
         refusal = self._refusal(action)
         if refusal is not None:
             by, reason, content = refusal
@@ -471,6 +476,8 @@ class ReactAgent:
             self._emit(ToolRefused(self.iteration, action, by, reason))
         else:
             started = time.monotonic()
+            edited = self._edited_file(action)
+            old = self.edits.before(edited) if edited else None
 
             def progress(p: McpProgress) -> None:
                 self._emit(ToolProgress(self.iteration, action.tool_name, p.progress, p.total,
@@ -483,6 +490,9 @@ class ReactAgent:
                 is_error = False
             except (ToolError, McpToolError) as exc:
                 content = f"Error: {exc}"
+            if edited and not is_error:
+                edit_check = self.edits.after(edited, old)
+                content, is_error = _with_edit_check(content, edit_check)
             seconds = time.monotonic() - started
         command = content.command if isinstance(content, ToolOutput) else None
         if command is not None:
@@ -494,9 +504,30 @@ class ReactAgent:
         content = self.redactor.redact(content)
         content = cap_text(content, observation_cap(self.context_budget), action.tool_name)
         content += self._repetition_warning(action)
-        observation = Observation(action, content, is_error, images, command)
+        observation = Observation(
+            action,
+            content,
+            is_error,
+            images,
+            command,
+            edit_check if edit_check and edit_check.note() else None,
+        )
         self._emit(ToolFinished(self.iteration, observation, seconds))
         return observation, seconds
+
+    def _edited_file(self, action: Action) -> str | None:
+        """The file a file-changing tool is about to change (its `path`, as the change
+        tracker names it), when edits are checked and its kind can be; else None."""
+        if not self.edits.enabled or self.tools.changes(action.tool_name) != "files":
+            return None
+        path = action.parameters.get("path")
+        if not isinstance(path, str):
+            return None
+        try:
+            rel = self.tools.relative(path)
+        except ToolError:
+            return None
+        return rel if self.edits.wants(rel) else None
 
     def _checked(self, action: Action) -> Observation | None:
         """Run the check for this task_complete: None when it passed (or there is none), else
@@ -676,6 +707,19 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
+
+
+def _with_edit_check(content: str | ToolOutput, check: EditCheck) -> tuple[str | ToolOutput, bool]:
+    """The tool's observation with what its edit introduced (the edit's own text first); a
+    refused edit (--lint strict) is the note alone, and an error."""
+    note = check.note()
+    if not note:
+        return content, False
+    if check.refused:
+        return note, True
+    if isinstance(content, ToolOutput):
+        return replace(content, text=f"{content.text}\n\n{note}"), False
+    return f"{content}\n\n{note}", False
 
 
 def _check_error(check: dict[str, Any]) -> str:

@@ -254,6 +254,21 @@ def build_parser() -> _Parser:
         "--allow-command (repeatable)",
     )
     add(
+        "--lint",
+        choices=("off", "on", "strict"),
+        default="on",
+        help="after each file edit, tell the model the syntax errors it introduced (on); "
+        "strict: refuse such an edit and leave the file as it was; off: no check (default: on)",
+    )
+    add(
+        "--lint-cmd",
+        action="append",
+        default=[],
+        metavar="[GLOB=]CMD",
+        help="your linter, run in the sandbox on each edited file matching GLOB ({file} is "
+        "its path), e.g. '*.py=ruff check {file}'; only new findings are told (repeatable)",
+    )
+    add(
         "--check",
         metavar="CMD",
         help="a shell command that decides whether the task is done (e.g. 'pytest -q'): run "

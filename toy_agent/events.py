@@ -35,8 +35,12 @@ MAX_OUTPUT_DIFF_CHARS = 100_000  # --output json's "diff": bounded, the rest nam
 
 
 def _command(observation: Observation) -> dict[str, Any]:
-    """How a command ended, when the observation is a command's: {"command": {...}}."""
-    return {"command": observation.command.to_dict()} if observation.command else {}
+    """How a command ended, when the observation is a command's: {"command": {...}}; what an
+    edit introduced, when it introduced something: {"edit_check": {...}}."""
+    data = {"command": observation.command.to_dict()} if observation.command else {}
+    if observation.edit_check is not None:
+        data["edit_check"] = observation.edit_check.to_dict()
+    return data
 
 
 def _image_references(observation: Observation) -> dict[str, Any]:

@@ -136,6 +136,8 @@ def _run_agent(
         check=args.check,
         check_retries=args.check_retries,
         check_timeout=args.check_timeout,
+        lint=args.lint,
+        lint_commands=args.lint_cmd,
     )
     lines.session = sessions.session.id
     if task is None:
@@ -305,7 +307,8 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         sandbox_network=args.sandbox_network, sandbox_read=tuple(args.sandbox_read),
         mcp_servers=(*args.mcp_server, *config),
         mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
-        check=args.check, check_retries=args.check_retries,
+        check=args.check, check_retries=args.check_retries, lint=args.lint,
+        lint_commands=tuple(args.lint_cmd),
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
         permissions=args.permissions,
     )  # fmt: skip

@@ -109,7 +109,7 @@ class ReportError(Exception):
 @dataclass(frozen=True)
 class Warn:
     """Something worth seeing where it happened: `kind` is repeat, refused, sandbox, declined,
-    parse, safety, max_tokens, error or cut."""
+    parse, safety, max_tokens, error, syntax (an edit introduced a syntax error) or cut."""
 
     kind: str
     text: str
@@ -708,6 +708,12 @@ def _observation(data: dict[str, Any], redactor: Redacts, caps: Caps) -> Observa
                f"{count(_int(_dict(i).get('bytes'), 0))} bytes", 200)
         for i in _list(data.get("images"))[:100]
     )  # fmt: skip
+    edit = _dict(data.get("edit_check"))
+    introduced = [str(e) for e in _list(edit.get("syntax_errors"))[:20]]
+    if introduced:  # what an edit broke, from the observation's record (not its text)
+        verb = "would have introduced (refused)" if edit.get("refused") is True else "introduced"
+        found = (*found, ("syntax", _clean(redactor, f"{tool} {verb}: {'; '.join(introduced)}",
+                                           500)))  # fmt: skip
     command = _command(data.get("command"), redactor)
     if command is not None and not command.ok:  # open: the failure is what to see
         folded = False

@@ -22,6 +22,7 @@ from toy_agent.agent import DEFAULT_CHECK_RETRIES, ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.copies import GitError, collect_patch, prepare_copy, remove_copy
 from toy_agent.events import TrajectoryRecorder
+from toy_agent.lint import LintMode
 from toy_agent.llm import LlmClient, LlmConfigError, client_for
 from toy_agent.mcp_config import McpError, McpServerConfig
 from toy_agent.mcp_tools import McpTools
@@ -82,6 +83,8 @@ class RunSettings:
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
     check: str | None = None  # --check: the check of tasks that give none
     check_retries: int = DEFAULT_CHECK_RETRIES  # times the model may try after a failed check
+    lint: LintMode = "on"  # --lint
+    lint_commands: tuple[str, ...] = ()  # --lint-cmd
     max_cost: float | None = None  # per task, like --max-cost for one run
     price_input: float | None = None  # USD per million tokens, over the price table's
     price_output: float | None = None
@@ -241,6 +244,7 @@ def _run_agent(
             context_budget=settings.context_budget, redactor=redactor, cost=cost,
             permissions=settings.permissions, check=task.check or settings.check,
             check_retries=settings.check_retries, check_timeout=settings.check_timeout,
+            lint=settings.lint, lint_commands=settings.lint_commands,
             on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
                       lambda event: agent.cancel() if stop and stop.is_set() else None],
         )  # fmt: skip

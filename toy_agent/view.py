@@ -35,6 +35,7 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
+from toy_agent.lint import EditCheck
 from toy_agent.messages import CommandResult, FailedAttempt, visible
 from toy_agent.parsing import Action
 from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
@@ -266,6 +267,8 @@ class TerminalView:
                     self._show_command(obs.action, obs.command, seconds)
                 else:
                     self._show_tool(obs.action, obs.content, obs.is_error, seconds)
+                if obs.edit_check is not None:
+                    self._show_note(f"{obs.edit_check.path}: " + _introduced(obs.edit_check))
                 self._refused = None
             case CheckFinished(result=result, attempt=attempt, limit=limit):
                 self._show_check(result, attempt, limit)
@@ -623,6 +626,18 @@ def format_summary(
         lines.append(f"error: {visible(result['error'])}")
     lines += ["result:", visible(result.get("result") or "(none)")]
     return "\n".join(lines)
+
+
+def _introduced(check: EditCheck) -> str:
+    """`introduced 1 syntax error (line 3)`: what the model was told about its edit."""
+    lines = ", ".join(f"line {f.line}" for f in check.errors[:3] if f.line)
+    parts = [f"{len(check.errors)} syntax error{'s' * (len(check.errors) != 1)}"
+             + (f" ({lines})" if lines else "")] if check.errors else []  # fmt: skip
+    parts += [f"{len(check.lint)} new linter finding{'s' * (len(check.lint) != 1)}"
+              ] if check.lint else []  # fmt: skip
+    verb = "would introduce" if check.refused else "introduced"
+    return f"{verb} {' and '.join(parts)}" + (", not applied (--lint strict)" if check.refused
+                                               else "")  # fmt: skip
 
 
 def _actions(n: int) -> str:
