@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import jsonschema
 import pytest
-from cli_helpers import run_main, toy_agent
+from cli_helpers import quickest_provider_env, run_main, toy_agent
+from fake_providers import FakeProvider, error_reply, openai_reply
 from fakes import ScriptedLlm, folder, run_in_pty, write_replay, xml_action
 
 pytestmark = pytest.mark.usefixtures("home")  # see conftest
@@ -367,3 +369,98 @@ def test_the_report_names_the_syntax_error_an_edit_introduced(capsys, tmp_path):
 
     assert run.returncode == 0, run.stderr
     assert "edit_file introduced: line 3 (in method Calc.add): cannot parse" in page.read_text()
+
+
+# --- a batch counts a fix only when it flips; attempts ----------------------------------
+class AttemptScripts(FakeProvider):
+    """An OpenAI-compatible server with a script per task and attempt: the task is picked by
+    a marker in its text, the attempt by how many conversations of that task began before,
+    the reply by how many replies the conversation holds."""
+
+    def __init__(self, scripts: dict[str, list[list[str]]]):
+        super().__init__()
+        self.scripts = scripts
+        self.started: dict[str, int] = {}
+
+    def reply_to(self, request):
+        self.record(request)
+        messages = request.body["messages"]
+        task = json.dumps(next(m for m in messages if m["role"] == "user"))
+        marker = next(m for m in self.scripts if f"[{m}]" in task)
+        step = sum(1 for m in messages if m["role"] == "assistant")
+        if step == 0:
+            self.started[marker] = self.started.get(marker, 0) + 1
+        attempt = self.scripts[marker][self.started[marker] - 1]
+        if step >= len(attempt):
+            return error_reply(501, f"{marker} has no reply {step + 1}")
+        return openai_reply(attempt[step])
+
+
+FIXED = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+BUGGY = FIXED.replace("return a + b", "return a - b")
+KEEP = "python3 -c 'import calc; assert calc.sub(3, 1) == 2'"
+
+
+def test_a_batch_reports_already_passing_resolved_on_a_second_attempt_and_a_broken_keep(
+    capsys, tmp_path
+):
+    passing = folder(tmp_path / "passing", {"calc.py": FIXED})
+    buggy = folder(tmp_path / "buggy", {"calc.py": BUGGY})
+    fix = xml_action("edit_file", path="calc.py", old_str="return a - b\n\n\n",
+                     new_str="return a + b\n\n\n")  # fmt: skip
+    breaks_sub = xml_action("write_file", path="calc.py",
+                            content=FIXED.replace("return a - b", "return 0"))  # fmt: skip
+    done = xml_action("task_complete", result="done")
+    tasks = [
+        {"id": "passing", "repo": str(passing), "task": "[passing] fix add", "check": CHECK},
+        {"id": "second", "repo": str(buggy), "task": "[second] fix add", "check": CHECK,
+         "keep": [KEEP], "attempts": 3},
+        {"id": "keep", "repo": str(buggy), "task": "[keep] fix add", "check": CHECK,
+         "keep": [KEEP]},
+    ]  # fmt: skip
+    (tmp_path / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    scripts = {"passing": [], "second": [[done], [fix, done]], "keep": [[breaks_sub, done]]}
+    out = tmp_path / "out"
+    with AttemptScripts(scripts) as server:
+        run = run_main(capsys, "--tasks-file", str(tmp_path / "tasks.jsonl"), "--out",
+                       str(out), "--sandbox", "off", "--check-retries", "0",
+                       env=quickest_provider_env(server))  # fmt: skip
+
+    assert run.returncode == 1  # two of the three are not resolved
+    records = {r["id"]: r for r in map(json.loads, (out / "results.jsonl").read_text()
+                                       .splitlines())}  # fmt: skip
+    passed, second, keep = records["passing"], records["second"], records["keep"]
+    assert passed["outcome"] == "already_passing" and passed["already_passing"] is True
+    assert passed["success"] is False and passed["baseline"]["passed"] is True
+    assert server.started.get("passing") is None  # no agent ran: nothing to fix
+
+    assert second["success"] is True and second["resolved"] is True
+    assert second["baseline"]["passed"] is False and second["check"]["passed"] is True
+    assert second["attempt"] == 2
+    assert [(a["attempt"], a["resolved"], a["outcome"]) for a in second["attempts"]] == [
+        (1, False, "check_failed"), (2, True, "completed")]  # fmt: skip
+    assert "+    return a + b" in (out / second["patch"]).read_text()
+    assert (out / second["attempts"][1]["patch"]).read_text() == (out / second["patch"]
+                                                                  ).read_text()  # fmt: skip
+    assert second["attempts"][0]["patch"] is None  # the first attempt changed nothing
+    assert (out / second["attempts"][0]["trajectory"]).is_file()
+
+    assert keep["check"]["passed"] is True and keep["keep_broken"] == [KEEP]
+    assert keep["resolved"] is False and keep["success"] is False
+
+    assert "already passing" in run.stdout and "broke keep" in run.stdout
+    assert "resolved" in run.stdout
+
+    page = tmp_path / "page.html"
+    report = run_main(capsys, "report", str(out), "-o", str(page))
+    assert report.returncode == 0, report.stderr
+    html = page.read_text()
+    assert "already passing" in html and "broke keep" in html
+    assert "resolved · attempt 2 of 2" in html
+    assert "pass@1 0/3 (0%) · pass@N (up to 2 attempts) 1/3" in html
+
+    shutil.copytree(out, tmp_path / "again")
+    compared = run_main(capsys, "report", str(out), str(tmp_path / "again"), "-o", str(page))
+    assert compared.returncode == 0, compared.stderr
+    assert "pass@1 (the first attempt): A 0/3 (0%) vs B 0/3 (0%)" in page.read_text()
+    assert "pass@N (any attempt, up to A 2, B 2): A 1/3 vs B 1/3" in page.read_text()

@@ -397,7 +397,8 @@ def build_parser() -> _Parser:
     badd(
         "--tasks-file",
         metavar="TASKS.jsonl",
-        help='one task a line: {"id", "repo", "task", "rev"?, "check"?, "max_iterations"?}',
+        help='one task a line: {"id", "repo", "task", "rev"?, "check"?, "keep"?, "attempts"?, '
+        '"max_iterations"?}',
     )
     badd(
         "--out",
@@ -411,6 +412,14 @@ def build_parser() -> _Parser:
         default=1,
         metavar="N",
         help="tasks run at once (default: 1)",
+    )
+    badd(
+        "--attempts",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="independent attempts per task, each in a fresh copy, stopping at the first that "
+        'resolves it (a task\'s "attempts" wins; default: 1)',
     )
     badd("--redo", action="store_true", help="run tasks again that already have a result in DIR")
     badd("--max-total-cost", type=_positive_float, metavar="USD",

@@ -209,6 +209,9 @@ class RunView:
     diff_note: str = ""
     files_changed: tuple[str, ...] = ()
     check: CheckView | None = None
+    verdict: str = ""  # a batch task's: already passing, resolved, not resolved, broke keep
+    attempts: int = 0  # a batch task's attempts (0: not recorded)
+    attempt: int | None = None  # the attempt its result is from
     notes: tuple[str, ...] = ()
     patch_href: str = ""
     trajectory_href: str = ""
@@ -281,6 +284,15 @@ class BatchView:
     def outcomes(self) -> list[str]:
         return sorted({r.outcome for r in self.runs})
 
+    @property
+    def pass_at_1(self) -> int:
+        """Tasks that passed on their first attempt."""
+        return sum(r.success and (r.attempt or 1) == 1 for r in self.runs)
+
+    @property
+    def most_attempts(self) -> int:
+        return max((r.attempts for r in self.runs), default=0)
+
 
 @dataclass(frozen=True)
 class Pair:
@@ -320,6 +332,10 @@ class Comparison:
 
     def passed(self, side: str) -> int:
         return sum(getattr(p, side).success for p in self.pairs)
+
+    def pass_at_1(self, side: str) -> int:
+        return sum(getattr(p, side).success and (getattr(p, side).attempt or 1) == 1
+                   for p in self.pairs)  # fmt: skip
 
     def cost(self, side: str) -> float | None:
         costs = [getattr(p, side).cost for p in self.pairs]
@@ -564,12 +580,27 @@ def _batch_run(
         elapsed=_float(record.get("elapsed_seconds")),
         files_changed=_paths(record.get("files_changed"), redactor),
         check=_check(check, redactor) if isinstance(check, dict) else None,
+        verdict=_verdict(record),
+        attempts=len(_list(record.get("attempts"))),
+        attempt=record["attempt"] if type(record.get("attempt")) is int else None,
         diffs=diffs,
         diff_note=diff_note,
         patch_href=links.to(patch_file) if safe_id else "",
         trajectory_href=links.to(trajectory_file) if safe_id else "",
         notes=(*run.notes, *run_notes),
     )
+
+
+def _verdict(record: dict[str, Any]) -> str:
+    """What a batch task's check says about the fix, as results.jsonl records it (empty for a
+    record from before baselines were taken)."""
+    if record.get("already_passing") is True:
+        return "already passing"
+    if _list(record.get("keep_broken")):
+        return "broke keep"
+    if isinstance(record.get("baseline"), dict):
+        return "resolved" if record.get("resolved") is True else "not resolved"
+    return ""
 
 
 def _check(check: dict[str, Any], redactor: Redacts) -> CheckView:
