@@ -464,3 +464,62 @@ def test_a_batch_reports_already_passing_resolved_on_a_second_attempt_and_a_brok
     assert compared.returncode == 0, compared.stderr
     assert "pass@1 (the first attempt): A 0/3 (0%) vs B 0/3 (0%)" in page.read_text()
     assert "pass@N (any attempt, up to A 2, B 2): A 1/3 vs B 1/3" in page.read_text()
+
+
+def test_max_total_cost_caps_a_tasks_attempts_too(tmp_path):
+    from toy_agent.batch import RunSettings, run_batch  # noqa: PLC0415
+    from toy_agent.messages import LlmResponse, Usage  # noqa: PLC0415
+
+    repo = calc_repo(tmp_path / "repo")
+    reply = LlmResponse(xml_action("task_complete", result="done"), usage=Usage(1000, 100))
+    settings = RunSettings(
+        make_llm=lambda: ScriptedLlm(reply),
+        sandbox="off",
+        check_retries=0,
+        price_input=3.0,
+        price_output=15.0,
+    )  # $0.0045 an attempt
+    tasks = [{"id": "t", "repo": str(repo), "task": "fix", "check": CHECK, "attempts": 9}]
+    summary = run_batch(tasks, tmp_path / "out", settings, max_total_cost=0.01)
+
+    [record] = summary.records
+    assert len(record["attempts"]) == 3  # 0.0135 >= 0.01: no fourth attempt starts
+    assert record["cost_usd"] == pytest.approx(0.0135)
+    assert record["resolved"] is False and record["attempt"] == 3
+
+
+def test_check_in_a_session_makes_the_next_task_run_until_it_passes(tmp_path):
+    import io  # noqa: PLC0415
+
+    from toy_agent import ReactAgent  # noqa: PLC0415
+    from toy_agent.interactive import Repl  # noqa: PLC0415
+    from toy_agent.sessions import SessionRecorder, SessionStore  # noqa: PLC0415
+    from toy_agent.tools import CodeRepositoryTools  # noqa: PLC0415
+
+    repo = calc_repo(tmp_path / "repo")
+    llm = ScriptedLlm(
+        xml_action("task_complete", result="done"),
+        xml_action("edit_file", path="calc.py", old_str="a - b", new_str="a + b"),
+        xml_action("task_complete", result="fixed"),
+    )
+    tools = CodeRepositoryTools(repo)
+    store = SessionStore(tmp_path / "sessions")
+    sessions = SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
+    agent = ReactAgent(llm, tools=tools, on_event=[sessions])
+    typed = iter(["/check", f"/check {CHECK}", "fix add", "/check off"])
+
+    def read(prompt: str) -> str:
+        try:
+            return next(typed)
+        except StopIteration:
+            raise EOFError from None
+
+    out = io.StringIO()
+    assert Repl(agent, sessions, read=read, out=out).run() == 0
+
+    said = out.getvalue()
+    assert "no check: a task is done when the model says so" in said
+    assert f"check: {CHECK} (run when the model calls task_complete)" in said
+    assert "AssertionError: -1" in llm.sent_text()
+    assert (repo / "calc.py").read_text().count("a + b") == 1
+    assert agent.check is None  # /check off

@@ -748,6 +748,9 @@ def _observation(data: dict[str, Any], redactor: Redacts, caps: Caps) -> Observa
     command = _command(data.get("command"), redactor)
     if command is not None and not command.ok:  # open: the failure is what to see
         folded = False
+    note = _dict(data.get("command")).get("sandbox_note")
+    if note and not any(kind == "sandbox" for kind, _ in found):  # the field, not the text
+        found = (*found, ("sandbox", _clean(redactor, f"the sandbox: {note}", 500)))
     return ObservationView(tool, content, is_error, len(raw), lines, folded,
                            _first_line(content, 160), found, images, command)  # fmt: skip
 
