@@ -9,6 +9,7 @@ SIGHUP or the agent's exit. Processes are found by unique `sleep N` markers in /
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import random
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from toy_agent.sandbox import (
     SCRATCH_HOME,
     SandboxUnavailable,
     bwrap_problem,
+    owned_process_group,
     resolve_sandbox,
     sandbox_policy,
 )
@@ -81,6 +84,23 @@ def running(duration: str) -> bool:
         except OSError:
             continue
     return False
+
+
+def marked(*durations: str) -> list[str]:
+    """The command lines of live processes that name one of the `sleep` markers."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            words = cmdline.read_bytes().decode(errors="replace").replace("\0", " ")
+            if any(d in words for d in durations):
+                found.append(f"{cmdline.parent.name}: {words.strip()}")
+    return found
+
+
+def kill_marked(*durations: str) -> None:
+    for line in marked(*durations):
+        with contextlib.suppress(OSError):
+            os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
 
 
 def wait_until(condition, seconds: float = 10.0) -> bool:
@@ -311,8 +331,7 @@ def test_stopping_the_agent_kills_every_process_of_the_command(
     sandbox: str, signum: int, exit_code: int, repo: Path, tmp_path: Path
 ) -> None:
     a, b, c = marker(), marker(), marker()
-    escape = "setsid" if sandbox == "bwrap" else "nohup"  # setsid leaves an unsandboxed group
-    command = f"{escape} sleep {a} >/dev/null 2>&1 & nohup sleep {b} >/dev/null 2>&1 & sleep {c}"
+    command = f"setsid sleep {a} >/dev/null 2>&1 & nohup sleep {b} >/dev/null 2>&1 & sleep {c}"
     replay = write_replay(tmp_path / "r.json", xml_action("run_command", command=command))
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "main.py"), "--task", "run", "--repo", str(repo),
@@ -321,14 +340,58 @@ def test_stopping_the_agent_kills_every_process_of_the_command(
         env={**os.environ, "NO_COLOR": "1"},
     )  # fmt: skip
     try:
-        assert wait_until(lambda: running(a) and running(b) and running(c), 30)
+        started = wait_until(lambda: running(a) and running(b) and running(c), 30)
+        assert started, "the command's three sleeps did not all start within 30 s"
         proc.send_signal(signum)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the agent did not exit within 30 s of {signal.Signals(signum).name}")
+        assert proc.returncode == exit_code, f"the agent exited {proc.returncode}: {err}"
+        assert "cancelled" in out and f"sandbox: {sandbox}" in out, out
+        gone = wait_until(lambda: not (running(a) or running(b) or running(c)), 5)
+        assert gone, f"processes survived the agent: {marked(a, b, c)}"
     finally:
         proc.kill()
-    assert proc.returncode == exit_code, err
-    assert "cancelled" in out and f"sandbox: {sandbox}" in out
-    assert wait_until(lambda: not (running(a) or running(b) or running(c)), 5)
+        kill_marked(a, b, c)  # whatever happened, the suite leaves nothing running
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_right_after_the_fork_still_kills_the_command(repo: Path) -> None:
+    """Ctrl-C landing inside Popen, after the fork but before the command is registered to be
+    killed: the KeyboardInterrupt comes once it is registered, and the command dies."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    duration = marker()
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(["sleep", duration], start_new_session=True)
+        assert wait_until(lambda: running(duration), 10)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, now: its handler runs at once
+        time.sleep(0.05)
+        return proc
+
+    try:
+        with pytest.raises(KeyboardInterrupt), owned_process_group(start):
+            pytest.fail("the held Ctrl-C should have interrupted before the block")
+        assert wait_until(lambda: not running(duration), 5), marked(duration)
+    finally:
+        kill_marked(duration)
+
+
+@pytest.mark.slow
+def test_unsandboxed_a_setsid_child_dies_with_the_command(repo: Path) -> None:
+    """Without the sandbox's PID namespace, a child that left the command's process group
+    (`setsid`) is found below the command in /proc and killed with it."""
+    tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="off")
+    a, b = marker(), marker()
+    try:
+        out = tools.run_command(f"setsid sleep {a} >/dev/null 2>&1 & (setsid sleep {b} "
+                                ">/dev/null 2>&1 &); sleep 0.2; echo started")  # fmt: skip
+        assert "started" in out
+        assert wait_until(lambda: not running(a) and not running(b), 5), marked(a, b)
+    finally:
+        kill_marked(a, b)
 
 
 @pytest.mark.slow

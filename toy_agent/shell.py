@@ -14,7 +14,13 @@ from pathlib import Path
 
 from toy_agent import cuts
 from toy_agent.environment import child_environment
-from toy_agent.sandbox import SandboxPolicy, owned_process_group, sandbox_environment
+from toy_agent.sandbox import (
+    COMMAND_MARKER,
+    SandboxPolicy,
+    command_marker,
+    owned_process_group,
+    sandbox_environment,
+)
 
 OUTPUT_HEAD_BYTES = 8_000
 OUTPUT_TAIL_BYTES = 8_000
@@ -28,18 +34,26 @@ def run_shell(
     command: str, cwd: Path, timeout: int, *, policy: SandboxPolicy | None = None
 ) -> tuple[int, str, bool]:
     """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
-    secrets in the environment. The command leads its own session, and the whole group is
+    secrets in the environment. The command leads its own session, and all its processes are
     killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM
-    through the CLI); in bwrap's PID namespace that includes what escaped the group."""
+    through the CLI): in bwrap, its PID namespace; unsandboxed, its group, session and tree
+    and the processes carrying its marker (toy_agent.sandbox.kill_command)."""
     argv, env = ["/bin/sh", "-c", command], child_environment(_COMMAND_ENV)
+    marker = None  # sandboxed, bwrap's PID namespace holds every process of the command
     if policy is not None:
         argv, env = policy.argv() + argv, sandbox_environment(env, policy)
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    else:
+        marker = command_marker()
+        env[COMMAND_MARKER] = marker
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
     timed_out = False
-    with owned_process_group(proc):
+    with owned_process_group(start, marker=marker) as proc:
         assert proc.stdout is not None  # stdout=PIPE
         capture = _OutputCapture(proc.stdout)
         try:
