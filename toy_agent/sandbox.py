@@ -129,7 +129,8 @@ def _probe(bwrap: str) -> str | None:
 
 def resolve_sandbox(mode: str, *, warn: bool = True) -> str:
     """The sandbox in force for `mode`: "bwrap" or "off". "bwrap" raises SandboxUnavailable
-    when bubblewrap does not work; "auto" then falls back to "off" with one warning."""
+    when bubblewrap does not work; "auto" then falls back to "off" with one warning, and the
+    commands ask (Permissions.for_tools): the user did not choose to go without."""
     if mode not in SANDBOX_MODES:
         raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}: {mode!r}")
     if mode == "off":
@@ -141,8 +142,9 @@ def resolve_sandbox(mode: str, *, warn: bool = True) -> str:
         raise SandboxUnavailable(problem)
     if warn:
         logger.warning(
-            "run_command is NOT sandboxed (it can write anywhere you can, read your "
-            "home folder and use the network): %s",
+            "run_command is NOT sandboxed (it could write anywhere you can, read your home "
+            "folder and use the network), so each command asks first (refused where no one "
+            "can answer): %s; pass --sandbox off to run them without asking",
             problem,
         )
     return "off"
