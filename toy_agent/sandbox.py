@@ -83,9 +83,8 @@ def privilege_options(bwrap: str) -> tuple[str, ...]:
     """bwrap's options that take every privilege from the command: its own user namespace, an
     unprivileged uid when this process is root, no capabilities, no nested user namespace
     where this bwrap can refuse one. The probe runs with the same options."""
-    ids = (
-        [] if os.geteuid() != 0 else ["--uid", str(UNPRIVILEGED_ID), "--gid", str(UNPRIVILEGED_ID)]
-    )
+    nobody = str(UNPRIVILEGED_ID)
+    ids = ["--uid", nobody, "--gid", nobody] if os.geteuid() == 0 else []
     nested = ["--disable-userns"] if _bwrap_knows(bwrap, "--disable-userns") else []
     return ("--unshare-user", *nested, *ids, "--cap-drop", "ALL")
 

@@ -7,7 +7,6 @@ the command is killed when it ends.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import subprocess
@@ -85,6 +84,8 @@ def protect_agent_process() -> None:
     even root reads no key there; root can still read the process's memory. Linux only."""
     if not sys.platform.startswith("linux"):
         return
+    import ctypes  # only here: most runs start no unsandboxed command
+
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
@@ -95,6 +96,8 @@ def _blank_withheld_variables(kept: typing.Mapping[str, str]) -> None:
     """Overwrite the values of the variables not in `kept` in this process's original
     environment block (where the kernel put it at exec, which /proc/PID/environ reads), after
     pointing C's environ at a copy (setenv), so getenv and child processes still see them."""
+    import ctypes
+
     try:
         with open("/proc/self/stat", "rb") as f:
             stat = f.read()

@@ -496,15 +496,16 @@ def run_banner(
         model = PROVIDERS[provider].default_model
     count = len(RouteTable.build(OfferedTools.of(tools, permissions)).specs)
     commands = tools.allow_commands and not permissions.read_only
+    where = _commands_part(tools) if commands else "no commands"
     unsandboxed = commands and tools.sandbox == "off"  # said first: a narrow terminal cuts
     parts = [
         "toy-agent",
-        *([_commands_part(tools)] if unsandboxed else []),
+        *([where] if unsandboxed else []),
         f"{provider} {model}".strip(),
         _short_path(repo),
         *([instructions] if instructions else []),
         f"{count} tools" + (" + MCP" if mcp else ""),
-        *([] if unsandboxed else [_commands_part(tools) if commands else "no commands"]),
+        *([] if unsandboxed else [where]),
         *([permissions.mode] if permissions.mode != "auto" else []),
     ]
     return visible(" · ".join(parts))
