@@ -330,6 +330,7 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
 
     from toy_agent.permissions import OfferedTools
     from toy_agent.routes import RouteTable
+    from toy_agent.view import sandbox_summary
 
     offered = [OfferedTools.of(mcp, args.permissions)] if mcp else []
     specs = RouteTable.build(OfferedTools.of(tools, args.permissions), offered).specs
@@ -346,7 +347,7 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
         print(visible(f"{spec['name']}({params})"))
         print(visible(f"    {description.splitlines()[0] if description else ''}"))
     policy = tools.sandbox_policy
-    print(f"sandbox: {policy.describe() if policy else tools.sandbox}")
+    print(f"sandbox: {policy.describe() if policy else sandbox_summary(tools)}")
     return EXIT_COMPLETED
 
 
