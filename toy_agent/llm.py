@@ -40,7 +40,7 @@ from toy_agent.messages import (
     ToolSpec,
     Usage,
 )
-from toy_agent.providers import GEMINI, PROVIDERS, Provider, image_types
+from toy_agent.providers import EFFORTS, GEMINI, PROVIDERS, Provider, image_types
 from toy_agent.redaction import mask_key
 
 logger = logging.getLogger(__name__)
@@ -248,8 +248,6 @@ def _recorded_observations(step: dict[str, Any]) -> list[str]:
 
 
 # --- settings -------------------------------------------------------------------------------
-
-EFFORTS = ("low", "medium", "high")  # --effort: each provider's control, mapped per model
 
 
 def parse_model_options(pairs: Iterable[str]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from toy_agent.messages import Usage
 
 DEFAULT_PROVIDER = "claude"  # --llm-provider's default, and the pick for a name no row claims
+EFFORTS = ("low", "medium", "high")  # --effort; each client maps it to its provider's control
 REPLAY = "replay"  # the offline provider: plays a recording back, has no row
 
 
