@@ -1038,17 +1038,20 @@ def to_gemini_contents(messages: Sequence[Message], model: str = "") -> list[dic
     the images they returned inline_data parts beside them in the same turn. `model`'s own
     turns go back as sent (thought signatures on their parts); others are rebuilt."""
     out: list[dict[str, Any]] = []
+    unnamed: set[str] = set()  # our ids of echoed calls Gemini sent without one
     for message in messages:
         role = "model" if message.role == "assistant" else "user"
         if message.turn is not None and message.turn.fits("gemini", model):
             out.append({"role": role, "parts": _gemini_echo(message.turn)})
+            calls = [p["function_call"] for p in message.turn.blocks if p.get("function_call")]
+            unnamed.update(c.id for c, f in zip(message.tool_calls, calls, strict=False)
+                           if not f.get("id"))  # fmt: skip
             continue
         parts: list[dict[str, Any]] = []
-        for r in message.tool_results:
+        for r in message.tool_results:  # an answer names its call as the call named itself
             response = {"error" if r.is_error else "output": r.content}
-            parts.append(
-                {"function_response": {"id": r.call_id, "name": r.name} | {"response": response}}
-            )
+            named = {} if r.call_id in unnamed else {"id": r.call_id}
+            parts.append({"function_response": named | {"name": r.name, "response": response}})
         parts += (_gemini_image(i) for r in message.tool_results for i in r.images)
         if message.content.strip():
             parts.append({"text": message.content})
