@@ -197,7 +197,7 @@ def test_a_batch_over_a_git_repo_and_a_plain_folder_records_patches_checks_and_t
     assert alpha["outcome"] == "completed" and alpha["success"] is True
     assert alpha["check"] == {"passed": True, "exit_code": 0, "output_tail": ""}
     assert alpha["iterations"] == 3 and alpha["usage"]["input_tokens"] == 30
-    assert alpha["cost_usd"] == pytest.approx(0.000315)  # 30 in x $3/M + 15 out x $15/M
+    assert alpha["cost_usd"] == pytest.approx(0.00021)  # 30 in x $2/M + 15 out x $10/M
     assert alpha["files_changed"] == [{"path": "docs/new.txt", "added": 1, "removed": 0},
                                       {"path": "hello.py", "added": 1, "removed": 1}]  # fmt: skip
     assert alpha["base_commit"] == git("rev-parse", "HEAD", cwd=sources["repo"]).strip()
