@@ -38,6 +38,7 @@ from toy_agent.llm import (
     LlmConfigError,
     LlmError,
     OpenAICompatibleLlmClient,
+    claude_thinking,
     create_llm_client,
     to_anthropic_messages,
     to_gemini_contents,
@@ -235,6 +236,22 @@ def test_effort_reaches_the_request_under_each_providers_own_fields(
     assert {k: body[k] for k in fields if k in body} == expected
     if "budget_tokens" in json.dumps(expected):  # the budget counts within max_tokens
         assert body["max_tokens"] > expected["thinking"]["budget_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("claude-sonnet-5-5", {"output_config": {"effort": "low"}}),
+        ("claude-opus-4-7", {"output_config": {"effort": "low"}}),
+        ("claude-opus-4-6", {"thinking": {"type": "adaptive"}, "output_config": {"effort": "low"}}),
+        ("claude-sonnet-4-5-20250929", {"thinking": {"type": "enabled", "budget_tokens": 2048}}),
+        ("claude-opus-4-20250514", {"thinking": {"type": "enabled", "budget_tokens": 2048}}),
+        ("claude-3-7-sonnet-latest", {"thinking": {"type": "enabled", "budget_tokens": 2048}}),
+        ("claude-3-5-haiku", {}),  # does not think: nothing to ask
+    ],
+)
+def test_claude_effort_follows_the_models_generation(model, expected):
+    assert claude_thinking(model, "low", show=False) == expected
 
 
 @pytest.mark.parametrize(

@@ -924,10 +924,14 @@ _CLAUDE_ADAPTIVE_BY_DEFAULT = re.compile(
 )
 # ... these think adaptively when asked (thinking.type adaptive) and take effort ...
 _CLAUDE_ADAPTIVE = re.compile(r"claude-(?:sonnet|opus)-4-6")
-# ... and these think with a budget of tokens when asked (thinking.type enabled).
+# ... and these think with a budget of tokens when asked (thinking.type enabled); a dated
+# snapshot (claude-opus-4-20250514) is its model.
 _CLAUDE_BUDGETED = re.compile(
-    r"claude-(?:3-7-sonnet|(?:sonnet|opus)-4(?:-[015])?(?![-.]?[1-9a-z])|opus-4-1|haiku-4-5)"
+    r"claude-(?:3-7-sonnet|sonnet-4-5|opus-4-5|opus-4-1|haiku-4-5"
+    r"|(?:sonnet|opus)-4(?:-0)?(?!-\d(?!\d)))"
 )
+# Claude 5 and later refuse sampling parameters.
+_CLAUDE_FIXED_SAMPLING = re.compile(r"claude-(?:sonnet|opus|haiku|fable|mythos)-(?:[5-9]|\d\d)")
 CLAUDE_BUDGETS = {"low": 2048, "medium": 8192, "high": 24576}  # --effort as budget_tokens
 _SAMPLING = ("temperature", "top_p", "top_k")
 
@@ -960,7 +964,7 @@ class ClaudeLlmClient(_StainlessClient):
 
     def _check_options(self) -> None:
         fixed = [k for k in _SAMPLING if k in self.model_options]
-        if fixed and _CLAUDE_ADAPTIVE_BY_DEFAULT.match(self.model.lower()):
+        if fixed and _CLAUDE_FIXED_SAMPLING.match(self.model.lower()):
             raise LlmConfigError(
                 f"--model-option {fixed[0]}: {self.model} does not take {fixed[0]} (its "
                 "sampling is fixed; use --effort instead): remove the option"
