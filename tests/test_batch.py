@@ -395,6 +395,26 @@ def test_on_a_terminal_a_task_warning_names_its_task_above_the_progress_line(
 
 
 # ------------------------------------------------------------------------------- Python API
+def test_a_tasks_own_effort_wins_over_the_batchs(
+    sources: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toy_agent import run_batch
+
+    done = openai_reply(xml_action("task_complete", result="ok"))
+    with FakeProvider() as server:
+        server.enqueue(done, done)
+        for name, value in server.env("openai").items():
+            monkeypatch.setenv(name, value)
+        tasks = [{"id": "own", "repo": str(sources["plain"]), "task": "t", "effort": "high"},
+                 {"id": "batch", "repo": str(sources["plain"]), "task": "t"}]  # fmt: skip
+        settings = RunSettings(provider="openai", model="gpt-5-mini", effort="low",
+                               sandbox="off", max_retries=0)  # fmt: skip
+        summary = run_batch(tasks, sources["plain"].parent / "effort-out", settings, workers=1)
+
+    assert summary.passed == 2
+    assert sorted(r.body["reasoning_effort"] for r in server.requests) == ["high", "low"]
+
+
 def test_run_batch_from_python_with_any_llm_client(sources: dict[str, Path]) -> None:
     from toy_agent import run_batch
 
