@@ -57,6 +57,7 @@ __all__ = [
     "gemini_signature",
     "openai_reply",
     "refusal",
+    "responses_reply",
     "sse_reply",
 ]
 
@@ -294,6 +295,9 @@ def refusal(request: RecordedRequest, signed: Collection[str] = ()) -> Reply | N
     if request.path.rstrip("/").endswith("/messages"):
         message = _claude_refusal(body, signed)
         return None if message is None else anthropic_error(400, message)
+    if request.path.rstrip("/").endswith("/responses"):
+        message = _responses_refusal(body, signed)
+        return None if message is None else openai_error(400, message)
     if ":generateContent" in request.path or ":streamGenerateContent" in request.path:
         message = _gemini_refusal(body)
         return None if message is None else gemini_error(400, message)
@@ -377,6 +381,39 @@ def _gemini_refusal(body: dict[str, Any]) -> str | None:
         if not placeholder and not _same_base64(part["thoughtSignature"], expected):
             return "Corrupted thought signature."
     return None
+
+
+def _responses_refusal(body: dict[str, Any], signed: Collection[str]) -> str | None:
+    """OpenAI's Responses API: a reasoning item must be one it encrypted and be followed by
+    its output; a function call of a turn that reasoned must come after its reasoning item."""
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    seen: set[str] = set()
+    for n, item in enumerate(items):
+        kind, item_id = item.get("type"), str(item.get("id") or "")
+        if kind == "reasoning":
+            if item.get("encrypted_content") != _base64_mac("reasoning", item_id):
+                return f"The encrypted content for item {item_id} could not be verified."
+            following = items[n + 1] if n + 1 < len(items) else {}
+            if following.get("type") not in ("message", "function_call"):
+                return (
+                    f"Item '{item_id}' of type 'reasoning' was provided without its required "
+                    "following item."
+                )
+            seen.add(item_id)
+        if kind == "function_call" and item_id in signed:
+            reasoning = "rs_" + item_id.removeprefix("fc_")
+            if reasoning not in seen:
+                return (
+                    f"Item '{item_id}' of type 'function_call' was provided without its "
+                    f"required 'reasoning' item: '{reasoning}'."
+                )
+    return None
+
+
+def openai_error(status: int, message: str) -> Reply:
+    """An error as OpenAI's APIs write it."""
+    error = {"message": message, "type": "invalid_request_error", "param": "input", "code": None}
+    return Reply(status, {"error": error})
 
 
 def anthropic_error(status: int, message: str) -> Reply:
@@ -587,6 +624,61 @@ def openai_reply(
     )
     events.append((None, "[DONE]"))
     return sse_reply(events)
+
+
+def responses_reply(
+    text: str = "",
+    *,
+    tool_calls: Sequence[ToolCall] = (),
+    reasoning: str | None = "",
+    usage: Usage = DEFAULT_USAGE,
+    model: str = "gpt-test",
+    stream: bool = False,
+    turn: int = 1,
+) -> Reply:
+    """A Responses API answer, as a reasoning model gives it: a reasoning item first (its
+    summary `reasoning`, its encrypted_content), then the message and function calls; `None`
+    for no reasoning item. `turn` numbers the items' ids (rs_N, msg_N, fc_N_i)."""
+    output: list[dict[str, Any]] = []
+    if reasoning is not None:
+        summary = [{"type": "summary_text", "text": reasoning}] if reasoning else []
+        output.append({"id": f"rs_{turn}", "type": "reasoning", "summary": summary,
+                       "encrypted_content": _base64_mac("reasoning", f"rs_{turn}")})  # fmt: skip
+    if text:
+        output.append({"id": f"msg_{turn}", "type": "message", "role": "assistant",
+                       "status": "completed", "content": [
+                           {"type": "output_text", "text": text, "annotations": []}]})  # fmt: skip
+    calls = [{"id": f"fc_{turn}" if i == 0 else f"fc_{turn}_{i}", "type": "function_call",
+              "call_id": c.id, "name": c.name, "arguments": json.dumps(c.arguments),
+              "status": "completed"} for i, c in enumerate(tool_calls)]  # fmt: skip
+    output += calls
+    usage_body = {
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }
+    response = {"id": f"resp_{turn}", "object": "response", "created_at": 0, "model": model,
+                "status": "completed", "output": output, "usage": usage_body,
+                "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}  # fmt: skip
+    signed = (calls[0]["id"],) if calls and reasoning is not None else ()
+    if not stream:
+        return Reply(200, response, signed=signed)
+    events: list[tuple[str | None, Any]] = [
+        ("response.created", {"type": "response.created", "sequence_number": 0,
+                              "response": {**response, "status": "in_progress", "output": []}}),
+    ]  # fmt: skip
+    if text:
+        half = len(text) // 2
+        for piece in (text[:half], text[half:]):
+            events.append(("response.output_text.delta",
+                           {"type": "response.output_text.delta", "sequence_number": len(events),
+                            "item_id": f"msg_{turn}", "output_index": 0, "content_index": 0,
+                            "delta": piece, "logprobs": []}))  # fmt: skip
+    done = {"type": "response.completed", "sequence_number": len(events), "response": response}
+    events.append(("response.completed", done))
+    return replace(sse_reply(events), signed=signed)
 
 
 def gemini_reply(

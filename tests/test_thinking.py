@@ -26,6 +26,7 @@ from fake_providers import (
     gemini_reply,
     gemini_signature,
     openai_reply,
+    responses_reply,
 )
 from fakes import ScriptedLlm
 
@@ -38,6 +39,7 @@ from toy_agent.llm import (
     LlmConfigError,
     LlmError,
     OpenAICompatibleLlmClient,
+    OpenAIResponsesLlmClient,
     claude_thinking,
     create_llm_client,
     to_anthropic_messages,
@@ -513,3 +515,87 @@ def test_the_report_of_a_session_keeps_each_steps_thinking(tmp_path, repo):
     [path] = (tmp_path / "sessions").glob("*.json")
     page = write_report([str(path)], tmp_path / "r.html")
     assert "Nothing to do here." in page.read_text()
+
+
+# --- OpenAI's Responses API ------------------------------------------------------------------
+
+
+def responses_steps(stream: bool) -> list:
+    calls = [
+        ToolCall("read_file", {"path": "hello.py"}, "call_1"),
+        ToolCall("list_files", {"path": "."}, "call_2"),
+        ToolCall("task_complete", {"result": "it greets"}, "call_3"),
+    ]
+    return [
+        responses_reply("Reading.", tool_calls=[c], reasoning=f"step {n}", turn=n, stream=stream,
+                        usage=Usage(10, 8, reasoning_tokens=5))
+        for n, c in enumerate(calls, 1)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_the_responses_api_sends_each_reasoning_item_back_before_its_calls(stream, repo):
+    with FakeProvider() as server:
+        server.enqueue(*responses_steps(stream))
+        llm = create_llm_client("openai", model="gpt-5-mini", openai_api="responses",
+                                effort="high", show_thinking=True, max_retries=0,
+                                environ=server.env("openai"))  # fmt: skip
+        agent = ReactAgent(llm, repo, tool_format="native", stream=stream)
+        result = agent.run_result("what does hello.py do?")
+
+    assert result.outcome == "completed", result.error
+    assert result.usage.reasoning_tokens == 15
+    first, last = server.requests[0].body, server.requests[2].body
+    assert first["reasoning"] == {"effort": "high", "summary": "auto"}
+    assert first["store"] is False and first["include"] == ["reasoning.encrypted_content"]
+    kinds = [(i.get("type") or i.get("role"), i.get("id")) for i in last["input"]]
+    assert kinds[1:4] == [("reasoning", "rs_1"), ("message", "msg_1"), ("function_call", "fc_1")]
+    assert kinds[4] == ("function_call_output", None)
+    assert [m.thinking for m in agent.conversation_history if m.role == "assistant"][:2] == [
+        "step 1", "step 2"]  # fmt: skip
+
+
+def test_the_responses_api_refuses_a_call_whose_reasoning_item_was_dropped(repo):
+    class Careless(OpenAIResponsesLlmClient):
+        def call_llm(self, system_prompt, messages, **kwargs):
+            kept = [replace(m, turn=replace(m.turn, blocks=tuple(
+                b for b in m.turn.blocks if b.get("type") != "reasoning"))) if m.turn else m
+                for m in messages]  # fmt: skip
+            return super().call_llm(system_prompt, kept, **kwargs)
+
+    with FakeProvider() as server:
+        server.enqueue(*responses_steps(False))
+        llm = Careless("k", "gpt-5-mini", base_url=server.url + "/v1", max_retries=0, environ={})
+        result = ReactAgent(llm, repo, tool_format="native").run_result("x")
+
+    assert result.outcome == "provider_error" and len(server.requests) == 2
+    assert "of type 'function_call' was provided without its required 'reasoning' item: 'rs_1'" in (
+        str(result.error))  # fmt: skip
+
+
+def test_openai_api_responses_is_a_flag_of_the_openai_provider_only(repo, capsys, home):
+    with FakeProvider() as server:
+        env = {**server.env("openai"), **server.env("claude")}
+        wrong = run_main(capsys, "--task", "x", "--repo", str(repo), "--openai-api", "responses",
+                         "--llm-provider", "claude", env=env)  # fmt: skip
+        server.enqueue(
+            responses_reply("", tool_calls=[ToolCall("task_complete", {"result": "ok"}, "c1")])
+        )
+        right = run_main(
+            capsys,
+            "--task",
+            "x",
+            "--repo",
+            str(repo),
+            "--openai-api",
+            "responses",
+            "--llm-provider",
+            "openai",
+            "--tool-format",
+            "native",
+            env=env,
+        )
+
+    assert wrong.returncode == 2 and "--openai-api responses is for" in wrong.stderr
+    assert right.returncode == 0, right.stderr
+    assert server.requests[0].path == "/v1/responses"

@@ -199,6 +199,13 @@ def build_parser() -> _Parser:
         "(the value as JSON if it reads as JSON); repeatable",
     )
     add(
+        "--openai-api",
+        choices=("chat", "responses"),
+        default="chat",
+        help="the API of --llm-provider openai: chat (Chat Completions, the default; what local "
+        "servers speak) or responses (OpenAI's Responses API: reasoning kept between turns)",
+    )
+    add(
         "--show-thinking",
         choices=("auto", "on", "off"),
         default="auto",
@@ -704,9 +711,12 @@ def _model_client(args: argparse.Namespace) -> Callable[[str, str], LlmClient]:
     def make(name: str, current: str) -> LlmClient:
         row = providers.provider_for_model(name)
         provider = row.name if row else current
+        settings = _model_settings(args)
+        if provider != "openai":  # --openai-api is the openai provider's
+            settings["openai_api"] = "chat"
         return client_for(provider, model=name, max_retries=args.max_retries,
                           base_url=args.base_url if provider == current else None,
-                          timeout=args.timeout, **_model_settings(args))  # fmt: skip
+                          timeout=args.timeout, **settings)  # fmt: skip
 
     return make
 
@@ -745,7 +755,7 @@ def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
     from toy_agent.llm import parse_model_options
 
     return {"effort": args.effort, "model_options": parse_model_options(args.model_option),
-            "show_thinking": args.show_thinking == "on"}  # fmt: skip
+            "show_thinking": args.show_thinking == "on", "openai_api": args.openai_api}  # fmt: skip
 
 
 def _llm_client(args: argparse.Namespace) -> LlmClient:

@@ -313,6 +313,7 @@ def client_for(
     effort: str | None = None,
     model_options: Mapping[str, Any] | None = None,
     show_thinking: bool = False,
+    openai_api: str = "chat",
 ) -> LlmClient:
     """The client the command-line settings ask for: the replay of a recording, or a real
     provider (keys and base URLs from `environ`). Mistakes raise LlmConfigError."""
@@ -332,6 +333,7 @@ def client_for(
         effort=effort,
         model_options=model_options,
         show_thinking=show_thinking,
+        openai_api=openai_api,
     )
 
 
@@ -346,13 +348,20 @@ def create_llm_client(
     effort: str | None = None,
     model_options: Mapping[str, Any] | None = None,
     show_thinking: bool = False,
+    openai_api: str = "chat",
 ) -> LlmClient:
-    """Build the client for a real provider, reading keys and base URLs from `environ` only."""
+    """Build the client for a real provider, reading keys and base URLs from `environ` only.
+    `openai_api` "responses" picks OpenAI's Responses API over Chat Completions."""
     if provider not in PROVIDERS:
         names = ", ".join(PROVIDERS)
         raise LlmConfigError(f"unknown LLM provider {provider!r}: use one of {names}")
     key, url = resolve_settings(provider, None, base_url, environ)
     cls = PROVIDERS[provider].client_class()
+    if openai_api == "responses":
+        if provider != "openai":
+            raise LlmConfigError(f"--openai-api responses is for --llm-provider openai, not "
+                                 f"{provider}")  # fmt: skip
+        cls = OpenAIResponsesLlmClient
     client: LlmClient = cls(
         key, model, base_url=url, max_retries=max_retries, timeout=timeout, environ=environ,
         effort=effort, model_options=model_options, show_thinking=show_thinking,
@@ -1369,6 +1378,116 @@ class OpenAICompatibleLlmClient(_StainlessClient):
         if data["choices"][0]["finish_reason"] is None:
             raise _StreamCut("the stream ended without a finish_reason")
         return data
+
+
+# --- OpenAI Responses API (--openai-api responses) ------------------------------------------
+
+_RESPONSES_STOPS: dict[str | None, StopReason] = {
+    "max_output_tokens": "max_tokens",
+    "content_filter": "safety",
+}
+
+
+def to_responses_input(messages: Sequence[Message], model: str = "") -> list[dict[str, Any]]:
+    """Responses API input items. `model`'s own turns go back as they came (reasoning items
+    with their encrypted_content, then its messages and function calls); others are rebuilt;
+    tool results are function_call_output items, images an input_image beside them."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "assistant":
+            if message.turn is not None and message.turn.fits("openai", model):
+                out += [dict(item) for item in message.turn.blocks]
+                continue
+            if message.content:
+                out.append({"role": "assistant", "content": message.content})
+            out += [
+                {"type": "function_call", "call_id": c.id, "name": c.name}
+                | {"arguments": json.dumps(c.arguments)}
+                for c in message.tool_calls
+            ]
+            continue
+        out += [{"type": "function_call_output", "call_id": r.call_id, "output": r.content}
+                for r in message.tool_results]  # fmt: skip
+        images = [i for r in message.tool_results for i in r.images] + list(message.images)
+        if images:
+            text = message.content or "The images the tool calls above returned:"
+            parts = [{"type": "input_text", "text": text}, *map(_responses_image, images)]
+            out.append({"role": "user", "content": parts})
+        elif message.content or not message.tool_results:
+            out.append({"role": "user", "content": message.content})
+    return out
+
+
+def _responses_image(image: Image) -> dict[str, Any]:
+    if not image.data:
+        return {"type": "input_text", "text": image.stub()}
+    return {"type": "input_image", "image_url": f"data:{image.mime_type};base64,{image.data}"}
+
+
+def from_responses_response(data: dict[str, Any]) -> LlmResponse:
+    """A Responses API response: its messages' text, its function calls, the reasoning
+    summaries as the thinking, and, when it reasoned, its output items to go back."""
+    output = data["output"]
+    text = "".join(part.get("text") or "" for item in output if item.get("type") == "message"
+                   for part in item.get("content") or ()
+                   if part.get("type") == "output_text")  # fmt: skip
+    functions = [item for item in output if item.get("type") == "function_call"]
+    calls = tuple(_openai_tool_call(i, {"id": f.get("call_id"), "function": f})
+                  for i, f in enumerate(functions))  # fmt: skip
+    thinking = "\n\n".join(summary.get("text") or "" for item in output
+                            if item.get("type") == "reasoning"
+                            for summary in item.get("summary") or ())  # fmt: skip
+    usage = data.get("usage") or {}
+    tokens = Usage(
+        usage.get("input_tokens") or 0, usage.get("output_tokens") or 0,
+        (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0,
+        reasoning_tokens=(usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0,
+    )  # fmt: skip
+    reason = (data.get("incomplete_details") or {}).get("reason")
+    stop = _RESPONSES_STOPS.get(reason, "other") if data.get("status") == "incomplete" else "end"
+    stop = "tool_use" if calls and stop == "end" else stop
+    model = data.get("model") or ""
+    reasoned = any(item.get("type") == "reasoning" for item in output)
+    turn = SignedTurn("openai", model, tuple(output)) if reasoned else None
+    return LlmResponse(text, calls, tokens, stop, model, thinking=thinking, turn=turn)
+
+
+class OpenAIResponsesLlmClient(OpenAICompatibleLlmClient):
+    """OpenAI's Responses API (`--openai-api responses`): the reasoning of its reasoning
+    models goes back between turns as encrypted reasoning items (nothing is stored at
+    OpenAI: store is false). Chat Completions stays the default: local servers speak only it."""
+
+    _parse = staticmethod(from_responses_response)
+
+    def _body(self, request: _Request) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "max_output_tokens": self.max_tokens}
+        body |= {"store": False, "include": ["reasoning.encrypted_content"]}
+        if request.system_prompt:
+            body["instructions"] = request.system_prompt
+        body["input"] = to_responses_input(request.messages, self.model)
+        if request.tools:
+            declarations = _declarations(request.tools, "parameters")
+            body["tools"] = [{"type": "function"} | d for d in declarations]
+        reasoning = {"effort": self.effort} if self.effort else {}
+        if self.show_thinking:
+            reasoning["summary"] = "auto"
+        if reasoning:
+            body["reasoning"] = reasoning
+        return self._with_options(body)
+
+    def _call(self, body: dict[str, Any], *, stream: bool) -> Any:
+        return self._sdk.responses.create(**body, **({"stream": True} if stream else {}))
+
+    def _merge(self, stream: Any, on_text: TextCallback) -> dict[str, Any]:
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                on_text(event.delta)
+            elif event.type in ("response.completed", "response.incomplete"):
+                data: dict[str, Any] = event.response.to_dict()
+                return data
+            elif event.type in ("response.failed", "error"):
+                raise _StreamCut(f"the stream reported {event.type}")
+        raise _StreamCut("the stream ended before response.completed")
 
 
 def preload_sdk(provider: str) -> None:

@@ -289,7 +289,7 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
     settings = RunSettings(
         provider=args.llm_provider, model=args.model, base_url=args.base_url,
         max_retries=args.max_retries, timeout=args.timeout, replay=args.replay,
-        effort=args.effort, model_options=options,
+        effort=args.effort, model_options=options, openai_api=args.openai_api,
         replay_lenient=args.replay_lenient, max_iterations=args.max_iterations,
         tool_format=args.tool_format, context_budget=args.context_budget,
         allow_commands=args.allow_commands, sandbox=args.sandbox,

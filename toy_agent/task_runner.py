@@ -74,6 +74,7 @@ class RunSettings:
     timeout: float = 120.0
     effort: str | None = None  # --effort; a task's own "effort" wins
     model_options: tuple[tuple[str, Any], ...] = ()  # --model-option, parsed
+    openai_api: str = "chat"  # --openai-api
     replay: str | None = None
     replay_lenient: bool = False
     max_iterations: int = 10
@@ -262,6 +263,7 @@ def build_llm(settings: RunSettings, credentials: Credentials | None = None) -> 
         max_retries=settings.max_retries, timeout=settings.timeout,
         environ=os.environ if credentials is None else credentials.environ(),
         effort=settings.effort, model_options=dict(settings.model_options),
+        openai_api=settings.openai_api,
     )  # fmt: skip
 
 
