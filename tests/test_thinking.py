@@ -599,3 +599,29 @@ def test_openai_api_responses_is_a_flag_of_the_openai_provider_only(repo, capsys
     assert wrong.returncode == 2 and "--openai-api responses is for" in wrong.stderr
     assert right.returncode == 0, right.stderr
     assert server.requests[0].path == "/v1/responses"
+
+
+@pytest.mark.parametrize("provider", ["claude", "gemini"])
+def test_a_conversation_moved_to_another_model_sends_none_of_the_first_models_signatures(
+    provider, repo
+):
+    models = {"claude": ("claude-sonnet-5-5", "claude-opus-5"),
+              "gemini": ("gemini-3-pro", "gemini-3-flash")}[provider]  # fmt: skip
+    with FakeProvider() as server:
+        server.enqueue(*steps(provider, False, False)[1:], *steps(provider, False, False)[2:])
+        first = ReactAgent(client(provider, server, model=models[0]), repo, tool_format="native")
+        first.run_result("look")
+        second = ReactAgent(client(provider, server, model=models[1]), repo, tool_format="native")
+        result = second.run_result("again", history=first.conversation_history)
+
+    assert result.outcome == "completed", result.error
+    body = server.requests[-1].body
+    sent = json.dumps(body)
+    assert '"thinking"' not in sent and '"thought": true' not in sent
+    if provider == "claude":
+        assert '"signature"' not in sent
+    else:  # each rebuilt call carries Gemini's placeholder, never the first model's signature
+        signatures = [p["thoughtSignature"] for c in body["contents"] for p in c["parts"]
+                      if "thoughtSignature" in p]  # fmt: skip
+        assert signatures and {decoded(s) for s in signatures} == {
+            b"skip_thought_signature_validator"}  # fmt: skip
