@@ -31,10 +31,12 @@ from toy_agent.mcp_config import McpError
 from toy_agent.mcp_tools import McpTools
 from toy_agent.messages import Usage
 from toy_agent.permissions import Permissions
+from toy_agent.providers import PROVIDERS
 from toy_agent.sandbox import SandboxUnavailable, resolve_sandbox
+from toy_agent.swebench import SweOptions, load_instances_or_tasks, prediction
 from toy_agent.task_runner import RunSettings, StopSignal, build_llm
 from toy_agent.task_runner import run_task as run_task
-from toy_agent.tasks import BatchError, Task, _tasks, is_git_checkout, is_git_url, load_tasks
+from toy_agent.tasks import BatchError, Task, is_git_checkout, is_git_url
 from toy_agent.tasks import parse_tasks as parse_tasks
 
 # provider_environment, run_task and parse_tasks are importable from here as before the split.
@@ -42,10 +44,12 @@ from toy_agent.tasks import parse_tasks as parse_tasks
 logger = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.jsonl"
+PREDS_FILE, PREDS_JSON = "preds.jsonl", "preds.json"
 RECORD_KEYS = (
     "id", "outcome", "success", "check", "iterations", "usage", "cost_usd", "elapsed_seconds",
     "files_changed", "patch", "trajectory", "error", "base_commit",
     "baseline", "resolved", "already_passing", "keep", "keep_broken", "attempt", "attempts",
+    "tests", "log", "test_files", "metadata",
 )  # fmt: skip
 POLL_SECONDS = 0.5  # how often the driver wakes to redraw the progress line
 DRAIN_SECONDS = 30.0  # after Ctrl-C, how long running tasks get to wind down
@@ -56,8 +60,11 @@ class ResultsFolder:
     """DIR: results.jsonl (one line per finished task, appended as each finishes),
     patches/ID.diff and trajectories/ID.json. Only the driver writes here."""
 
-    def __init__(self, out: str | os.PathLike[str]):
+    def __init__(
+        self, out: str | os.PathLike[str], model_name: str = "", patch_exclude: Sequence[str] = ()
+    ):
         self.path = Path(out)
+        self.model_name, self.patch_exclude = model_name, tuple(patch_exclude)
         try:
             for folder in (self.path, self.path / "patches", self.path / "trajectories"):
                 folder.mkdir(parents=True, exist_ok=True)
@@ -91,6 +98,38 @@ class ResultsFolder:
         """--redo: these ids' results go, so they run again (also if this run is stopped)."""
         drop = set(ids)
         self._rewrite(r for r in self.load().values() if r["id"] not in drop)
+        preds = [p for p in self.predictions() if p.get("instance_id") not in drop]
+        if (self.path / PREDS_FILE).exists():
+            atomic_write(self.path / PREDS_FILE,
+                         "".join(json_text(p, indent=None) + "\n" for p in preds))  # fmt: skip
+            self._write_preds_json(preds)
+
+    def predictions(self) -> list[dict[str, Any]]:
+        """preds.jsonl's entries (a line cut short by a crash left out)."""
+        try:
+            lines = (self.path / PREDS_FILE).read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        preds = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                preds.append(json.loads(line))
+        return [p for p in preds if isinstance(p, dict)]
+
+    def predict(self, record: dict[str, Any], patch: bytes) -> None:
+        """Append the task's prediction to preds.jsonl, and rewrite preds.json (the harness
+        reads either), one entry per instance: the latest."""
+        entry = prediction(record, patch.decode("utf-8", "replace"), self.model_name,
+                           self.patch_exclude)  # fmt: skip
+        with (self.path / PREDS_FILE).open("a", encoding="utf-8") as f:
+            f.write(json_text(entry, indent=None) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self._write_preds_json(self.predictions())
+
+    def _write_preds_json(self, preds: list[dict[str, Any]]) -> None:
+        latest = {p["instance_id"]: p for p in preds if "instance_id" in p}
+        atomic_write(self.path / PREDS_JSON, json_text(latest) + "\n")
 
     def write(self, result: dict[str, Any]) -> dict[str, Any]:
         """Write the patch and trajectory, then append the record; returns the record."""
@@ -107,6 +146,9 @@ class ResultsFolder:
             (self.path / trajectory).unlink(missing_ok=True)
         for name, data in (result.get("attempt_files") or {}).items():  # each attempt's own
             atomic_write(self.path / name, data)
+        for name, data in (result.get("log_files") or {}).items():  # a grading's whole logs
+            (self.path / name).parent.mkdir(exist_ok=True)
+            atomic_write(self.path / name, data)
         record = {key: result.get(key) for key in RECORD_KEYS}
         record["patch"] = str(patch) if result["patch_data"] else None
         record["trajectory"] = str(trajectory) if result["trajectory_data"] is not None else None
@@ -114,6 +156,8 @@ class ResultsFolder:
             f.write(json_text(record, indent=None) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        if result.get("test_files") is not None:  # a SWE-bench instance: its prediction
+            self.predict(record, result["patch_data"] or b"")
         return record
 
     def _rewrite(self, records: Iterable[dict[str, Any]]) -> None:
@@ -174,6 +218,9 @@ def run_batch(
     live: bool = False,
     quiet: bool = False,
     max_total_cost: float | None = None,
+    swe: SweOptions | None = None,
+    model_name: str | None = None,
+    patch_exclude: Sequence[str] = (),
 ) -> BatchSummary:
     """Run every task (a JSONL file, or dicts with the same keys) with results in `out`.
 
@@ -182,12 +229,13 @@ def run_batch(
     terminal) or one line per finished task, then the summary table; `quiet`: the summary
     only. Ctrl-C keeps every finished result, prints the summary and re-raises
     KeyboardInterrupt; the tasks it stopped are not recorded, so the next run does them.
-    `max_total_cost` (USD): no new task starts once the finished ones cost that much."""
+    `max_total_cost` (USD): no new task starts once the finished ones cost that much.
+    SWE-bench instances (see swebench.py) are found, picked and graded by `swe`; their
+    predictions go to preds.jsonl under `model_name` (default: provider/model), without the
+    files `patch_exclude`'s globs match."""
     settings = settings or RunSettings()
-    if isinstance(tasks, (str, os.PathLike)):
-        task_list = load_tasks(tasks)
-    else:
-        task_list = _tasks(enumerate(tasks, 1), Path.cwd(), "tasks")
+    source = Path(tasks) if isinstance(tasks, (str, os.PathLike)) else tasks
+    task_list = load_instances_or_tasks(source, swe)
     if workers < 1:
         raise BatchError(f"workers must be at least 1, got {workers}")
     if executor not in ("local", "ray"):
@@ -198,7 +246,7 @@ def run_batch(
         settings = _preflight_local(settings, task_list)
     else:
         _preflight_llm(settings)
-    folder = ResultsFolder(out)
+    folder = ResultsFolder(out, model_name or _model_name(settings), patch_exclude)
     if redo:
         folder.forget(t.id for t in task_list)
     results = {k: v for k, v in folder.load().items() if k in {t.id for t in task_list}}
@@ -247,9 +295,17 @@ def run_batch(
     return summary
 
 
+def _model_name(settings: RunSettings) -> str:
+    """A prediction's model_name_or_path: provider/model, or "gold" for --gold."""
+    if settings.gold:
+        return "gold"
+    row = PROVIDERS.get(settings.provider)
+    return f"{settings.provider}/{settings.model or (row.default_model if row else '')}"
+
+
 def _preflight_llm(settings: RunSettings) -> None:
     """Build the client once: a missing key or a bad --replay fails the batch, not each task."""
-    if settings.make_llm is None:
+    if settings.make_llm is None and not settings.gold:  # --gold runs no model
         try:
             build_llm(settings)
         except LlmConfigError as exc:

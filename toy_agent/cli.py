@@ -54,6 +54,7 @@ RESUME_PICK = "\0pick"  # --resume without an id: pick one from a list
 SUBCOMMANDS = {
     "report": "toy_agent.report:main",
     "sessions": "toy_agent.sessions:sessions_command",
+    "export-preds": "toy_agent.swebench:export_command",
 }
 
 
@@ -450,6 +451,39 @@ def build_parser() -> _Parser:
         'resolves it (a task\'s "attempts" wins; default: 1)',
     )
     badd("--redo", action="store_true", help="run tasks again that already have a result in DIR")
+    badd("--repo-map", action="append", default=[], metavar="OWNER/NAME=PATH",
+         help="SWE-bench instances: where the repository OWNER/NAME is (a clone, or a git "
+         "URL to clone into --repo-cache); repeatable")  # fmt: skip
+    badd(
+        "--repo-cache",
+        metavar="DIR",
+        help="SWE-bench instances: clone each repository into DIR once, for every task",
+    )
+    badd(
+        "--hints",
+        action="store_true",
+        help="SWE-bench instances: give the agent the instance's hints_text too",
+    )
+    badd("--filter", metavar="REGEX", help="run only the tasks whose id REGEX finds")
+    badd("--slice", metavar="A:B", help="run only tasks A to B (Python's slice, after --filter)")
+    badd("--gold", action="store_true",
+         help="SWE-bench instances: apply each instance's own patch instead of running the "
+         "agent, to prove the environments")  # fmt: skip
+    badd(
+        "--model-name",
+        metavar="NAME",
+        help="model_name_or_path in preds.jsonl (default: provider/model)",
+    )
+    badd(
+        "--patch-exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="leave the files GLOB matches out of preds.jsonl's model_patch; repeatable",
+    )
+    badd("--test-cmd", metavar="CMD", default="python -m pytest -rA",
+         help="SWE-bench instances: the command their tests' node ids are given to "
+         "(default: python -m pytest -rA)")  # fmt: skip
     badd("--max-total-cost", type=_positive_float, metavar="USD",
          help="no new task starts once the finished ones cost this much (--max-cost still "
          "limits each task)")  # fmt: skip

@@ -316,20 +316,45 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         lint=args.lint,
         lint_commands=tuple(args.lint_cmd),
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
-        permissions=args.permissions,
+        permissions=args.permissions, gold=args.gold,
     )  # fmt: skip
+    swe = _swe_options(args)
     try:
         summary = run_batch(
             args.tasks_file, args.out, settings, workers=args.workers, redo=args.redo,
             executor=args.executor, ray_address=args.ray_address, live=live,
             max_total_cost=args.max_total_cost,
             progress=None if args.output == "json" else sys.stdout, quiet=args.quiet,
+            swe=swe, model_name=args.model_name, patch_exclude=tuple(args.patch_exclude),
         )  # fmt: skip
     except BatchError as exc:
         raise UsageError(str(exc)) from exc
     if args.output == "json":
         print(to_json(summary.to_dict()))
     return summary.exit_code
+
+
+def _swe_options(args: argparse.Namespace) -> Any:
+    """--repo-map, --repo-cache, --hints, --filter, --slice, --test-cmd as SweOptions."""
+    import re
+
+    from toy_agent.swebench import SweOptions, parse_slice
+
+    repo_map = {}
+    for entry in args.repo_map:
+        name, equals, path = entry.partition("=")
+        if not equals or not name.strip() or not path.strip():
+            raise UsageError(f"--repo-map {entry!r}: expected OWNER/NAME=PATH")
+        repo_map[name.strip()] = path.strip()
+    try:
+        part = parse_slice(args.slice) if args.slice else None
+        if args.filter:
+            re.compile(args.filter)
+    except (ValueError, re.error) as exc:
+        raise UsageError(f"--filter {args.filter!r}: {exc}" if isinstance(exc, re.error)
+                         else str(exc)) from None  # fmt: skip
+    cache = Path(args.repo_cache).expanduser().resolve() if args.repo_cache else None
+    return SweOptions(repo_map, cache, args.hints, args.filter, part, args.test_cmd)
 
 
 def _batch_prices(args: argparse.Namespace) -> None:

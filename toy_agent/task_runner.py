@@ -20,7 +20,7 @@ from typing import Any
 
 from toy_agent.agent import DEFAULT_CHECK_RETRIES, ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
-from toy_agent.copies import GitError, collect_patch, prepare_copy, remove_copy
+from toy_agent.copies import Copy, GitError, collect_patch, prepare_copy, remove_copy
 from toy_agent.events import TrajectoryRecorder, json_text
 from toy_agent.lint import LintMode
 from toy_agent.llm import LlmClient, LlmConfigError, client_for
@@ -32,7 +32,8 @@ from toy_agent.pricing import meter_for
 from toy_agent.providers import DEFAULT_PROVIDER
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import SandboxUnavailable, kill_live_groups
-from toy_agent.tasks import Task
+from toy_agent.swebench import apply_patch, grade, patch_files
+from toy_agent.tasks import Instance, Task
 from toy_agent.tools import CHECK_TAIL_CHARS as CHECK_TAIL_CHARS  # its old home
 from toy_agent.tools import CodeRepositoryTools
 
@@ -94,6 +95,7 @@ class RunSettings:
     price_output: float | None = None
     # What would ask is refused (no one is there to answer), the model told why.
     permissions: Permissions | None = None
+    gold: bool = False  # --gold: a SWE-bench instance's own patch instead of the agent
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -166,7 +168,7 @@ def run_task(
     scratch = Path(scratch)
     stopped = stop.is_set if stop else (lambda: False)
     named = _TASK_ID.set(task.id)
-    check_command = task.check or settings.check
+    check_command = None if task.instance else task.check or settings.check
     limit = task.attempts or settings.attempts
     try:
         if stopped():
@@ -193,7 +195,8 @@ def run_task(
         if stopped():
             return {"id": task.id, "outcome": "cancelled"}
         error = _redactor(credentials).redact(str(exc))  # a clone's URL may carry a token
-        return failed_result(task.id, error, time.monotonic() - started)
+        return failed_result(task.id, error, time.monotonic() - started
+                             ) | instance_fields(task, {})  # fmt: skip
     finally:
         _TASK_ID.reset(named)
 
@@ -213,6 +216,7 @@ class _Attempt:
     resolved: bool
     baseline: dict[str, Any] | None = None  # the first attempt's: the check before the agent
     kept: tuple[str, ...] = ()  # the keep checks that passed before the agent
+    logs: dict[str, str] = field(default_factory=dict)  # a SWE-bench grading's full logs
 
     def to_dict(self, files: Mapping[str, str]) -> dict[str, Any]:
         check = self.check
@@ -250,34 +254,71 @@ def _attempt(
             sandbox_read=settings.sandbox_read,
         )  # fmt: skip
         before = None
+        logs: dict[str, str] = {}
+        instance = task.instance
         if baseline:
-            if check_command:
+            if instance is not None:
+                graded = grade(copy, instance, tools, settings.check_timeout, meta)
+                before, logs["baseline"] = graded.check, graded.log
+            elif check_command:
                 before = run_check(check_command, tools, settings.check_timeout)
             kept = tuple(c for c in task.keep
                          if tools.run_check(c, settings.check_timeout).ok)  # fmt: skip
             if before is not None and before["passed"]:
                 return _Attempt(0, RunResult("completed", 0, 0), b"", [], None, (), None,
-                                copy.base_commit, False, before, kept)  # fmt: skip
+                                copy.base_commit, False, before, kept, logs)  # fmt: skip
         trajectory_file = meta / "trajectory.json"
-        run = _run_agent(task, settings, tools, redactor, trajectory_file, stop, credentials)
+        if settings.gold and instance is not None:
+            run = _apply_gold(copy, instance, meta)
+        else:
+            run = _run_agent(task, settings, tools, redactor, trajectory_file, stop, credentials)
         if run.outcome == "cancelled" or (stop and stop.is_set()):
             return None
         patch, files = collect_patch(copy)
         check = run.check if run.outcome in ("completed", "check_failed") else None
-        if check is None and check_command:  # the run stopped without a verdict: one now
+        if instance is not None:  # graded as the harness grades, whatever the outcome
+            graded = grade(copy, instance, tools, settings.check_timeout, meta)
+            check, logs["after"] = graded.check, graded.log
+        elif check is None and check_command:  # the run stopped without a verdict: one now
             check = run_check(check_command, tools, settings.check_timeout)
         broken = tuple(c for c in kept if not tools.run_check(c, settings.check_timeout).ok)
         if stop and stop.is_set():  # the stop killed a check: its verdict means nothing
             return None
-        trajectory = json.loads(trajectory_file.read_text(encoding="utf-8"))
+        trajectory = (json.loads(trajectory_file.read_text(encoding="utf-8"))
+                      if trajectory_file.exists() else None)  # fmt: skip
         passed = run.success if check is None else check["passed"]
         resolved = passed and not broken and (before is None or not before["passed"])
         return _Attempt(0, run, patch, files, check, broken, trajectory, copy.base_commit,
-                        resolved, before, kept)  # fmt: skip
+                        resolved, before, kept, logs)  # fmt: skip
     finally:
         if copy is not None:
             remove_copy(copy)
         shutil.rmtree(meta, ignore_errors=True)
+
+
+def _apply_gold(copy: Copy, instance: Instance, meta: Path) -> RunResult:
+    """--gold: the instance's own patch, as the agent's work, to prove the environment (one
+    that is missing or does not apply ends the task with outcome error)."""
+    if not instance.patch:
+        raise GitError("--gold: the instance has no 'patch'")
+    failure = apply_patch(copy, instance.patch, meta)
+    if failure is not None:
+        raise GitError(f"--gold: the instance's patch did not apply: {failure}")
+    return RunResult("completed", 0, 0, result="the instance's gold patch, applied")
+
+
+def instance_fields(task: Task, logs: Mapping[str, str]) -> dict[str, Any]:
+    """What a SWE-bench task's record adds: the files its test_patch touches (left out of the
+    prediction), its other fields, and its logs (path -> text, written to DIR/logs/)."""
+    if task.instance is None:
+        return {}
+    names = {"baseline": f"logs/{task.id}.baseline.log", "after": f"logs/{task.id}.log"}
+    return {
+        "test_files": [path for path, _ in patch_files(task.instance.test_patch)],
+        "metadata": task.instance.metadata,
+        "log": names["after"] if "after" in logs else None,
+        "log_files": {names[k]: v.encode() for k, v in logs.items()},
+    }  # fmt: skip
 
 
 def _already_passing(
@@ -290,6 +331,7 @@ def _already_passing(
         "outcome": "already_passing", "baseline": baseline, "check": baseline,
         "base_commit": attempt.base_commit, "resolved": False, "already_passing": True,
         "keep": list(task.keep), "keep_broken": [], "attempts": [],
+        "tests": baseline.get("tests"), **instance_fields(task, attempt.logs),
     }  # fmt: skip
 
 
@@ -313,7 +355,8 @@ def _task_result(
         files: dict[str, str] = {}
         if several:
             files["trajectory"] = f"trajectories/{task.id}.attempt-{a.number}.json"
-            attempt_files[files["trajectory"]] = (json_text(a.trajectory) + "\n").encode()
+            if a.trajectory is not None:
+                attempt_files[files["trajectory"]] = (json_text(a.trajectory) + "\n").encode()
             if a.patch:
                 files["patch"] = f"patches/{task.id}.attempt-{a.number}.diff"
                 attempt_files[files["patch"]] = a.patch
@@ -335,7 +378,8 @@ def _task_result(
         "keep": list(task.keep), "keep_broken": list(chosen.keep_broken),
         "attempt": chosen.number, "attempts": listed,
         "patch_data": chosen.patch, "trajectory_data": chosen.trajectory,
-        "attempt_files": attempt_files,
+        "attempt_files": attempt_files, "tests": (chosen.check or {}).get("tests"),
+        **instance_fields(task, {**numbered[0].logs, **chosen.logs}),
     }  # fmt: skip
 
 

@@ -37,6 +37,20 @@ class Task:
     keep: tuple[str, ...] = ()  # checks that pass before and must still pass after
     attempts: int | None = None  # independent attempts, stopping at the first resolved
     budget: float | None = field(default=None, compare=False)  # USD left of --max-total-cost
+    instance: Instance | None = field(default=None, compare=False)  # a SWE-bench instance's
+
+
+@dataclass(frozen=True)
+class Instance:
+    """What a SWE-bench instance adds to its task: how it is graded (swebench.py), its gold
+    patch for --gold, and its other fields, kept in the results as metadata."""
+
+    test_patch: str
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    patch: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False)
+    test_command: str = "python -m pytest -rA"
 
 
 def load_tasks(path: str | os.PathLike[str]) -> list[Task]:
