@@ -875,3 +875,77 @@ def steady(record: dict[str, Any]) -> dict[str, Any]:
         if isinstance(timeless.get(key), dict):
             timeless[key] = {k: v for k, v in timeless[key].items() if k != "seconds"}
     return timeless
+
+
+# ----------------------------------------------------------------------------- at scale
+@pytest.mark.slow
+def test_a_batch_of_20_survives_ctrl_c_and_kill_9_and_resumes_to_the_end(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    twenty = [{"id": f"t{n:02d}", "repo": "repo", "task": f"[twenty] task {n}"}
+              for n in range(20)]  # fmt: skip
+    tasks = write_tasks(tmp_path / "tasks.jsonl", twenty)
+    out = tmp_path / "out"
+    script = {"twenty": [xml_action("write_file", path="done.txt", content="x\n"), done()]}
+    argv = toy_agent("--tasks-file", str(tasks), "--out", str(out), "--workers", "4",
+                     "--sandbox", "off", "--output", "json")  # fmt: skip
+
+    def worktrees() -> int:
+        return git("worktree", "list", "--porcelain", cwd=sources["repo"]).count("worktree ")
+
+    with TaskScripts(script, delays={"twenty": 0.4}, wire="openai") as provider:
+        env = cli_environment(quickest_provider_env(provider))
+        # Ctrl-C: the JSON summary still comes, interrupted, with nothing "from an earlier run"
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env)  # fmt: skip
+        wait_until(lambda: (out / "results.jsonl").exists()
+                   and len(results(out)) >= 2, "two results")  # fmt: skip
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, stderr
+        summary = json.loads(stdout)
+        first = len(results(out))
+        assert summary["interrupted"] is True and summary["skipped"] == 0
+        assert summary["ran"] == first and 2 <= first < 20 and summary["total"] == 20
+        assert worktrees() == 1
+
+        # kill -9: its copies stay behind, registered in the repository
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env)  # fmt: skip
+        wait_until(lambda: worktrees() > 1 and len(results(out)) > first, "a running copy")
+        proc.kill()
+        proc.communicate(timeout=30)
+        assert worktrees() > 1
+        second = len(results(out))
+
+        # the next run removes them, and does exactly the rest
+        done_run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done_run.returncode == 0, done_run.stderr
+    summary = json.loads(done_run.stdout)
+    assert summary["skipped"] == second and summary["ran"] == 20 - second
+    assert summary["passed"] == 20 and summary["interrupted"] is False
+    assert sorted(r["id"] for r in results(out)) == [t["id"] for t in twenty]
+    assert "left by a batch that was killed" in done_run.stderr
+    assert worktrees() == 1
+
+
+def test_task_timeout_stops_a_stuck_agent_records_its_work_and_the_batch_goes_on(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    from fakes import BlockingLlm
+
+    from toy_agent import run_batch
+
+    stuck = BlockingLlm()
+    clients = iter([stuck, ScriptedLlm(xml_action("write_file", path="a.txt", content="a\n"),
+                                       done())])  # fmt: skip
+    tasks = [{"id": "stuck", "repo": str(sources["plain"]), "task": "t"},
+             {"id": "fine", "repo": str(sources["plain"]), "task": "t"}]  # fmt: skip
+    settings = RunSettings(make_llm=lambda: next(clients), sandbox="off", task_timeout=0.5)
+    summary = finishes(lambda: run_batch(tasks, tmp_path / "out", settings))
+    stuck.release.set()
+    by_id = {r["id"]: r for r in summary.records}
+    assert by_id["stuck"]["outcome"] == "timeout" and not by_id["stuck"]["success"]
+    assert "--task-timeout: stopped after 0.5s" in by_id["stuck"]["error"]
+    assert by_id["fine"]["outcome"] == "completed" and by_id["fine"]["success"]
+    assert summary.interrupted is False

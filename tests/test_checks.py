@@ -219,6 +219,18 @@ def test_the_python_api_takes_a_check(tmp_path):
     assert "AssertionError: -1" in llm.sent_text()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here: checks use /bin/sh")
+@pytest.mark.parametrize("sandbox", ["off", "auto"])
+def test_a_check_runs_in_bash_so_pipefail_and_double_brackets_work(tmp_path, sandbox):
+    from toy_agent.tools import CodeRepositoryTools  # noqa: PLC0415
+
+    tools = CodeRepositoryTools(folder(tmp_path / "repo", {"a.txt": "a\n"}), sandbox=sandbox)
+    assert tools.run_check("[[ -f a.txt ]] && echo $BASH_VERSION | grep -q .", 30).ok
+    failing = tools.run_check("set -o pipefail; false | cat", 30)
+    assert not failing.ok and failing.exit_code == 1
+
+
 # --- every edit checked -----------------------------------------------------------------
 CALC_PY = "class Calc:\n    def add(self, a, b):\n        return a + b\n\n    def sub(self, a, b):\n        return a - b\n"  # noqa: E501
 CALC_TS = "export function add(a: number, b: number): number {\n  return a + b;\n}\n"

@@ -53,14 +53,22 @@ def record_of(out: Path) -> dict:
     return json.loads(lines[-1])
 
 
-@pytest.mark.slow
-def test_gold_patch_is_graded_resolved_with_each_test_status(six_tree, tmp_path):
+@pytest.fixture(scope="module")
+def gold_run(six_tree, tmp_path_factory):
+    """A --gold batch of the instance: (its folder, the instance, the summary)."""
+    tmp_path = tmp_path_factory.mktemp("gold")
     data = instance(six_tree, tmp_path)
-    data["PASS_TO_PASS"] = json.dumps(data["PASS_TO_PASS"])  # as the dataset publishes them
+    published = dict(data, PASS_TO_PASS=json.dumps(data["PASS_TO_PASS"]))  # the dataset's way
     tasks = tmp_path / "instances.json"
-    tasks.write_text(json.dumps([data]), encoding="utf-8")
+    tasks.write_text(json.dumps([published]), encoding="utf-8")
     out = tmp_path / "out"
     summary = run_batch(tasks, out, RunSettings(gold=True, sandbox="off"), swe=options(tmp_path))
+    return out, data, summary
+
+
+@pytest.mark.slow
+def test_gold_patch_is_graded_resolved_with_each_test_status(gold_run):
+    out, data, summary = gold_run
     record = record_of(out)
     assert summary.passed == 1 and record["resolved"] is True
     assert record["baseline"]["tests"]["FAIL_TO_PASS"] == {"test_six.py::test_int2byte": "FAILED"}
@@ -73,6 +81,21 @@ def test_gold_patch_is_graded_resolved_with_each_test_status(six_tree, tmp_path)
     assert preds == [{"instance_id": "benjaminp__six-1", "model_name_or_path": "gold",
                       "model_patch": data["patch"]}]  # fmt: skip
     assert json.loads((out / "preds.json").read_text())["benjaminp__six-1"] == preds[0]
+
+
+@pytest.mark.slow
+def test_the_official_swebench_loader_reads_the_predictions(gold_run):
+    try:
+        from swebench.harness.utils import get_predictions_from_file
+    except ImportError as exc:  # a test-only dependency of the dev extra
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"the swebench package is not installed: {exc}")
+    out, data, _ = gold_run
+    expected = [{"instance_id": data["instance_id"], "model_name_or_path": "gold",
+                 "model_patch": data["patch"]}]  # fmt: skip
+    for name in ("preds.jsonl", "preds.json"):
+        assert get_predictions_from_file(str(out / name), "unused", "test") == expected
 
 
 @pytest.mark.slow

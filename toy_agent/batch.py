@@ -51,8 +51,18 @@ RECORD_KEYS = (
     "baseline", "resolved", "already_passing", "keep", "keep_broken", "attempt", "attempts",
     "tests", "log", "test_files", "metadata",
 )  # fmt: skip
+SCRATCH_PREFIX, OWNER_FILE = "toy-agent-batch-", "owner"  # a batch's scratch folder, its pid
 POLL_SECONDS = 0.5  # how often the driver wakes to redraw the progress line
 DRAIN_SECONDS = 30.0  # after Ctrl-C, how long running tasks get to wind down
+
+
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the batch (run_batch raises it after the summary): a KeyboardInterrupt
+    that carries the summary, so `--output json` can still print it."""
+
+    def __init__(self, summary: BatchSummary):
+        super().__init__()
+        self.summary = summary
 
 
 # ---------------------------------------------------------------------------- the results
@@ -227,8 +237,9 @@ def run_batch(
     Tasks already in `out/results.jsonl` are skipped unless `redo`. Everything is checked
     before any task runs (BatchError). `progress` gets the progress line (`live`, on a
     terminal) or one line per finished task, then the summary table; `quiet`: the summary
-    only. Ctrl-C keeps every finished result, prints the summary and re-raises
-    KeyboardInterrupt; the tasks it stopped are not recorded, so the next run does them.
+    only. Ctrl-C keeps every finished result, prints the summary and raises BatchInterrupted
+    (a KeyboardInterrupt with the summary); the tasks it stopped are not recorded, so the next
+    run does them. A killed batch's copies are found and removed when the next one starts.
     `max_total_cost` (USD): no new task starts once the finished ones cost that much.
     SWE-bench instances (see swebench.py) are found, picked and graded by `swe`; their
     predictions go to preds.jsonl under `model_name` (default: provider/model), without the
@@ -251,9 +262,14 @@ def run_batch(
         folder.forget(t.id for t in task_list)
     results = {k: v for k, v in folder.load().items() if k in {t.id for t in task_list}}
     todo = collections.deque(t for t in task_list if t.id not in results)
+    earlier = len(task_list) - len(todo)  # results kept from an earlier run
     view = BatchView(progress, live=live, quiet=quiet)
     view.start(len(task_list), len(todo), workers)
-    scratch = Path(tempfile.mkdtemp(prefix="toy-agent-batch-")).resolve()
+    sources = {Path(t.repo) for t in task_list if not is_git_url(t.repo)}
+    sources = {source for source in sources if is_git_checkout(source)}
+    remove_stale_scratch(sources)
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX)).resolve()
+    (scratch / OWNER_FILE).write_text(_process_identity(os.getpid()), encoding="utf-8")
     engine: Executor | None = None
     ran, interrupted = 0, False
     try:
@@ -282,17 +298,46 @@ def run_batch(
     finally:
         if engine is not None:
             engine.close()
-        for source in {Path(t.repo) for t in task_list if not is_git_url(t.repo)}:
-            if is_git_checkout(source):
-                release_worktrees(source, scratch)
+        for source in sources:
+            release_worktrees(source, scratch)
         shutil.rmtree(scratch, ignore_errors=True)
     records = tuple(results[t.id] for t in task_list if t.id in results)
-    summary = BatchSummary(records, len(task_list), ran, len(task_list) - len(todo) - ran,
-                           interrupted, str(out))  # fmt: skip
+    summary = BatchSummary(records, len(task_list), ran, earlier, interrupted, str(out))
     view.summary(summary)
     if interrupted:
-        raise KeyboardInterrupt
+        raise BatchInterrupted(summary)
     return summary
+
+
+def remove_stale_scratch(sources: Iterable[Path]) -> list[Path]:
+    """The scratch folders of batches that were killed (`kill -9`, a crash: their process is
+    gone), removed, and their worktrees unregistered from `sources`; returns what went."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(SCRATCH_PREFIX + "*"):
+        try:
+            owner = (folder / OWNER_FILE).read_text(encoding="utf-8")
+            pid = int(owner.split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # not ours to judge (a batch of an older version, or still starting)
+        if _process_identity(pid) == owner:
+            continue  # its batch is still running
+        for source in sources:
+            release_worktrees(source, folder.resolve())
+        shutil.rmtree(folder, ignore_errors=True)
+        logger.warning("removed %s, left by a batch that was killed", folder)
+        removed.append(folder)
+    return removed
+
+
+def _process_identity(pid: int) -> str:
+    """`pid` and its start time (/proc/PID/stat's 22nd field): a pid reused by another process
+    after a reboot or a wrap does not look like the batch that wrote it."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            started = f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+    return f"{pid} {started}"
 
 
 def _model_name(settings: RunSettings) -> str:

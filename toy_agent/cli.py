@@ -451,6 +451,9 @@ def build_parser() -> _Parser:
         'resolves it (a task\'s "attempts" wins; default: 1)',
     )
     badd("--redo", action="store_true", help="run tasks again that already have a result in DIR")
+    badd("--task-timeout", type=_positive_float, metavar="SECONDS",
+         help="stop a task's agent after SECONDS (outcome timeout; its work is still "
+         "checked and recorded)")  # fmt: skip
     badd("--repo-map", action="append", default=[], metavar="OWNER/NAME=PATH",
          help="SWE-bench instances: where the repository OWNER/NAME is (a clone, or a git "
          "URL to clone into --repo-cache); repeatable")  # fmt: skip

@@ -279,7 +279,7 @@ def _refuse_single_run_flags(args: argparse.Namespace) -> None:
 
 def _run_batch(args: argparse.Namespace, live: bool) -> int:
     """--tasks-file: toy_agent.batch runs every task in its own copy and writes --out."""
-    from toy_agent.batch import BatchError, RunSettings, run_batch
+    from toy_agent.batch import BatchError, BatchInterrupted, RunSettings, run_batch
     from toy_agent.llm import LlmConfigError, parse_model_options
     from toy_agent.mcp_config import McpError, load_mcp_config
     from toy_agent.view import to_json
@@ -316,7 +316,7 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         lint=args.lint,
         lint_commands=tuple(args.lint_cmd),
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
-        permissions=args.permissions, gold=args.gold,
+        permissions=args.permissions, gold=args.gold, task_timeout=args.task_timeout,
     )  # fmt: skip
     swe = _swe_options(args)
     try:
@@ -329,6 +329,10 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         )  # fmt: skip
     except BatchError as exc:
         raise UsageError(str(exc)) from exc
+    except BatchInterrupted as stopped:  # the summary still goes out, "interrupted": true
+        if args.output == "json":
+            print(to_json(stopped.summary.to_dict()))
+        raise
     if args.output == "json":
         print(to_json(summary.to_dict()))
     return summary.exit_code

@@ -33,15 +33,26 @@ _COMMAND_ENV = {
 }  # fmt: skip
 
 
+def check_shell() -> str:
+    """The shell checks run in: bash where it is there (`set -o pipefail`, `[[ ]]`, arrays
+    work as in a terminal), else /bin/sh."""
+    return "/bin/bash" if os.access("/bin/bash", os.X_OK) else "/bin/sh"
+
+
 def run_shell(
-    command: str, cwd: Path, timeout: int, *, policy: SandboxPolicy | None = None
+    command: str,
+    cwd: Path,
+    timeout: int,
+    *,
+    policy: SandboxPolicy | None = None,
+    shell: str = "/bin/sh",
 ) -> tuple[int, str, bool]:
     """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
     secrets in the environment. The command leads its own session, and all its processes are
     killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM
     through the CLI): in bwrap, its PID namespace; unsandboxed, its group, session and tree
     and the processes carrying its marker (toy_agent.sandbox.kill_command)."""
-    argv, env = ["/bin/sh", "-c", command], child_environment(_COMMAND_ENV)
+    argv, env = [shell, "-c", command], child_environment(_COMMAND_ENV)
     marker = None  # sandboxed, bwrap's PID namespace holds every process of the command
     if policy is not None:
         argv, env = policy.argv() + argv, sandbox_environment(env, policy)

@@ -96,6 +96,7 @@ class RunSettings:
     # What would ask is refused (no one is there to answer), the model told why.
     permissions: Permissions | None = None
     gold: bool = False  # --gold: a SWE-bench instance's own patch instead of the agent
+    task_timeout: float | None = None  # --task-timeout: seconds an attempt's agent may run
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -221,7 +222,7 @@ class _Attempt:
     def to_dict(self, files: Mapping[str, str]) -> dict[str, Any]:
         check = self.check
         return {
-            "attempt": self.number, "outcome": self.run.outcome, "resolved": self.resolved,
+            "attempt": self.number, "outcome": _outcome(self.run), "resolved": self.resolved,
             "iterations": self.run.iterations, "usage": self.run.usage.to_dict(),
             "cost_usd": self.run.cost_usd,
             "check": None if check is None else {"passed": check["passed"],
@@ -272,8 +273,10 @@ def _attempt(
             run = _apply_gold(copy, instance, meta)
         else:
             run = _run_agent(task, settings, tools, redactor, trajectory_file, stop, credentials)
-        if run.outcome == "cancelled" or (stop and stop.is_set()):
+        if stop and stop.is_set():
             return None
+        if run.outcome == "cancelled":  # only --task-timeout cancels a run that goes on
+            run = replace(run, error=f"--task-timeout: stopped after {settings.task_timeout:g}s")
         patch, files = collect_patch(copy)
         check = run.check if run.outcome in ("completed", "check_failed") else None
         if instance is not None:  # graded as the harness grades, whatever the outcome
@@ -369,7 +372,8 @@ def _task_result(
     success = chosen.resolved if (task.check or baseline is not None) else (
         run.success and not chosen.keep_broken)  # fmt: skip
     return {
-        "id": task.id, "outcome": run.outcome, "success": success, "check": chosen.check,
+        "id": task.id, "outcome": _outcome(run),
+        "success": success, "check": chosen.check,
         "iterations": run.iterations, "usage": usage.to_dict(),
         "cost_usd": round(sum(costs), 6) if costs else None,
         "elapsed_seconds": round(elapsed, 3), "files_changed": chosen.files,
@@ -381,6 +385,12 @@ def _task_result(
         "attempt_files": attempt_files, "tests": (chosen.check or {}).get("tests"),
         **instance_fields(task, {**numbered[0].logs, **chosen.logs}),
     }  # fmt: skip
+
+
+def _outcome(run: RunResult) -> str:
+    """A record's outcome: the agent's, or "timeout" for a run --task-timeout cancelled (a run
+    the batch's stop cancelled is never recorded)."""
+    return "timeout" if run.outcome == "cancelled" else run.outcome
 
 
 def _redactor(credentials: Credentials | None) -> Redactor:
@@ -432,8 +442,15 @@ def _run_agent(
             on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
                       lambda event: agent.cancel() if stop and stop.is_set() else None],
         )  # fmt: skip
-        with stop.attached(agent) if stop else contextlib.nullcontext():
-            result = agent.run_result(task.task)
+        timer = threading.Timer(settings.task_timeout or 0, agent.cancel)
+        timer.daemon = True
+        if settings.task_timeout:
+            timer.start()
+        try:
+            with stop.attached(agent) if stop else contextlib.nullcontext():
+                result = agent.run_result(task.task)
+        finally:
+            timer.cancel()
         if result.outcome == "provider_error":  # the agent leaves reporting it to its caller
             logger.warning("LLM call failed: %s", result.error)
         return result

@@ -80,7 +80,7 @@ from toy_agent.search import (
     format_matches,
     search,
 )
-from toy_agent.shell import run_shell
+from toy_agent.shell import check_shell, run_shell
 from toy_agent.signatures import read_signature
 from toy_agent.tree import Listing, Tree
 
@@ -550,8 +550,9 @@ class CodeRepositoryTools:
         commands, killed after `timeout` seconds. Its output tail is redacted."""
         started = time.perf_counter()
         code, output, timed_out = run_shell(
-            command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy
-        )
+            command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy,
+            shell=check_shell(),
+        )  # fmt: skip
         policy = self.sandbox_policy
         note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
         tail = cuts.cut(self.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
