@@ -27,6 +27,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -313,20 +314,18 @@ def toolchain_folders(
     on_path = [(Path(os.path.normpath(e)), r) for e in environ.get("PATH", "").split(os.pathsep)
                if (r := _real_dir(e)) is not None]  # fmt: skip
     roots = list(_layout_roots(environ, homes))
-    used = [(name, root, real) for name, root, real, named in roots
-            if named or any(_within(p, r, root, real) for p, r in on_path)]  # fmt: skip
-    implied = {other for name, _, _ in used for other in _LAYOUTS[name].implies}
-    used += [(name, root, real) for name, root, real, _ in roots if name in implied]
-    for name, root, real in used:
-        if allowed(root) and allowed(real):
-            for part in _LAYOUTS[name].parts:
-                for path in _glob(root, part):
-                    expose(path, within=real)
+    used = [r for r in roots if r.home is None
+            or any(_within(p, real, r.path, r.real) for p, real in on_path)]  # fmt: skip
+    implied = {(other, r.home) for r in used for other in _LAYOUTS[r.name].implies}
+    used += [r for r in roots if (r.name, r.home) in implied]
+    for root in used:
+        if allowed(root.path) and allowed(root.real):
+            for part in _LAYOUTS[root.name].parts:
+                for path in _glob(root.path, part):
+                    expose(path, within=root.real)
     for lexical, real in on_path:
-        if any(_within(root, real_root, lexical, real) for _, root, real_root, _ in roots):
+        if any(_within(r.path, r.real, lexical, real) for r in roots) or _is_home(real, hidden):
             continue  # a layout's root (or above): the layout says what of it runs
-        if _is_home(real, hidden):
-            continue
         expose(lexical)
         prefix = real.parent
         kind = next((parts for marker, parts in _PREFIX_MARKERS
@@ -338,22 +337,30 @@ def toolchain_folders(
     return _outermost(found)
 
 
-def _layout_roots(
-    environ: Mapping[str, str], homes: list[Path]
-) -> Iterator[tuple[str, Path, Path, bool]]:
-    """Each known layout installed here: its name, where it is (as named, and really), and
-    whether a variable named it (in use, then, whatever PATH holds)."""
+class _Root(NamedTuple):
+    """Where a known layout is installed: as named and really, and the home folder it was
+    found in by its usual place (None: a variable named it, so it is in use)."""
+
+    name: str
+    path: Path
+    real: Path
+    home: Path | None
+
+
+def _layout_roots(environ: Mapping[str, str], homes: list[Path]) -> Iterator[_Root]:
     for name, layout in _LAYOUTS.items():
         values = [environ.get(variable, "") for variable in layout.variables]
-        found = [(Path(os.path.normpath(v)), True) for value in values
-                 for v in value.split(os.pathsep) if os.path.isabs(v)]  # fmt: skip
+        found: list[tuple[Path, Path | None]] = [
+            (Path(os.path.normpath(v)), None)
+            for value in values for v in value.split(os.pathsep) if os.path.isabs(v)
+        ]  # fmt: skip
         for home in homes:
             for pattern in layout.homes:
-                found += [(path, False) for path in _glob(home, pattern)]
-        for root, by_variable in found:
-            real = _real_dir(str(root))
+                found += [(path, home) for path in _glob(home, pattern)]
+        for path, where in found:
+            real = _real_dir(str(path))
             if real is not None and (not layout.marker or (real / layout.marker).exists()):
-                yield name, root, real, by_variable
+                yield _Root(name, path, real, where)
 
 
 def _is_home(folder: Path, hidden: list[Path]) -> bool:
@@ -467,7 +474,7 @@ def _passwd_home() -> str | None:
 def _outermost(paths: Iterable[Path]) -> list[Path]:
     """`paths` without those inside another of them, sorted."""
     found = set(paths)
-    return sorted(p for p in found if not any(p != q and p.is_relative_to(q) for q in found))
+    return sorted(p for p in found if found.isdisjoint(p.parents))
 
 
 def _real_dir(path: str) -> Path | None:
@@ -481,7 +488,8 @@ def _real_dir(path: str) -> Path | None:
 
 
 def _existing(paths: Iterable[str | Path]) -> list[Path]:
-    return [real for p in paths if (real := _real_dir(os.path.expanduser(str(p))))]
+    """The folders and files of --sandbox-read, really."""
+    return [real for p in paths if (real := _real_path(Path(os.path.expanduser(str(p)))))]
 
 
 def _listing(paths: Iterable[Path]) -> str:
@@ -558,13 +566,18 @@ _NOT_FOUND = re.compile(r"([^\s:'\"`]+): (?:command )?not found")
 
 
 def _leads_to_hidden(policy: SandboxPolicy, output: str) -> list[str]:
-    """For each program `output` says was not found that is an exposed link or script whose
-    target or `#!` interpreter is hidden: "~/.local/bin/deploy leads to ~/deploy.sh". Read
-    only to explain a failure; what is exposed never depends on it."""
+    """For each program `output` says was not found that is a link or script (on PATH, in
+    the repository or an exposed folder) whose target or `#!` interpreter is hidden:
+    "~/.local/bin/deploy leads to ~/deploy.sh". Read only to explain a failure; what is
+    exposed never depends on it."""
+    folders = [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     leads = []
     for name in dict.fromkeys(_NOT_FOUND.findall(output)):
-        places = [Path(name)] if name.startswith("/") else [p / name for p in policy.exposed]
-        for place in places if name.startswith("/") or "/" not in name else ():
+        if "/" in name:
+            places = [policy.repo / name]  # an absolute `name` replaces the repository
+        else:
+            places = [folder / name for folder in (*folders, *policy.exposed)]
+        for place in places:
             target = _program_target(place)
             if target is not None and policy.hidden_folder_of(str(target)) is not None:
                 leads.append(f"{_tilde(place)} leads to {_tilde(target)}")
