@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fnmatch
 import functools
 import glob
 import logging
@@ -199,6 +200,7 @@ _HOME_MARKERS = (".ssh", ".gnupg", ".aws", ".config", ".netrc", ".bash_history",
 _CREDENTIAL_FILES = ("credentials", "credentials.toml", "credentials.json", ".credentials.json",
                      ".netrc", ".npmrc", ".pypirc", ".git-credentials", "pip.conf")  # fmt: skip
 _SECRETS_IN = {"conda-meta": ("state", "history")}
+_DOCUMENTS = ("README*", "LICENSE*", "CHANGELOG*", "NOTICE*", "COPYING*")  # in a Node prefix
 
 
 @dataclass(frozen=True)
@@ -296,20 +298,20 @@ def toolchain_folders(
     where it is named and where it leads, when it leads into the layout itself."""
     hidden = list(hidden)
     homes = [h for h in hidden if not h.is_relative_to("/run")]
-    found: set[Path] = set()
+    found: dict[Path, Path | None] = {}  # what to expose -> the install it belongs to
 
     def allowed(path: Path) -> bool:
         return not any(h.is_relative_to(path) for h in hidden) and not (
             repo is not None and path.is_relative_to(repo)
         )
 
-    def expose(path: Path, within: Path | None = None) -> None:
+    def expose(path: Path, root: Path | None = None, real_root: Path | None = None) -> None:
         real = _real_path(path)
-        if real is None or not allowed(real) or (within and not real.is_relative_to(within)):
+        if real is None or not allowed(real) or (real_root and not real.is_relative_to(real_root)):
             return
-        for place in {path, real}:
+        for place, install in {path: root, real: real_root}.items():
             if allowed(place) and any(place.is_relative_to(h) for h in hidden):
-                found.add(place)
+                found.setdefault(place, install)
 
     on_path = [(Path(os.path.normpath(e)), r) for e in environ.get("PATH", "").split(os.pathsep)
                if (r := _real_dir(e)) is not None]  # fmt: skip
@@ -322,7 +324,7 @@ def toolchain_folders(
         if allowed(root.path) and allowed(root.real):
             for part in _LAYOUTS[root.name].parts:
                 for path in _glob(root.path, part):
-                    expose(path, within=root.real)
+                    expose(path, root.path, root.real)
     for lexical, real in on_path:
         if any(_within(r.path, r.real, lexical, real) for r in roots) or _is_home(real, hidden):
             continue  # a layout's root (or above): the layout says what of it runs
@@ -333,8 +335,31 @@ def toolchain_folders(
         if real.name in ("bin", "sbin") and kind is not None and not _is_home(prefix, hidden):
             for part in kind:
                 for path in _glob(prefix, part):
-                    expose(path, within=prefix)
-    return _outermost(found)
+                    expose(path, prefix, prefix)
+    return _outermost(_whole_folders(found, hidden))
+
+
+def _whole_folders(found: dict[Path, Path | None], hidden: list[Path]) -> list[Path]:
+    """The paths of `found`, with a folder standing for its entries wherever each of them is
+    exposed (or is a README or LICENSE), inside the install they belong to (never the install
+    itself, where settings may come later): each mount costs every command time, as bwrap
+    reads the mount table again for each. A pyenv `versions` folder whose Pythons hold
+    nothing but their bin, include, lib and share is one mount."""
+    found = dict(found)
+    while True:
+        siblings: dict[Path, list[Path]] = {}
+        for path, install in found.items():
+            if install is not None and path.parent != install and path.is_relative_to(install):
+                siblings.setdefault(path.parent, []).append(path)
+        whole = [(folder, paths) for folder, paths in siblings.items()
+                 if len({found[p] for p in paths}) == 1 and not _is_home(folder, hidden)
+                 and _only(folder, {p.name for p in paths})]  # fmt: skip
+        if not whole:
+            return list(found)
+        for folder, paths in whole:
+            found[folder] = found[paths[0]]
+            for path in paths:
+                del found[path]
 
 
 class _Root(NamedTuple):
@@ -361,6 +386,15 @@ def _layout_roots(environ: Mapping[str, str], homes: list[Path]) -> Iterator[_Ro
             real = _real_dir(str(path))
             if real is not None and (not layout.marker or (real / layout.marker).exists()):
                 yield _Root(name, path, real, where)
+
+
+def _only(folder: Path, names: set[str]) -> bool:
+    """Whether `folder` holds nothing but `names` and documents."""
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return False
+    return all(e in names or any(fnmatch.fnmatch(e, d) for d in _DOCUMENTS) for e in entries)
 
 
 def _is_home(folder: Path, hidden: list[Path]) -> bool:
