@@ -5,11 +5,12 @@
     python bench/bench_sandbox_policy.py --against OLD.py  # and another sandbox.py, in turn
 
 The home holds pyenv with 6 Pythons, nvm with 3 Nodes, cargo and rustup, miniforge with 4
-environments, uv's Pythons and tools, and `--programs` programs in ~/.local/bin (a third
-links into 20 tools uv installed, a third scripts with a `#!` line, a third links to /usr/bin), all on
-PATH. The policy is built once per `CodeRepositoryTools`, before the first command; each
-figure is the median of `--runs` builds after a warm-up (the page cache is hot for all).
-`--against` loads another version of toy_agent/sandbox.py (`git show
+environments, a uv Python, and `--programs` programs in ~/.local/bin (a third links into 10
+tools uv installed, a third scripts with a `#!` line, a third links to /usr/bin), on PATH.
+The policy is built once per `CodeRepositoryTools`, before the first command; every command
+then pays for its mounts (bwrap reads the mount table again for each), so the bench also
+times `true` in the sandbox. Each figure is the median of `--runs` after a warm-up (the page
+cache is hot for all). `--against` loads another version of toy_agent/sandbox.py (`git show
 main:toy_agent/sandbox.py > /tmp/old.py`) and times it on the same home, runs interleaved.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,10 +72,12 @@ def make_home(home: Path, programs: int) -> dict[str, str]:
     local_bin.mkdir(parents=True)
     for i in range(programs):
         name = f"tool{i:05d}"
-        if i % 3 == 0:  # 20 tools, each with its programs
-            tool = uv / "tools" / f"pkg{i % 20}"
+        if i % 3 == 0:  # 10 tools, each with its programs
+            tool = uv / "tools" / f"pkg{i % 10}"
             script(tool / "bin" / name, "exit 0")
+            (tool / "lib" / "python3.12" / "site-packages").mkdir(parents=True, exist_ok=True)
             (tool / "pyvenv.cfg").write_text("home = /usr/bin\n")
+            (tool / "uv-receipt.toml").write_text("[tool]\n")
             link(local_bin / name, tool / "bin" / name)
         elif i % 3 == 1:
             script(local_bin / name, "import sys\n", "/usr/bin/python3")
@@ -115,12 +119,27 @@ def main() -> None:
                 started = time.perf_counter()
                 policy = build(repo, environ=environ, homes=[home])
                 times[name].append(time.perf_counter() - started)
-        print(f"{args.programs:,} programs in ~/.local/bin; median of {args.runs} builds")
-        for name, build in versions.items():
-            policy = build(repo, environ=environ, homes=[home])
+        policies = {
+            name: build(repo, environ=environ, homes=[home]) for name, build in versions.items()
+        }
+        commands: dict[str, list[float]] = {name: [] for name in versions}
+        for _ in range(args.runs + 1 if sandbox.bwrap_problem() is None else 0):
+            for name, policy in policies.items():
+                argv = [*policy.argv(), "/bin/true"]  # type: ignore[attr-defined]
+                started = time.perf_counter()
+                subprocess.run(argv, check=True)
+                commands[name].append(time.perf_counter() - started)
+        print(f"{args.programs:,} programs in ~/.local/bin; medians of {args.runs} runs")
+        print(f"{'':<16} {'build':>9}   {'mounts':>6}   {'a command (true)':>16}")
+        for name, policy in policies.items():
             exposed = len(policy.exposed)  # type: ignore[attr-defined]
-            median = statistics.median(times[name][1:]) * 1000
-            print(f"{name:<16} {median:8.1f} ms   {exposed:4d} paths exposed")
+            build = statistics.median(times[name][1:]) * 1000
+            run = (
+                f"{statistics.median(commands[name][1:]) * 1000:13.1f} ms"
+                if commands[name]
+                else "(no bwrap)"
+            )
+            print(f"{name:<16} {build:6.1f} ms   {exposed:6d}   {run:>16}")
 
 
 if __name__ == "__main__":

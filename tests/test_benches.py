@@ -32,3 +32,8 @@ def test_bench_tokens_counts_six_requests_in_each_format() -> None:
     out = run_bench("bench_tokens.py")
     rows = re.findall(r"^(xml|react|native)\s+(\d+)\s+[\d,]+", out, re.MULTILINE)
     assert rows == [("xml", "6"), ("react", "6"), ("native", "6")], out
+
+
+def test_bench_sandbox_policy_builds_the_policy_on_a_generated_home() -> None:
+    out = run_bench("bench_sandbox_policy.py", "--programs", "10", "--runs", "1")
+    assert re.search(r"^this\s+[\d.]+ ms\s+\d+\s+", out, re.MULTILINE), out
