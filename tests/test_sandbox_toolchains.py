@@ -222,6 +222,9 @@ def install_conda(home: Home) -> None:
     home.secret(
         "miniforge3/envs/ml/etc/conda/activate.d/env_vars.sh", f"export API_TOKEN={SECRET}\n"
     )
+    script(root / "envs" / "tiny" / "bin" / "python", "exit 0")  # a folder all of it exposed
+    dsn = f"https://{SECRET}@sentry.example/1"
+    home.secret("miniforge3/envs/tiny/conda-meta/state", f'{{"env_vars": {{"DSN": "{dsn}"}}}}\n')
     home.path += [env / "bin", root / "condabin"]
     home.variables["CONDA_PREFIX"] = str(env)
     home.runs |= {"python3.12": "CONDA-ML-PYTHON-RAN", "conda list": "CONDA-RAN list",
@@ -399,7 +402,8 @@ def test_what_is_exposed_is_what_runs_never_a_whole_prefix(full_home: Home, repo
     assert not [whole for whole in prefixes if whole in exposed]
     assert not [p for p in exposed if "/etc" in f"/{p}" or p.endswith(".conf")]
     assert policy.masked == (home / "miniforge3/conda-meta/history",
-                             home / "miniforge3/envs/ml/conda-meta/state")  # fmt: skip
+                             home / "miniforge3/envs/ml/conda-meta/state",
+                             home / "miniforge3/envs/tiny/conda-meta/state")  # fmt: skip
     assert_exposes_no_home_and_nothing_of_the_repository(policy)
     line = policy.describe()
     assert "~/.rustup/{settings.toml,toolchains}" in line and "~/.cargo/bin" in line
@@ -567,4 +571,3 @@ def test_what_a_path_folder_holds_never_changes_what_is_exposed(venv, local, dot
         after = sandbox_policy(repo, environ=environ, homes=[home.root])
         assert after == before
         assert_exposes_no_home_and_nothing_of_the_repository(after)
-

@@ -341,10 +341,10 @@ def toolchain_folders(
 
 def _whole_folders(found: dict[Path, Path | None], hidden: list[Path]) -> list[Path]:
     """The paths of `found`, with a folder standing for its entries wherever each of them is
-    exposed (or is a README or LICENSE), inside the install they belong to (never the install
-    itself, where settings may come later): each mount costs every command time, as bwrap
-    reads the mount table again for each. A pyenv `versions` folder whose Pythons hold
-    nothing but their bin, include, lib and share is one mount."""
+    exposed (or is a README or LICENSE) and none holds a file to cover, inside the install
+    they belong to (never the install itself, where settings may come later): each mount
+    costs every command time, as bwrap reads the mount table again for each. A pyenv
+    `versions` folder whose Pythons hold nothing but bin, include, lib and share is one."""
     found = dict(found)
     while True:
         siblings: dict[Path, list[Path]] = {}
@@ -353,7 +353,8 @@ def _whole_folders(found: dict[Path, Path | None], hidden: list[Path]) -> list[P
                 siblings.setdefault(path.parent, []).append(path)
         whole = [(folder, paths) for folder, paths in siblings.items()
                  if len({found[p] for p in paths}) == 1 and not _is_home(folder, hidden)
-                 and _only(folder, {p.name for p in paths})]  # fmt: skip
+                 and _only(folder, {p.name for p in paths})
+                 and not _credential_files(paths)]  # fmt: skip
         if not whole:
             return list(found)
         for folder, paths in whole:
