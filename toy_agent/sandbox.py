@@ -194,9 +194,9 @@ _HOME_DEFAULTS = {home: layout.variables[0] for layout in _LAYOUTS.values()
 _PREFIX_MARKERS = (("pyvenv.cfg", _VENV), ("conda-meta", _CONDA), ("lib/node_modules", _PREFIX))
 # A folder holding any of these is a home folder, or above one: never exposed.
 _HOME_MARKERS = (".ssh", ".gnupg", ".aws", ".config", ".netrc", ".bash_history", ".kube")
-# Files that hold credentials rather than tools, covered with an empty file: at the top of
-# any exposed folder, and in a conda environment's package records (stored variables, the
-# commands that made it, with their channel tokens).
+# Files that hold credentials rather than tools, covered with /dev/null (which bwrap mounts
+# nodev: reading one fails): at the top of any exposed folder, and in a conda environment's
+# package records (the variables it stores, the commands that made it with their tokens).
 _CREDENTIAL_FILES = ("credentials", "credentials.toml", "credentials.json", ".credentials.json",
                      ".netrc", ".npmrc", ".pypirc", ".git-credentials", "pip.conf")  # fmt: skip
 _SECRETS_IN = {"conda-meta": ("state", "history")}
