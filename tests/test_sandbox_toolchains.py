@@ -6,7 +6,8 @@ an environment, cargo's rustup proxies and rustup's toolchains, uv's Pythons and
 volta, bun, Go, pulumi, flyctl), each with the secrets those installs really come to hold
 (`etc/npmrc`, `pip.conf`, a conda environment's stored variables, `~/.cargo/config.toml`, ...).
 Real bubblewrap then runs `grep -R` and `cat` over the whole home from inside, and every
-toolchain's program, through its real chain of links, shims and `#!` lines.
+toolchain's program, through its real chain of links, shims and `#!` lines; once as this
+process's user (root in CI) and once as nobody.
 
 The links that used to widen what is exposed are real too: relative links in a repository's
 `.venv/bin` climbing out of it, `~/.local/bin/deploy -> ~/deploy.sh`, `~/bin -> ~/dotfiles/bin`,
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sandbox_helpers import NOBODY, nobody_folder, run_unprivileged
 
 from toy_agent import sandbox
 from toy_agent.sandbox import SandboxPolicy, bwrap_problem, sandbox_policy
@@ -77,18 +79,22 @@ class Home:
         return {"HOME": str(self.root), "PATH": path, **self.variables}
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
-    """HOME is a temporary folder holding the usual secrets; no toolchain variable or PATH
-    folder of the real home is left (the real home stays the password database's)."""
-    root = tmp_path / "home"
+def usual_home(root: Path) -> Home:
     home = Home(root)
     home.secret(".ssh/id_ed25519", f"{SECRET} private key\n")
     home.secret(".aws/credentials", f"[default]\naws_secret_access_key = {SECRET}\n")
     home.secret(".config/gh/hosts.yml", f"github.com:\n    oauth_token: gho_{SECRET}\n")
     home.secret(".npmrc", f"//registry.npmjs.org/:_authToken=npm_{SECRET}\n")
     home.secret(".bash_history", f"export TOKEN={SECRET}\n")
-    monkeypatch.setenv("HOME", str(root))
+    return home
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
+    """HOME is a temporary folder holding the usual secrets; no toolchain variable or PATH
+    folder of the real home is left (the real home stays the password database's)."""
+    home = usual_home(tmp_path / "home")
+    monkeypatch.setenv("HOME", str(home.root))
     monkeypatch.setenv("PATH", BASE_PATH)
     for name in TOOLCHAIN_VARIABLES:
         monkeypatch.delenv(name, raising=False)
@@ -332,16 +338,36 @@ def install_others(home: Home) -> None:
                   "pulumi up": "PULUMI-RAN up", "fly deploy": "FLY-RAN deploy"}  # fmt: skip
 
 
-@pytest.fixture
-def full_home(home: Home, repo: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
+def install_everything(home: Home, repo: Path) -> None:
     install_virtualenv(home, install_pyenv(home))
     install_nvm(home)
     install_conda(home)
     install_rust(home)
     install_uv(home, repo)
     install_others(home)
+
+
+@pytest.fixture
+def full_home(home: Home, repo: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
+    install_everything(home, repo)
     activate(home, monkeypatch)
     return home
+
+
+def reads_and_runs(home: Home) -> str:
+    """One command line: every file in the home holding the marker (none, from inside), every
+    planted secret, then each toolchain's program, each followed by its exit status."""
+    secrets = " ".join(map(str, home.secrets))
+    runs = "; ".join(f'{command}; echo "=$?="' for command in home.runs)
+    return f"{GREP_SECRET} {home.root}; cat {secrets}; echo READ; {runs}"
+
+
+def assert_read_nothing_and_ran_everything(home: Home, out: str) -> None:
+    assert SECRET not in out.split("\n", 1)[1]  # what it printed, not the command line
+    printed = out.split("\nREAD\n", 1)[1].split("=\n")
+    for (command, expected), output in zip(home.runs.items(), printed, strict=False):
+        assert output.endswith("=0") and expected in output, (command, output)
+    assert len(printed) == len(home.runs) + 1
 
 
 # ------------------------------------------------------------- secrets inside toolchains
@@ -366,14 +392,26 @@ def test_every_toolchain_runs_and_nothing_secret_in_the_home_is_readable(
                     ".virtualenvs/tools/pyvenv.cfg", "sdk/go1.22.1/src/runtime/runtime.go",
                     ".sdkman/candidates/java/21.0.2-tem/conf/security/java.security"):  # fmt: skip
         assert f"./{visible}\n" in seen  # what the toolchains need is there
-    out = tools.run_command(" ".join(["cat", *map(str, full_home.secrets), "; echo END"]))
-    assert SECRET not in out and "END" in out
-    # Each program through its links, shims and #! lines, in one sandbox, then its status.
-    out = tools.run_command("; ".join(f'{c}; echo "=$?="' for c in full_home.runs))
-    printed = out.split("\n", 2)[2].split("=\n")  # after the command line and its status
-    for (command, expected), output in zip(full_home.runs.items(), printed, strict=False):
-        assert output.endswith("=0") and expected in output, (command, output)
-    assert len(printed) == len(full_home.runs) + 1
+    assert_read_nothing_and_ran_everything(full_home, tools.run_command(reads_and_runs(full_home)))
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_as_an_unprivileged_user_too_nothing_secret_is_readable_and_every_toolchain_runs() -> None:
+    """The same home, owned by nobody, with toy_agent run as nobody (setpriv): how most people
+    run it, where the suite itself runs as root in CI."""
+    with nobody_folder() as folder:
+        home = usual_home(folder / "home")
+        repo = text(home.root / "src" / "project" / "app.py", "print('hi')\n").parent
+        install_everything(home, repo)
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(folder)], check=True)
+        code = ("import sys\nfrom toy_agent.tools import CodeRepositoryTools\n"
+                "tools = CodeRepositoryTools(sys.argv[1], allow_commands=True, sandbox='bwrap')\n"
+                "print(tools.run_command(sys.argv[2]))")  # fmt: skip
+        done = run_unprivileged(code, str(repo), reads_and_runs(home), cwd=folder,
+                                env=home.environ())  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert_read_nothing_and_ran_everything(home, done.stdout)
 
 
 @pytest.mark.slow
