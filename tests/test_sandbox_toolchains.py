@@ -37,7 +37,6 @@ needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PRO
 SECRET = "MARKER-SECRET"
 GREP_SECRET = 'grep -R -l "MARKER""-SECRET"'  # a command line that does not hold the marker
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
-TOOLCHAIN_VARIABLES = sorted({v for layout in sandbox._LAYOUTS.values() for v in layout.variables})
 
 
 # ------------------------------------------------------------------------------ the home
@@ -96,7 +95,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
     home = usual_home(tmp_path / "home")
     monkeypatch.setenv("HOME", str(home.root))
     monkeypatch.setenv("PATH", BASE_PATH)
-    for name in TOOLCHAIN_VARIABLES:
+    for name in sandbox._TOOL_HOME_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     return home
 

@@ -227,6 +227,10 @@ _LAYOUTS = {
     "dotnet": _Layout((".dotnet",), ("DOTNET_ROOT",), ("dotnet", "host", "sdk", "shared",
                       "packs", "templates", "sdk-manifests", "tools")),
 }  # fmt: skip
+# The variables that say where the user's toolchains are (read here, and kept in commands'
+# environments).
+_TOOL_HOME_VARIABLES = tuple(dict.fromkeys(v for layout in _LAYOUTS.values()
+                                           for v in layout.variables))  # fmt: skip
 # Tools that find their install through $HOME, which the sandbox points elsewhere: each is
 # told where it is, when that folder is exposed and the user has not said so already.
 _HOME_DEFAULTS = {home: layout.variables[0] for layout in _LAYOUTS.values()
