@@ -18,7 +18,6 @@ import pytest
 from fakes import folder
 from hypothesis import settings
 
-
 from toy_agent.providers import endpoint_variables, key_variables
 
 # No hypothesis deadline: a property is about what the code does, not how fast; the default
