@@ -377,6 +377,7 @@ def test_on_a_terminal_a_progress_line_shows_done_running_tokens_and_eta(
         )  # fmt: skip
     assert "\r\x1b[K" in screen
     assert "0/2 done · 1 running · ✓ 0 ✗ 0 · 0 tokens" in screen
+    assert "· alpha step 1" in screen and "· charlie step 1" in screen  # which, and where
     assert "1/2 done · 1 running · ✓ 1 ✗ 0 · 45 tokens" in screen and "ETA" in screen
     assert "2 tasks: 2 passed, 0 failed" in screen
 

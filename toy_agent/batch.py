@@ -52,6 +52,7 @@ RECORD_KEYS = (
     "tests", "log", "test_files", "metadata",
 )  # fmt: skip
 SCRATCH_PREFIX, OWNER_FILE = "toy-agent-batch-", "owner"  # a batch's scratch folder, its pid
+RUNNING_SHOWN = 4  # running tasks named on the progress line
 POLL_SECONDS = 0.5  # how often the driver wakes to redraw the progress line
 DRAIN_SECONDS = 30.0  # after Ctrl-C, how long running tasks get to wind down
 
@@ -409,7 +410,8 @@ def _drive(
                 task = todo.popleft()
                 running[engine.submit(replace(task, budget=budget_left()))] = task
             collect(POLL_SECONDS)
-            view.update(len(running))
+            steps = engine.steps()
+            view.update(len(running), [(t.id, steps.get(t.id)) for t in running.values()])
         return False
     except KeyboardInterrupt:
         view.stopping(len(running))
@@ -453,7 +455,8 @@ class BatchView:
         if not self.quiet:
             self._line(f"[{self.done}/{self.total}] {_task_line(record)}")
 
-    def update(self, running: int) -> None:
+    def update(self, running: int, tasks: Sequence[tuple[str, int | None]] = ()) -> None:
+        """Redraw the progress line; `tasks`: the running tasks' ids and their agents' steps."""
         if not self.live or self.stream is None:
             return
         parts = [f"{self.done}/{self.total} done", f"{running} running",
@@ -465,6 +468,11 @@ class BatchView:
         if self.finished_now and self.to_run > self.finished_now:
             eta = elapsed / self.finished_now * (self.to_run - self.finished_now)
             parts.append(f"ETA {_duration(eta)}")
+        names = [name if step is None else f"{name} step {step}" for name, step in tasks]
+        if names:
+            shown = ", ".join(names[:RUNNING_SHOWN])
+            parts.append(shown + (f" +{len(names) - RUNNING_SHOWN}" if len(names) > RUNNING_SHOWN
+                                  else ""))  # fmt: skip
         self.stream.write("\r\x1b[K" + " · ".join(parts))
         self.stream.flush()
 

@@ -34,6 +34,7 @@ class Executor(Protocol):
     ) -> list[tuple[Any, dict[str, Any]]]: ...
     def cancel(self, handles: Sequence[Any]) -> None: ...
     def close(self) -> None: ...
+    def steps(self) -> dict[str, int]: ...
 
 
 class LocalExecutor:
@@ -56,6 +57,10 @@ class LocalExecutor:
 
     def cancel(self, handles: Sequence[Any]) -> None:
         self._stop.set()  # every task on this machine: the batch is stopping
+
+    def steps(self) -> dict[str, int]:
+        """The step each running task's agent is at."""
+        return dict(self._stop.steps)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -124,6 +129,9 @@ class RayExecutor:
         for ref in handles:
             with contextlib.suppress(Exception):
                 self._ray.cancel(ref)
+
+    def steps(self) -> dict[str, int]:
+        return {}  # a Ray task's agent runs on another machine: its step is not known here
 
     def close(self) -> None:
         if self._started_here:

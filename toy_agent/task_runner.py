@@ -125,6 +125,7 @@ class StopSignal:
         self._event = threading.Event()
         self._agents: set[ReactAgent] = set()
         self._lock = threading.Lock()
+        self.steps: dict[str, int] = {}  # a running task's id -> its agent's step, for the view
 
     def set(self) -> None:
         self._event.set()
@@ -200,6 +201,8 @@ def run_task(
                              ) | instance_fields(task, {})  # fmt: skip
     finally:
         _TASK_ID.reset(named)
+        if stop is not None:
+            stop.steps.pop(task.id, None)
 
 
 @dataclass(frozen=True)
@@ -440,7 +443,8 @@ def _run_agent(
             check_retries=settings.check_retries, check_timeout=settings.check_timeout,
             lint=settings.lint, lint_commands=settings.lint_commands,
             on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
-                      lambda event: agent.cancel() if stop and stop.is_set() else None],
+                      lambda event: agent.cancel() if stop and stop.is_set() else None,
+                      lambda event: _count_step(stop, task.id, event)],
         )  # fmt: skip
         timer = threading.Timer(settings.task_timeout or 0, agent.cancel)
         timer.daemon = True
@@ -454,6 +458,11 @@ def _run_agent(
         if result.outcome == "provider_error":  # the agent leaves reporting it to its caller
             logger.warning("LLM call failed: %s", result.error)
         return result
+
+
+def _count_step(stop: StopSignal | None, task_id: str, event: Any) -> None:
+    if stop is not None and isinstance(getattr(event, "iteration", None), int):
+        stop.steps[task_id] = event.iteration
 
 
 def build_llm(settings: RunSettings, credentials: Credentials | None = None) -> LlmClient:
