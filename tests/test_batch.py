@@ -950,3 +950,28 @@ def test_task_timeout_stops_a_stuck_agent_records_its_work_and_the_batch_goes_on
     assert "--task-timeout: stopped after 0.5s" in by_id["stuck"]["error"]
     assert by_id["fine"]["outcome"] == "completed" and by_id["fine"]["success"]
     assert summary.interrupted is False
+
+
+@pytest.mark.slow
+def test_a_setup_runs_once_before_the_agent_and_stays_out_of_the_patch(
+    sources: dict[str, Path], tmp_path: Path
+) -> None:
+    from toy_agent import run_batch
+
+    setup = "mkdir -p .venv && echo x > .venv/marker && echo built > build.txt"
+    tasks = [{"id": "set", "repo": str(sources["repo"]), "task": "t", "setup": setup,
+              "check": "test -f build.txt && test -f mine.txt"},
+             {"id": "broken", "repo": str(sources["repo"]), "task": "t",
+              "setup": "echo no compiler >&2; exit 3"}]  # fmt: skip
+    clients = iter([ScriptedLlm(xml_action("write_file", path="mine.txt", content="m\n"),
+                                done())])  # fmt: skip
+    settings = RunSettings(make_llm=lambda: next(clients), sandbox="off")
+    summary = run_batch(tasks, tmp_path / "out", settings)
+    by_id = {r["id"]: r for r in summary.records}
+    assert by_id["set"]["resolved"] is True  # the check saw the setup's build.txt
+    assert [f["path"] for f in by_id["set"]["files_changed"]] == ["mine.txt"]
+    patch = (tmp_path / "out" / by_id["set"]["patch"]).read_text()
+    assert "build.txt" not in patch and ".venv" not in patch
+    assert by_id["broken"]["outcome"] == "error"
+    assert "setup exited with 3" in by_id["broken"]["error"]
+    assert "no compiler" in by_id["broken"]["error"]

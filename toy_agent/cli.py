@@ -427,7 +427,7 @@ def build_parser() -> _Parser:
         "--tasks-file",
         metavar="TASKS.jsonl",
         help='one task a line: {"id", "repo", "task", "rev"?, "check"?, "keep"?, "attempts"?, '
-        '"max_iterations"?}',
+        '"max_iterations"?, "setup"?}, or SWE-bench instances (JSON, JSONL)',
     )
     badd(
         "--out",
@@ -451,6 +451,9 @@ def build_parser() -> _Parser:
         'resolves it (a task\'s "attempts" wins; default: 1)',
     )
     badd("--redo", action="store_true", help="run tasks again that already have a result in DIR")
+    badd("--setup", metavar="CMD",
+         help="run CMD once in each task's copy before the agent (a virtualenv and an install, "
+         "say), like a check; not in the patch (a task's setup wins)")  # fmt: skip
     badd("--task-timeout", type=_positive_float, metavar="SECONDS",
          help="stop a task's agent after SECONDS (outcome timeout; its work is still "
          "checked and recorded)")  # fmt: skip

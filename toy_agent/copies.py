@@ -16,7 +16,7 @@ import stat
 import subprocess
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,14 @@ def collect_patch(copy: Copy) -> tuple[bytes, list[dict[str, Any]]]:
             files.append({"path": path, "added": int(added) if added != "-" else 0,
                           "removed": int(removed) if removed != "-" else 0})  # fmt: skip
     return patch, files
+
+
+def rebase_copy(copy: Copy) -> Copy:
+    """The copy with its files as they are now as the base its patch is taken against (a
+    task's setup is not the agent's work). `base_commit` stays the commit it started from."""
+    _git("read-tree", copy.base, cwd=copy.path, env=copy.git_env)
+    _git("add", "--all", cwd=copy.path, env=copy.git_env)
+    return replace(copy, base=_git_text("write-tree", cwd=copy.path, env=copy.git_env))
 
 
 def remove_copy(copy: Copy) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from toy_agent.agent import DEFAULT_CHECK_RETRIES, ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
-from toy_agent.copies import Copy, GitError, collect_patch, prepare_copy, remove_copy
+from toy_agent.copies import Copy, GitError, collect_patch, prepare_copy, rebase_copy, remove_copy
 from toy_agent.events import TrajectoryRecorder, json_text
 from toy_agent.lint import LintMode
 from toy_agent.llm import LlmClient, LlmConfigError, client_for
@@ -97,6 +97,7 @@ class RunSettings:
     permissions: Permissions | None = None
     gold: bool = False  # --gold: a SWE-bench instance's own patch instead of the agent
     task_timeout: float | None = None  # --task-timeout: seconds an attempt's agent may run
+    setup: str | None = None  # --setup: of tasks that give none
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -257,6 +258,9 @@ def _attempt(
             sandbox=settings.sandbox, sandbox_network=settings.sandbox_network,
             sandbox_read=settings.sandbox_read,
         )  # fmt: skip
+        setup = task.setup or settings.setup
+        if setup:
+            copy = _set_up(copy, setup, tools, settings.check_timeout)
         before = None
         logs: dict[str, str] = {}
         instance = task.instance
@@ -300,6 +304,18 @@ def _attempt(
         if copy is not None:
             remove_copy(copy)
         shutil.rmtree(meta, ignore_errors=True)
+
+
+def _set_up(copy: Copy, command: str, tools: CodeRepositoryTools, timeout: float) -> Copy:
+    """A task's `setup` (a virtualenv and an install, say), run in the copy like a check before
+    anything else; what it changed becomes the patch's base, so it is not in the patch. A
+    setup that fails ends the task (outcome error, with the end of its output)."""
+    result = tools.run_check(command, timeout)
+    if not result.ok:
+        how = "timed out" if result.timed_out else f"exited with {result.exit_code}"
+        tail = result.output_tail.strip().splitlines()[-5:]
+        raise GitError(f"the task's setup {how}: {command}" + "".join(f"\n{t}" for t in tail))
+    return rebase_copy(copy)
 
 
 def _apply_gold(copy: Copy, instance: Instance, meta: Path) -> RunResult:
