@@ -46,6 +46,8 @@ class Copy:
     git_env: dict[str, str]
     worktree_of: Path | None = None  # the source repository the worktree is registered in
     base_commit: str | None = None
+    # The source's object store a shared clone reads (read-only) through its alternates.
+    shared_objects: Path | None = None
 
 
 _source_locks: dict[str, threading.Lock] = {}
@@ -72,27 +74,39 @@ def prepare_copy(task: Task, scratch: Path) -> Copy:
         _git("clone", "--quiet", "--no-checkout", "--", task.repo, str(dest),
              timeout=CLONE_TIMEOUT)  # fmt: skip
         env |= {"GIT_DIR": str(dest / ".git"), "GIT_WORK_TREE": str(dest)}
-        _git("checkout", "--quiet", "--detach", task.rev or "HEAD", cwd=dest, env=env)
+        _checkout(dest, task.rev or "HEAD", env)
         commit = _git_text("rev-parse", "HEAD", cwd=dest, env=env)
         return Copy(dest, commit, env, base_commit=commit)
     source = Path(task.repo)
     if is_git_checkout(source):
-        with _source_lock(source):
-            _git("worktree", "add", "--detach", "--quiet", str(dest), task.rev or "HEAD",
-                 cwd=source, timeout=CLONE_TIMEOUT)  # fmt: skip
-        git_dir = _git_text("rev-parse", "--absolute-git-dir", cwd=dest)
-        env |= {"GIT_DIR": git_dir, "GIT_WORK_TREE": str(dest)}
-        commit = _git_text("rev-parse", "HEAD", cwd=dest, env=env)
-        common = Path(_git_text("rev-parse", "--git-common-dir", cwd=source))
-        (meta / "objects").mkdir()
-        env |= {"GIT_OBJECT_DIRECTORY": str(meta / "objects"),
-                "GIT_ALTERNATE_OBJECT_DIRECTORIES": str((source / common) / "objects")}  # fmt: skip
-        return Copy(dest, commit, env, worktree_of=source, base_commit=commit)
+        # A clone that borrows the source's objects (--shared: nothing is copied) and has its
+        # own .git: the agent's git (stash, checkout -- FILE, commit) writes there, never into
+        # the source, and no worktree is registered in it.
+        try:
+            commit = _git_text("rev-parse", "--verify", "--end-of-options",
+                               f"{task.rev or 'HEAD'}^{{commit}}", cwd=source)  # fmt: skip
+        except GitError:
+            raise GitError(f"git clone failed: {task.rev or 'HEAD'} is not a commit of "
+                           f"{source}") from None  # fmt: skip
+        common = source / _git_text("rev-parse", "--git-common-dir", cwd=source)
+        _git("clone", "--quiet", "--shared", "--no-checkout", "--", str(source), str(dest),
+             timeout=CLONE_TIMEOUT)  # fmt: skip
+        env |= {"GIT_DIR": str(dest / ".git"), "GIT_WORK_TREE": str(dest)}
+        _checkout(dest, commit, env)
+        objects = (common / "objects").resolve()
+        return Copy(dest, commit, env, base_commit=commit, shared_objects=objects)
     shutil.copytree(source, dest, symlinks=True, copy_function=_copy_entry)
     _git("init", "--quiet", str(meta / "repo"))
     env |= {"GIT_DIR": str(meta / "repo" / ".git"), "GIT_WORK_TREE": str(dest)}
     _git("add", "--all", cwd=dest, env=env)
     return Copy(dest, _git_text("write-tree", cwd=dest, env=env), env)
+
+
+def _checkout(dest: Path, rev: str, env: Mapping[str, str]) -> None:
+    """Check `rev` out in the clone at `dest`, into the clone's own index (the private one is
+    the driver's), so the agent's `git status` starts clean."""
+    own = {k: v for k, v in env.items() if k != "GIT_INDEX_FILE"}
+    _git("checkout", "--quiet", "--detach", rev, cwd=dest, env=own, timeout=CLONE_TIMEOUT)
 
 
 def _copy_entry(source: str, dest: str) -> None:

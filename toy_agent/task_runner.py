@@ -256,7 +256,7 @@ def _attempt(
         tools = CodeRepositoryTools(
             copy.path, allow_commands=settings.allow_commands, redactor=redactor,
             sandbox=settings.sandbox, sandbox_network=settings.sandbox_network,
-            sandbox_read=settings.sandbox_read,
+            sandbox_read=(*settings.sandbox_read, *filter(None, [copy.shared_objects])),
         )  # fmt: skip
         setup = task.setup or settings.setup
         if setup:
