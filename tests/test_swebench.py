@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -210,3 +211,22 @@ def test_slices_are_pythons():
     assert parse_slice("2:5") == (2, 5) and parse_slice(":-1") == (None, -1)
     with pytest.raises(ValueError, match="A:B"):
         parse_slice("two")
+
+
+def test_the_repo_cache_clones_each_repository_once(tmp_path):
+    from toy_agent.swebench import repository
+
+    source = tmp_path / "upstream"
+    source.mkdir()
+    (source / "a.py").write_text("a = 1\n")
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t",
+                                                 "commit", "-qm", "a"]):  # fmt: skip
+        subprocess.run(["git", *args], cwd=source, check=True)
+    cache = tmp_path / "cache"
+    opts = SweOptions({"o/n": f"file://{source}"}, cache)
+    path = repository("o/n", opts, "here")
+    assert Path(path) == cache / "o__n" and (Path(path) / "a.py").read_text() == "a = 1\n"
+    shutil.rmtree(source)  # a second task of the repository does not clone it again
+    assert repository("o/n", opts, "here") == path
+    with pytest.raises(BatchError, match="cannot clone o/m into --repo-cache"):
+        repository("o/m", SweOptions({"o/m": f"file://{source}"}, cache), "here")
