@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from toy_agent.copies import release_worktrees
+from toy_agent.environments import EnvironmentError_, parse_env
 from toy_agent.events import json_text
 from toy_agent.executors import Executor, LocalExecutor, RayExecutor
 from toy_agent.executors import provider_environment as provider_environment
@@ -374,8 +375,18 @@ def _preflight_local(settings: RunSettings, tasks: Sequence[Task]) -> RunSetting
         raise BatchError(str(exc)) from None
     except SandboxUnavailable as exc:
         raise BatchError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from None
+    kinds = set()
+    for spec in {t.env or settings.env or "host" for t in tasks}:
+        try:
+            kind, target = parse_env(spec)
+        except EnvironmentError_ as exc:
+            raise BatchError(str(exc)) from None
+        if kind == "rootfs" and not Path(target).is_dir():
+            raise BatchError(f"env {spec}: {target} is not a folder")
+        kinds.add(kind)
     permissions = settings.permissions
-    if settings.allow_commands and (settings.sandbox, sandbox) == ("auto", "off"):
+    if (settings.allow_commands and (settings.sandbox, sandbox) == ("auto", "off")
+            and "host" in kinds):  # fmt: skip
         # No sandbox, and the user did not turn it off: commands ask, and a batch never
         # asks, so they are refused (Permissions.for_tools, decided here for every task).
         permissions = replace(permissions or Permissions(), sandboxed=False)

@@ -454,6 +454,10 @@ def build_parser() -> _Parser:
     badd("--setup", metavar="CMD",
          help="run CMD once in each task's copy before the agent (a virtualenv and an install, "
          "say), like a check; not in the patch (a task's setup wins)")  # fmt: skip
+    badd("--env", metavar="ENV",
+         help="where each task's commands and checks run: host (default), rootfs:DIR "
+         "(bubblewrap in that root), docker:IMAGE or podman:IMAGE ({id}: the task's id); "
+         "the copy is at /testbed (a task's env wins)")  # fmt: skip
     badd("--task-timeout", type=_positive_float, metavar="SECONDS",
          help="stop a task's agent after SECONDS (outcome timeout; its work is still "
          "checked and recorded)")  # fmt: skip

@@ -317,7 +317,7 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         lint_commands=tuple(args.lint_cmd),
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
         permissions=args.permissions, gold=args.gold, task_timeout=args.task_timeout,
-        setup=args.setup,
+        setup=args.setup, env=args.env,
     )  # fmt: skip
     swe = _swe_options(args)
     try:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import typing
+from collections.abc import Callable
 from pathlib import Path
 
 from toy_agent import cuts
@@ -46,6 +47,7 @@ def run_shell(
     *,
     policy: SandboxPolicy | None = None,
     shell: str = "/bin/sh",
+    wrap: Callable[[list[str]], list[str]] | None = None,
 ) -> tuple[int, str, bool]:
     """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
     secrets in the environment. The command leads its own session, and all its processes are
@@ -53,6 +55,8 @@ def run_shell(
     through the CLI): in bwrap, its PID namespace; unsandboxed, its group, session and tree
     and the processes carrying its marker (toy_agent.sandbox.kill_command)."""
     argv, env = [shell, "-c", command], child_environment(_COMMAND_ENV)
+    if wrap is not None:  # a batch task's environment: a root filesystem or a container
+        argv = wrap(argv)
     marker = None  # sandboxed, bwrap's PID namespace holds every process of the command
     if policy is not None:
         argv, env = policy.argv() + argv, sandbox_environment(env, policy)

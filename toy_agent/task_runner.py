@@ -21,6 +21,7 @@ from typing import Any
 from toy_agent.agent import DEFAULT_CHECK_RETRIES, ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.copies import Copy, GitError, collect_patch, prepare_copy, rebase_copy, remove_copy
+from toy_agent.environments import Environment, EnvironmentError_, parse_env
 from toy_agent.events import TrajectoryRecorder, json_text
 from toy_agent.lint import LintMode
 from toy_agent.llm import LlmClient, LlmConfigError, client_for
@@ -98,6 +99,7 @@ class RunSettings:
     gold: bool = False  # --gold: a SWE-bench instance's own patch instead of the agent
     task_timeout: float | None = None  # --task-timeout: seconds an attempt's agent may run
     setup: str | None = None  # --setup: of tasks that give none
+    env: str | None = None  # --env: of tasks that give none (host, rootfs:DIR, docker:IMAGE ...)
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -194,7 +196,8 @@ def run_task(
             if attempt.resolved or (task.budget is not None and spent >= task.budget):
                 break
         return _task_result(task, attempts, baseline, kept, time.monotonic() - started)
-    except (GitError, OSError, McpError, LlmConfigError, SandboxUnavailable) as exc:
+    except (GitError, OSError, McpError, LlmConfigError, SandboxUnavailable,
+            EnvironmentError_) as exc:  # fmt: skip
         if stopped():
             return {"id": task.id, "outcome": "cancelled"}
         error = _redactor(credentials).redact(str(exc))  # a clone's URL may carry a token
@@ -250,13 +253,18 @@ def _attempt(
     """One attempt in a fresh copy (the first also takes the baseline); None when stopped."""
     meta = scratch / "meta" / task.id
     copy = None
+    kind, target = parse_env(task.env or settings.env or "host")
+    environment = Environment(kind, target.replace("{id}", task.id), settings.sandbox_network)
     try:
         copy = prepare_copy(task, scratch)
         redactor = _redactor(credentials)
+        environment.start(copy.path, task.id)
         tools = CodeRepositoryTools(
             copy.path, allow_commands=settings.allow_commands, redactor=redactor,
-            sandbox=settings.sandbox, sandbox_network=settings.sandbox_network,
+            sandbox=settings.sandbox if kind == "host" else "off",
+            sandbox_network=settings.sandbox_network,
             sandbox_read=(*settings.sandbox_read, *filter(None, [copy.shared_objects])),
+            environment=None if kind == "host" else environment,
         )  # fmt: skip
         setup = task.setup or settings.setup
         if setup:
@@ -301,6 +309,7 @@ def _attempt(
         return _Attempt(0, run, patch, files, check, broken, trajectory, copy.base_commit,
                         resolved, before, kept, logs)  # fmt: skip
     finally:
+        environment.stop()
         if copy is not None:
             remove_copy(copy)
         shutil.rmtree(meta, ignore_errors=True)

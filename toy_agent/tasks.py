@@ -14,6 +14,7 @@ from toy_agent.providers import EFFORTS
 
 TASK_KEYS = (
     "id", "repo", "task", "rev", "check", "max_iterations", "effort", "keep", "attempts", "setup",
+    "env",
 )  # fmt: skip
 REQUIRED_KEYS = ("id", "repo", "task")
 TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # ids name files: patches/ID.diff
@@ -39,6 +40,7 @@ class Task:
     budget: float | None = field(default=None, compare=False)  # USD left of --max-total-cost
     instance: Instance | None = field(default=None, compare=False)  # a SWE-bench instance's
     setup: str | None = None  # run once in the copy before anything else; not in the patch
+    env: str | None = None  # where its commands run: host, rootfs:DIR, docker:IMAGE, podman:IMAGE
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def task_from_dict(data: Any, *, base: Path, where: str) -> Task:
         if not isinstance(data.get(key), str) or not data[key].strip():
             problem = "missing" if key not in data else "not a non-empty string"
             raise BatchError(f"{where}: {key!r} is {problem}")
-    for key in ("rev", "check", "setup"):
+    for key in ("rev", "check", "setup", "env"):
         if data.get(key) is not None and (not isinstance(data[key], str) or not data[key].strip()):
             raise BatchError(f"{where}: {key!r} must be a non-empty string or null")
     for key in ("max_iterations", "attempts"):
@@ -143,7 +145,8 @@ def task_from_dict(data: Any, *, base: Path, where: str) -> Task:
                              "folder")  # fmt: skip
         repo = str(folder)
     return Task(data["id"], repo, data["task"], data.get("rev"), data.get("check"), limit,
-                effort, tuple(keep), data.get("attempts"), setup=data.get("setup"))  # fmt: skip
+                effort, tuple(keep), data.get("attempts"), setup=data.get("setup"),
+                env=data.get("env"))  # fmt: skip
 
 
 def is_git_url(repo: str) -> bool:

@@ -136,7 +136,11 @@ class CodeRepositoryTools:
         sandbox_network: bool = False,
         sandbox_read: Iterable[str | Path] = (),
         extra_tools: Iterable[Tool | Callable[..., Any]] = (),
+        environment: Any = None,
     ):
+        # A batch task's environment (toy_agent.environments): its commands and checks run
+        # in it (a root filesystem or a container) instead of on the host.
+        self.environment = environment
         self.extra_tools = _extra_tools(extra_tools)  # first: a bad tool is told before all else
         self._extra_by_name = {tool.name: tool for tool in self.extra_tools}
         if search_backend not in ("auto", *SEARCH_BACKENDS):
@@ -517,7 +521,7 @@ class CodeRepositoryTools:
             return ToolOutput(f"$ {command}")
         started = time.perf_counter()
         code, output, timed_out = run_shell(
-            command, self.repo_path, timeout, policy=self.sandbox_policy
+            command, self.repo_path, timeout, policy=self.sandbox_policy, **self._placement()
         )
         elapsed = time.perf_counter() - started
         logger.info("command %r: exit %s after %.1fs", command, code, elapsed)
@@ -551,7 +555,7 @@ class CodeRepositoryTools:
         started = time.perf_counter()
         code, output, timed_out = run_shell(
             command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy,
-            shell=check_shell(),
+            **self._placement(check_shell()),
         )  # fmt: skip
         policy = self.sandbox_policy
         note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
@@ -561,6 +565,12 @@ class CodeRepositoryTools:
         return CommandResult(command, None if timed_out else code,
                              time.perf_counter() - started, timed_out,
                              self.redactor.redact(note) if note else None, tail)  # fmt: skip
+
+    def _placement(self, shell: str = "/bin/sh") -> dict[str, Any]:
+        """run_shell's shell, and the environment's wrapper when there is one."""
+        if self.environment is None:
+            return {"shell": shell}
+        return {"shell": self.environment.shell, "wrap": self.environment.wrap}
 
     # ----------------------------------------------------------------------------- paths
     def _resolve(self, path: str) -> Path:

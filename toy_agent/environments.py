@@ -1,0 +1,126 @@
+"""Where a batch task's commands and checks run: the host, a root filesystem (bubblewrap), or a
+container (docker or podman), one per task, with the task's copy at a work folder (/testbed).
+
+The agent's file tools work on the copy on the host; only commands (the agent's `run_command`,
+the checks, a setup, the SWE-bench grading) go into the environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toy_agent.sandbox import privilege_options
+
+WORKDIR = "/testbed"
+ENGINES = ("docker", "podman")
+CONTAINER_PREFIX = "toy-agent-"
+STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Without CAP_SYS_RESOURCE (a container or CI runner that dropped it), crun cannot set the
+# default RLIMIT_NOFILE/NPROC podman asks for ("crun: setrlimit `RLIMIT_NOFILE`: Operation not
+# permitted"); limits at or below the host's need no privilege.
+LOWER_LIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096")
+
+
+class EnvironmentError_(Exception):
+    """The environment cannot be used (a usage error before the batch, or the task's error)."""
+
+
+def parse_env(spec: str) -> tuple[str, str]:
+    """`host`, `rootfs:DIR`, `docker:IMAGE` or `podman:IMAGE` as (kind, target)."""
+    kind, _, target = spec.partition(":")
+    if kind == "host" and not target:
+        return "host", ""
+    if kind in ("rootfs", *ENGINES) and target.strip():
+        return kind, target.strip()
+    raise EnvironmentError_(f"env {spec!r}: use host, rootfs:DIR, docker:IMAGE or podman:IMAGE")
+
+
+@dataclass
+class Environment:
+    """A task's environment while its copy lives: `wrap` turns a shell argv into one that runs
+    in it, at WORKDIR. A container is started by `start` and removed by `stop`."""
+
+    kind: str
+    target: str = ""
+    network: bool = False
+    copy: Path | None = None
+    container: str | None = field(default=None, repr=False)
+
+    @property
+    def shell(self) -> str:
+        """bash where the environment has it (a check's `set -o pipefail`), else /bin/sh."""
+        if self.kind == "rootfs":
+            return "/bin/bash" if (Path(self.target) / "bin" / "bash").exists() else "/bin/sh"
+        return "/bin/sh"
+
+    def start(self, copy: Path, task_id: str) -> None:
+        self.copy = copy
+        if self.kind not in ENGINES:
+            return
+        engine = _engine(self.kind)
+        name = (
+            f"{CONTAINER_PREFIX}{re.sub(r'[^A-Za-z0-9_.-]', '-', task_id)}-{uuid.uuid4().hex[:8]}"
+        )
+        argv = [engine, "run", "--detach", "--name", name, "--cap-drop", "ALL",
+                "--security-opt", "no-new-privileges", "--label", "toy-agent=batch",
+                "--volume", f"{copy}:{WORKDIR}", "--workdir", WORKDIR,
+                *(() if self.network else ("--network", "none")),
+                *(LOWER_LIMITS if self.kind == "podman" else ()),
+                "--entrypoint", "/bin/sh", self.target, "-c", "sleep 2147483647"]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines()
+            raise EnvironmentError_(f"{self.kind} could not start {self.target}: "
+                                    f"{lines[-1] if lines else done.returncode}")  # fmt: skip
+        self.container = name
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """`argv` (a shell and its command) as it runs in the environment."""
+        if self.kind == "rootfs":
+            assert self.copy is not None
+            bwrap = shutil.which("bwrap") or "bwrap"
+            return [bwrap, "--tmpfs", "/", *_root_mounts(Path(self.target)),
+                    "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                    "--bind", str(self.copy), WORKDIR, "--remount-ro", "/", "--chdir", WORKDIR,
+                    "--unshare-all", *(["--share-net"] if self.network else []),
+                    "--setenv", "PATH", STANDARD_PATH, "--setenv", "HOME", "/tmp",
+                    *privilege_options(bwrap),
+                    "--die-with-parent", "--new-session", "--", *argv]  # fmt: skip
+        if self.kind in ENGINES:
+            assert self.container is not None
+            return [_engine(self.kind), "exec", "--workdir", WORKDIR, self.container, *argv]
+        return argv
+
+    def stop(self) -> None:
+        if self.container is not None:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run([_engine(self.kind), "rm", "--force", self.container],
+                               capture_output=True, timeout=120)  # fmt: skip
+            self.container = None
+
+
+def _root_mounts(root: Path) -> list[str]:
+    """The root filesystem's top entries, read-only, on an empty root (a read-only bind of the
+    folder itself as / would leave nowhere to mount /dev, /proc, /tmp and /testbed)."""
+    options: list[str] = []
+    for entry in sorted(root.iterdir()):
+        if entry.name in ("dev", "proc", "tmp", WORKDIR.strip("/")):
+            continue
+        if entry.is_symlink():
+            options += ["--symlink", str(entry.readlink()), f"/{entry.name}"]
+        else:
+            options += ["--ro-bind", str(entry), f"/{entry.name}"]
+    return options
+
+
+def _engine(kind: str) -> str:
+    found = shutil.which(kind)
+    if found is None:
+        raise EnvironmentError_(f"env {kind}: the {kind} command is not on PATH")
+    return found
