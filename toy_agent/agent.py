@@ -72,6 +72,7 @@ from toy_agent.permissions import (
     RefusedBy,
 )
 from toy_agent.pricing import CostLimitReached, CostMeter, price_for
+from toy_agent.providers import saved_base_url
 from toy_agent.redaction import Redactor
 from toy_agent.routes import RouteTable
 from toy_agent.tools import CodeRepositoryTools, Tool, ToolError
@@ -279,6 +280,7 @@ class ReactAgent:
         return {
             "provider": getattr(self.llm_client, "provider", type(self.llm_client).__name__),
             "model": getattr(self.llm_client, "model", ""),
+            "base_url": saved_base_url(getattr(self.llm_client, "base_url", None)),
             "repo": str(self.repo_path),
             "max_iterations": self.max_iterations,
             "tool_format": self.format.name,

@@ -461,7 +461,6 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
     for warning in settings.warnings:  # they may quote a .env or config file
         print(f"toy-agent: warning: {visible(warning)}", file=sys.stderr)
     args = settings.args
-    args.permissions = _permissions(args, settings.given)
     if args.demo:
         _use_demo(args)
     if args.task_text is not None:
@@ -469,13 +468,24 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
             raise UsageError("give the task once: as TASK or as --task, not both")
         args.task = args.task_text
     if args.task is None and args.replay and args.tasks_file is None:
+        if not Path(args.replay).expanduser().is_file():  # not "--task is required"
+            raise UsageError(f"replay file not found: {args.replay}")
         args.task = _recorded_task(args.replay)  # `--replay FILE` alone replays its task
-    args.llm_provider = args.llm_provider and providers.canonical_name(args.llm_provider)
-    if args.llm_provider is None:
-        args.llm_provider = "replay" if args.replay else provider_for_model(args.model)
     if args.resume == RESUME_PICK:
         args.resume = _pick_session(args, settings.given)
-    if args.resume and "repo" not in settings.given:  # the session's own repository
+    _resume_repo(args, settings.given)
+    args.restored = _restore_session_settings(args, settings.given)
+    args.permissions = _permissions(args, settings.given)
+    args.llm_provider = args.llm_provider and providers.canonical_name(args.llm_provider)
+    args.provider_note = ""
+    if args.llm_provider is None:
+        args.llm_provider = "replay" if args.replay else _provider_for(args)
+    return args
+
+
+def _resume_repo(args: argparse.Namespace, given: frozenset[str]) -> None:
+    """--resume without --repo works in the session's own repository."""
+    if args.resume and "repo" not in given:  # the session's own repository
         from toy_agent.sessions import SessionStore
 
         store = SessionStore()
@@ -491,7 +501,111 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
                 "choose the repository by itself)"
             )
         args.repo = recorded or args.repo
-    return args
+
+
+def _resumed_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | None:
+    """The id and recorded settings of the session --resume or --continue goes on with; None
+    for a new session, or a file from elsewhere (anyone's: it decides no setting)."""
+    from toy_agent.sessions import SessionStore
+
+    store = SessionStore()
+    if args.resume:
+        if store.is_elsewhere(args.resume):
+            return None
+        session = _load_session(args.resume, store)
+    elif args.continue_session and not args.resume:
+        session = store.latest(Path(args.repo).expanduser().resolve())
+        if session is None:
+            return None  # the run says there is none to continue
+    else:
+        return None
+    return session.id, session.settings
+
+
+def _restore_session_settings(args: argparse.Namespace, given: frozenset[str]) -> str:
+    """--resume and --continue go on with the session's provider, model, base URL, tool format,
+    permission mode and command settings, over the config file and TOY_AGENT_ variables; a flag
+    on this command line wins. Keys are never saved, so never restored. Returns what was
+    restored, for the banner ("" when nothing)."""
+    from toy_agent.permissions import DEFAULT_MODE, PERMISSION_MODES
+
+    found = _resumed_settings(args)
+    if found is None:
+        return ""
+    session_id, recorded = found
+    restored: list[str] = []
+
+    def restore(dest: str, value: Any, label: str) -> None:
+        if dest not in given and value not in (None, "", []) and getattr(args, dest) != value:
+            setattr(args, dest, value)
+            restored.append(label)
+
+    provider = recorded.get("provider")
+    if not args.replay and provider in providers.PROVIDERS:
+        named = args.llm_provider if "llm_provider" in given else None
+        claimed = providers.provider_for_model(args.model) if "model" in given else None
+        same = (named is None or providers.canonical_name(named) == provider) and (
+            claimed is None or claimed.name == provider
+        )
+        if same:
+            restore("llm_provider", provider, f"provider {provider}")
+            if "model" not in given:
+                restore("model", recorded.get("model"), f"model {recorded.get('model')}")
+            url, row = recorded.get("base_url"), providers.PROVIDERS[provider]
+            now = args.base_url or os.environ.get(row.base_url_variable) or row.default_base_url
+            if url != now:
+                restore("base_url", url, f"base URL {url}")
+    if recorded.get("tool_format"):
+        restore("tool_format", recorded["tool_format"], f"tool format {recorded['tool_format']}")
+    mode = recorded.get("permission_mode")
+    if not {"confirm", "permission_mode"} & given and mode in PERMISSION_MODES:
+        if mode != (args.permission_mode or ("ask" if args.confirm else DEFAULT_MODE)):
+            args.permission_mode, args.confirm = mode, False  # the session's, over the config's
+            restored.append(f"permission mode {mode}")
+    if recorded.get("allow_commands") is True:
+        restore("allow_commands", True, "commands")
+    rules = recorded.get("command_rules") or {}
+    restore("allow_command", list(rules.get("allow") or []), "command rules")
+    restore("deny_command", list(rules.get("deny") or []), "command rules")
+    if not restored:
+        return ""
+    return f"restored from {session_id}: {', '.join(dict.fromkeys(restored))}"
+
+
+def _provider_for(args: argparse.Namespace) -> str:
+    """The provider a model name says (claude-*, gemini-*, gpt-*, ...). A name no provider
+    claims is a local or proxied model: with a base URL it goes to the OpenAI-compatible
+    provider (Ollama, vLLM, llama.cpp all speak its API), or to the one provider whose base-URL
+    variable is set; without one it is a usage error naming the choices. No model: the default."""
+    row = providers.provider_for_model(args.model)
+    if row is not None or not args.model:
+        return row.name if row else providers.DEFAULT_PROVIDER
+    if args.base_url:
+        chosen = next(r for r in providers.PROVIDERS.values() if r.keyless_base_url)
+        where = args.base_url
+    else:
+        dotenv = _dotenv_values(args)
+        set_by = [r for r in providers.PROVIDERS.values()
+                  if os.environ.get(r.base_url_variable) or dotenv.get(r.base_url_variable)]  # fmt: skip
+        if len(set_by) != 1:
+            names = "|".join(providers.PROVIDERS)
+            raise UsageError(
+                f"no provider claims the model name {args.model!r}: pass --llm-provider "
+                f"{names}, or --base-url URL for a local OpenAI-compatible server (Ollama, "
+                "vLLM, llama.cpp)"
+            )
+        chosen = set_by[0]
+        where = os.environ.get(chosen.base_url_variable) or dotenv[chosen.base_url_variable]
+    args.provider_note = f"{chosen.name}-compatible server at {where}: no provider claims {args.model}"
+    return chosen.name
+
+
+def _dotenv_values(args: argparse.Namespace) -> dict[str, str]:
+    """What the .env in the current folder would set (read again, as _run applies it)."""
+    from toy_agent.environment import load_dotenv_file
+
+    repo = Path(args.repo).expanduser()
+    return load_dotenv_file(Path.cwd() / ".env", repo.resolve() if repo.is_dir() else None)
 
 
 def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Permissions:
@@ -513,6 +627,10 @@ def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Permissions
     if {"allow_command", "deny_command"} & given and not args.allow_commands:
         print("toy-agent: warning: --allow-command and --deny-command apply to run_command, "
               "which is off: add --allow-commands to offer it", file=sys.stderr)  # fmt: skip
+    if mode == "read-only" and args.allow_commands:
+        print("toy-agent: warning: --permission-mode read-only offers only tools that change "
+              "nothing: --allow-commands has no effect (run_command is not offered)",
+              file=sys.stderr)  # fmt: skip
     return Permissions(mode or DEFAULT_MODE, rules)
 
 
@@ -651,11 +769,14 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         _check_writable(args.trajectory, "--trajectory")
         tools = _local_tools(args, repo, redactor)
         instructions = load_instructions(tools, args.append_system_prompt, redactor.redact)
+        notes = [note for note in (args.provider_note, args.restored) if note]
         if view is not None:  # at once: the provider's SDK may take seconds to load
             view.start(run_banner(args.llm_provider, args.model, repo, tools, replay=args.replay,
                                   mcp=bool(args.mcp_server or args.mcp_config),
                                   instructions=instructions.source,
-                                  permissions=args.permissions))  # fmt: skip
+                                  permissions=args.permissions), notes)  # fmt: skip
+        for note in notes if view is None else ():
+            logging.getLogger("toy_agent").info("%s", note)
         llm = _llm_client(args)
         started()
         mcp = _mcp_tools(args, redactor)
@@ -758,7 +879,8 @@ def _setup_logging(
     from toy_agent.view import VisibleFormatter
 
     redactor = Redactor()  # it reads the providers' keys from the environment itself
-    level = args.log_level or ("WARNING" if live or args.quiet else "INFO")
+    quiet = live or args.quiet or args.output != "text"  # scripts read stderr for problems
+    level = args.log_level or ("WARNING" if quiet else "INFO")
     root = logging.getLogger()
     root.setLevel(logging.DEBUG)
     console: logging.Handler = logging.StreamHandler(sys.stderr)

@@ -181,7 +181,8 @@ class Repl:
             meter = meter_for(name, self.agent.cost.limit)
             new = self.models(name, current)
         except (LlmConfigError, PriceError) as exc:
-            self._say(f"/model {visible(name)}: {visible(str(exc))}; still {current}")
+            said = re.sub(r"use --llm-provider (\S+)", r"pick a \1 model", str(exc))
+            self._say(f"/model {visible(name)}: {visible(said)}; still {current}")
             return
         meter.spent = self.agent.cost.spent
         self.agent.llm_client, self.agent.cost = new, meter
@@ -241,7 +242,12 @@ class Repl:
 
     def _summary(self, outcome: RunResult) -> None:
         redact = self.agent.redactor.redact_obj
-        result = {**redact(outcome.to_dict()), "sandbox": self.agent.tools.sandbox}
+        commands = self.agent.tools.allow_commands and not self.agent.permissions.read_only
+        sandbox = self.agent.tools.sandbox if commands else None
+        result = {**redact(outcome.to_dict()), "sandbox": sandbox}
+        if outcome.outcome == "max_iterations":
+            result["error"] = (f"{result['error']}; type continue to go on "
+                               f"({self.agent.max_iterations} more steps)")  # fmt: skip
         summary = format_summary(result, redact(outcome.diffs), show_diff=self.show_diff,
                                  color=use_color(self.out))  # fmt: skip
         if self.view is not None:

@@ -115,7 +115,7 @@ def _run_agent(
     permissions = args.permissions
     confirm = None
     if permissions.may_ask(tools.allow_commands):
-        confirm = make_confirm(tools, view.ask if view else _ask)
+        confirm = make_confirm(tools, view.ask if view and sys.stdin.isatty() else _ask)
     agent = ReactAgent(
         llm,
         repo,
@@ -148,6 +148,8 @@ def _run_agent(
               "model": getattr(llm, "model", None), "trajectory": args.trajectory,
               "exit_code": OUTCOME_EXIT_CODES[outcome.outcome],
               "diff": diff, "diff_truncated": diff_cut}  # fmt: skip
+    if outcome.outcome == "max_iterations":
+        result["error"] = f"{result['error']}; {_how_to_go_on(args, repo)}"
     if outcome.outcome == "provider_error":  # once, here: the log does not repeat it
         print(f"toy-agent: error: {visible(result['error'] or 'the provider failed')}",
               file=sys.stderr)  # fmt: skip
@@ -158,6 +160,8 @@ def _run_agent(
     else:
         diffs = redactor.redact_obj(outcome.diffs)
         shown = {**result, "error": None} if outcome.outcome == "provider_error" else result
+        if not (tools.allow_commands and not permissions.read_only):
+            shown = {**shown, "sandbox": None}  # no command was offered: no sandbox to name
         summary = format_summary(shown, diffs, show_diff=args.show_diff,
                                  color=use_color(sys.stdout))  # fmt: skip
         (view.show if view else print)(summary)  # the view wraps it to the terminal's width
@@ -172,6 +176,16 @@ def _run_agent(
               f"run the tests there (python -m pytest {args.demo_folder / 'demo'}).",
               file=where)  # fmt: skip
     return OUTCOME_EXIT_CODES[result["outcome"]]
+
+
+def _how_to_go_on(args: argparse.Namespace, repo: Path) -> str:
+    """What the iteration limit's message adds: the next command, as it can be pasted."""
+    import shlex
+
+    where = "" if repo == Path.cwd().resolve() else f" --repo {shlex.quote(str(repo))}"
+    return (f'to go on, run toy-agent -c{where} "continue" (the same session, '
+            f"{args.max_iterations} more steps), or allow more steps with --max-iterations N "
+            "(or max_iterations = N in the config file)")  # fmt: skip
 
 
 def _session_recorder(
@@ -239,16 +253,25 @@ def _undo(args: argparse.Namespace, repo: Path) -> int:
     if args.task or args.continue_session or args.resume:
         raise UsageError("--undo reverts the latest run and exits: it takes no --task, "
                          "--continue or --resume")  # fmt: skip
+    from toy_agent.events import OUTPUT_SCHEMA_VERSION
+
     try:
         undone = undo_latest_in_repo(SessionStore(), repo)
     except (UndoRefused, NothingToUndo) as exc:
         print(f"toy-agent: {visible(str(exc))}", file=sys.stderr)
+        if args.output != "text":  # one JSON object for every exit code
+            outcome = "nothing_to_undo" if isinstance(exc, NothingToUndo) else "undo_refused"
+            print(to_json({"schema_version": OUTPUT_SCHEMA_VERSION, "success": False,
+                           "outcome": outcome, "error": str(exc),
+                           "exit_code": EXIT_NOT_COMPLETED}))  # fmt: skip
         return EXIT_NOT_COMPLETED
     except SessionError as exc:
         raise UsageError(str(exc)) from exc
-    if args.output == "json":
-        print(to_json({"session": undone.session.id, "task": undone.task,
-                       "restored": undone.restored, "removed": undone.removed}))  # fmt: skip
+    if args.output != "text":
+        print(to_json({"schema_version": OUTPUT_SCHEMA_VERSION, "success": True,
+                       "outcome": "undone", "session": undone.session.id, "task": undone.task,
+                       "restored": undone.restored, "removed": undone.removed,
+                       "exit_code": EXIT_COMPLETED}))  # fmt: skip
     else:
         print(f"toy-agent: {visible(undone.describe())}")
     return EXIT_COMPLETED
@@ -349,10 +372,16 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
 
 
 def _ask(preview: str, question: str) -> str:
-    """--confirm without the live view: the preview and the question on stderr."""
-    sys.stderr.write(f"\n{preview}\n{question}")
-    sys.stderr.flush()
+    """--confirm without a terminal to type on: the answer is read first (a pipe's next line),
+    then the preview, the question and that answer are shown on stderr. With no answer to read
+    (stdin closed or at its end) nothing is asked: no question no one can answer."""
+    if sys.stdin.isatty():
+        sys.stderr.write(f"\n{preview}\n{question}")
+        sys.stderr.flush()
     line = sys.stdin.readline()
     if not line:
         raise EOFError
+    if not sys.stdin.isatty():
+        sys.stderr.write(f"\n{preview}\n{question}{line.rstrip()}\n")
+        sys.stderr.flush()
     return line

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -263,9 +263,13 @@ class TerminalView:
             case RunFinished():
                 self.close()
 
-    def start(self, banner: str) -> None:
-        """The first line, at once, then the live line until the run's first step."""
+    def start(self, banner: str, notes: Sequence[str] = ()) -> None:
+        """The first line, at once (and a line for each note: the settings a resumed session
+        restored, a provider chosen for a model no provider claims), then the live line until
+        the run's first step."""
         self._print_line(self._fitted(banner))
+        for note in notes:
+            self._show_note(visible(note))
         self._set_status("starting")
 
     def ask(self, preview: str, question: str) -> str:
