@@ -5,6 +5,7 @@ words, and what scripts were promised."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,63 @@ def test_read_only_with_allow_commands_says_the_commands_are_dropped(home, repo,
     assert proc.returncode == 0
     assert "toy-agent: warning: --permission-mode read-only" in proc.stderr
     assert "--allow-commands has no effect" in proc.stderr
+
+
+# --- 8. errors in the user's words --------------------------------------------------------------
+
+LOGIN_PAGE = "<!doctype html><html><head><title>Sign in - Corp Proxy</title></head></html>"
+
+
+@pytest.mark.parametrize("provider", ["openai", "claude", "gemini"])
+def test_a_proxy_answering_200_with_an_html_page_names_the_base_url(
+    provider, home, repo, capsys
+):
+    with FakeProvider() as server:
+        server.enqueue(Reply(200, LOGIN_PAGE, {"Content-Type": "text/html"}))
+        proc = run_main(capsys, "--repo", str(repo), "--llm-provider", provider, "look",
+                        env=server.env(provider))  # fmt: skip
+    assert proc.returncode == 3
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("toy-agent:")]
+    assert 'answered with an HTML page ("Sign in - Corp Proxy"), not the API' in line
+    assert "check the base URL" in line and server.url in line
+    assert "AttributeError" not in line and "to_dict" not in line
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("TOY_AGENT_MAX_ITERATIONS", "abc", "--max-iterations wants a whole number, 1 or more"),
+        ("TOY_AGENT_TIMEOUT", "soon", "--timeout wants a number of seconds above 0"),
+        ("TOY_AGENT_MAX_COST", "lots", "--max-cost wants an amount of US dollars above 0"),
+    ],
+)
+def test_a_variable_of_the_wrong_type_names_the_variable_and_the_type(
+    variable, value, message, home, repo, capsys
+):
+    proc = run_main(capsys, "--repo", str(repo), "look", env={variable: value})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        f"toy-agent: error: {variable}: invalid value {value!r}: {message}"
+    )
+
+
+def test_a_flag_of_the_wrong_type_says_what_it_wants(home, repo, capsys):
+    proc = run_main(capsys, "--repo", str(repo), "--max-iterations", "abc", "look")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("toy-agent: error: argument --max-iterations: invalid value "
+                                   "'abc': it wants a whole number, 1 or more")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_an_mcp_server_printing_a_stray_json_line_is_named_with_its_line(home, repo, capsys):
+    from mcp_helpers import DEMO_COMMAND
+
+    script = f"echo {shlex.quote(json.dumps({'status': 'ready'}))}; exec {DEMO_COMMAND}"
+    noisy = f"sh -c {shlex.quote(script)}"
+    proc = run_main(capsys, "--repo", str(repo), "--list-tools", "--mcp-server", noisy)
+    assert proc.returncode == 0, proc.stderr
+    assert "echo(text)" in proc.stdout
+    stray = [line for line in proc.stderr.splitlines() if "JSON" in line]
+    assert stray == ["WARNING MCP server 'demo_server' wrote a line that is not JSON-RPC to its "
+                     """stdout (ignored): '{"status": "ready"}'"""]  # fmt: skip
+    assert "validation error" not in proc.stderr

@@ -102,6 +102,11 @@ class _Parser(argparse.ArgumentParser):
         return [o for a in self._actions for o in a.option_strings]
 
     def error(self, message: str) -> NoReturn:
+        invalid = re.search(r"invalid (\w+) value: ('.*')$", message)
+        wants = {getattr(a.type, "__name__", ""): getattr(a.type, "wants", "")
+                 for a in self._actions}  # fmt: skip
+        if invalid and wants.get(invalid[1]):  # not "invalid _positive_int value"
+            message = f"{message[: invalid.start()]}invalid value {invalid[2]}: it wants {wants[invalid[1]]}"
         unknown = re.match(r"unrecognized arguments: (\S+)", message)
         if unknown:
             close = difflib.get_close_matches(unknown[1].split("=")[0], self.flags, n=1)
@@ -1019,7 +1024,9 @@ def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _number(name: str, *rules: tuple[Callable[[float], bool], str]) -> Callable[[str], float]:
+def _number(
+    name: str, wants: str, *rules: tuple[Callable[[float], bool], str]
+) -> Callable[[str], float]:
     """A float flag's argparse type: a finite number that passes each rule (a test, and the
     message when it fails, where `{text}` is what was given). argparse names the type by its
     `__name__` ("invalid _usd value: 'abc'") when the text is no number at all."""
@@ -1032,15 +1039,22 @@ def _number(name: str, *rules: tuple[Callable[[float], bool], str]) -> Callable[
         return value
 
     check.__name__ = check.__qualname__ = name
+    check.wants = wants  # type: ignore[attr-defined]
     return check
 
 
+_positive_int.wants = "a whole number, 1 or more"  # type: ignore[attr-defined]
+_non_negative_int.wants = "a whole number, 0 or more"  # type: ignore[attr-defined]
 _DOLLARS = (lambda value: value >= 0, "must be an amount of US dollars, got {text}")
 _non_negative_float = _number(
-    "_non_negative_float", (lambda v: v >= 0, "must be 0 or more, got {text}")
+    "_non_negative_float", "a number, 0 or more", (lambda v: v >= 0, "must be 0 or more, got {text}")
 )
 _positive_float = _number(
-    "_positive_float", (lambda v: v > 0, "must be a number of seconds above 0, got {text}")
+    "_positive_float",
+    "a number of seconds above 0",
+    (lambda v: v > 0, "must be a number of seconds above 0, got {text}"),
 )
-_usd = _number("_usd", _DOLLARS)
-_positive_usd = _number("_positive_usd", _DOLLARS, (lambda v: v > 0, "must be above 0"))
+_usd = _number("_usd", "an amount of US dollars", _DOLLARS)
+_positive_usd = _number(
+    "_positive_usd", "an amount of US dollars above 0", _DOLLARS, (lambda v: v > 0, "must be above 0")
+)
