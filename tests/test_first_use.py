@@ -299,3 +299,39 @@ def test_an_mcp_server_printing_a_stray_json_line_is_named_with_its_line(home, r
     assert stray == ["WARNING MCP server 'demo_server' wrote a line that is not JSON-RPC to its "
                      """stdout (ignored): '{"status": "ready"}'"""]  # fmt: skip
     assert "validation error" not in proc.stderr
+
+
+# --- 2. a task that cannot fit is stopped before it costs ---------------------------------------
+
+
+def test_a_task_larger_than_the_context_budget_is_refused_before_the_first_call(
+    home, repo, capsys
+):
+    with FakeProvider() as server:
+        proc = run_main(capsys, "--repo", str(repo), "--task", "-", "--context-budget", "1000",
+                        "--output", "json", env=server.env("openai") | {
+                            "TOY_AGENT_LLM_PROVIDER": "openai"},
+                        stdin="a log line\n" * 600)  # fmt: skip
+    assert proc.returncode == 2
+    assert server.requests == []
+    [line] = proc.stderr.strip().splitlines()
+    assert "the task is 7 KB (about 1,649 tokens), more than the context budget of 1,000" in line
+    assert "save it as a file in the repository" in line
+    assert json.loads(proc.stdout)["outcome"] == "usage_error"
+
+
+def test_a_large_task_below_the_budget_leaves_less_room_for_each_observation(
+    home, repo, capsys
+):
+    (repo / "big.txt").write_text("x" * 30_000 + "\n")
+    task = "Here is the spec.\n" + "spec line\n" * 1_500  # 15,018 characters
+    with FakeProvider() as server:
+        server.enqueue(openai_reply(xml_action("read_file", path="big.txt")),
+                       openai_reply(xml_action("task_complete", result="ok")))  # fmt: skip
+        proc = run_main(capsys, "--repo", str(repo), "--context-budget", "8000", task,
+                        env=server.env("openai") | {"TOY_AGENT_LLM_PROVIDER": "openai"})  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    observation = server.requests[1].body["messages"][-1]["content"]
+    # A quarter of what the task leaves of the budget (32,000 - 15,018 characters), not a
+    # quarter of the whole budget (8,000): the task is sent whole with every step.
+    assert "x" * 3_000 in observation and len(observation) < 5_000

@@ -180,6 +180,18 @@ def test_a_pasted_text_of_many_lines_is_one_task(home, repo, terminal):
     assert [run["task"] for run in session["runs"]] == [pasted]
 
 
+def test_a_paste_larger_than_the_context_budget_is_not_sent(home, repo, terminal, tmp_path):
+    pasted = "a log line\n" * 600
+    term = terminal(["--repo", str(repo), "--context-budget", "1000", *no_model(tmp_path)], {})
+    term.prompt()
+    term.paste(pasted)
+    term.keys("Enter")
+    term.expect("more than the context budget of 1,000 tokens")
+    assert "not sent: the task is 7 KB" in term.screen
+    assert term.end() == 0
+    assert saved_sessions(home) == []  # no task ran
+
+
 def test_a_trailing_backslash_or_alt_enter_starts_a_new_line(home, repo, terminal):
     with FakeProvider() as server:
         server.enqueue(quick_done("Three lines read."))

@@ -440,7 +440,8 @@ class ReactAgent:
         content, images = self._with_images(content)
         content = wire_text(content)
         content = self.redactor.redact(content)
-        content = cap_text(content, observation_cap(self.context_budget), action.tool_name)
+        task = self.conversation_history[0].content if self.conversation_history else ""
+        content = cap_text(content, observation_cap(self.context_budget, task), action.tool_name)
         content += self._repetition_warning(action)
         observation = Observation(action, content, is_error, images)
         self._emit(ToolFinished(self.iteration, observation, seconds))

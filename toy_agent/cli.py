@@ -736,6 +736,7 @@ def _collector_paused(pause: bool) -> Iterator[Callable[[], None]]:
 
 def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -> int:
     from toy_agent.config import load_instructions
+    from toy_agent.context import oversized_task
     from toy_agent.environment import load_dotenv_file
     from toy_agent.llm import preload_sdk
     from toy_agent.view import TerminalView, run_banner
@@ -766,6 +767,8 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         if args.undo:
             return _undo(args, repo)
         task = None if _interactive(args) else _task(args.task)
+        if task is not None and (too_big := oversized_task(task, args.context_budget)):
+            raise UsageError(f"{too_big}, or raise --context-budget")
         if args.permissions.may_ask(args.allow_commands) and args.task == "-":
             flag = "--confirm" if args.confirm else f"--permission-mode {args.permissions.mode}"
             raise UsageError(

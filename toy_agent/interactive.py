@@ -226,6 +226,11 @@ class Repl:
 
     def _task(self, text: str) -> bool:
         """Run one task; False when a stop signal (not Ctrl-C) ended it."""
+        from toy_agent.context import oversized_task
+
+        if too_big := oversized_task(text, self.agent.context_budget):
+            self._say(f"not sent: {too_big}")  # a paste of a whole log, say
+            return True
         history = self.sessions.conversation()
         try:
             result = self.agent.run_result(self.sessions.task(text), history=history)
