@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -335,3 +337,33 @@ def test_a_large_task_below_the_budget_leaves_less_room_for_each_observation(
     # A quarter of what the task leaves of the budget (32,000 - 15,018 characters), not a
     # quarter of the whole budget (8,000): the task is sent whole with every step.
     assert "x" * 3_000 in observation and len(observation) < 5_000
+
+
+# --- 6. the demo's hints work as printed ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_every_command_the_demo_prints_works_when_pasted(home, tmp_path, capsys):
+    demo = run_main(capsys, "--demo")
+    assert demo.returncode == 0, demo.stderr
+    commands = [line.strip() for line in demo.stdout.splitlines() if line.startswith("  ")]
+    tests = next(c for c in commands if c.endswith("python -m pytest"))
+    resume = next(c for c in commands if c.startswith("toy-agent --resume"))
+    assert "cost $0.0000" in demo.stdout  # a replay spends nothing
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ran = subprocess.run(["sh", "-c", tests.replace("python", shlex.quote(sys.executable))],
+                         cwd=elsewhere, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "passed" in ran.stdout
+
+    with FakeProvider() as server:
+        server.enqueue(openai_reply(xml_action("task_complete", result="a test added")))
+        argv = shlex.split(resume)[1:]
+        resumed = run_main(capsys, *argv, "--output", "json", cwd=elsewhere,
+                           env={**server.env("openai"), "TOY_AGENT_LLM_PROVIDER": "openai"})  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Fix median()" in sent(server.requests[0])  # the demo's conversation goes on
+    saved = json.loads((sessions_dir(home) / f"{argv[1]}.json").read_text())
+    assert saved["runs"][0]["cost_usd"] == 0

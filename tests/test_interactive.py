@@ -525,9 +525,6 @@ def test_the_sessions_command_lists_shows_and_deletes(home, repo, tmp_path, caps
         assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-def test_a_demo_run_is_not_stored_among_the_sessions(home):
-    assert main(["--demo"]) == 0
-    assert not sessions_dir(home).exists() or saved_sessions(home) == []
 
 
 def test_old_sessions_are_pruned_with_their_undo_data_by_the_configured_rule(home, repo, tmp_path):

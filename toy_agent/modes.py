@@ -171,9 +171,14 @@ def _run_agent(
     if sessions.error:
         print(f"toy-agent: warning: {sessions.error}", file=sys.stderr)
     if getattr(args, "demo_folder", None):
+        import shlex
+
         where = sys.stdout if args.output == "text" else sys.stderr
-        print(f"\nThe demo ran on a copy in {args.demo_folder / 'demo'}: look around, or "
-              f"run the tests there (python -m pytest {args.demo_folder / 'demo'}).",
+        copy = shlex.quote(str(args.demo_folder / "demo"))
+        print(f"\nThe demo ran on a copy in {copy}: look around, or run its tests:\n"
+              f"  cd {copy} && python -m pytest\n"
+              f"Go on from where it stopped, with your own model (it needs the provider's key):"
+              f"\n  toy-agent --resume {sessions.session.id} \"add a test for an empty list\"",
               file=where)  # fmt: skip
     return OUTCOME_EXIT_CODES[result["outcome"]]
 
@@ -198,9 +203,8 @@ def _session_recorder(
     """The run's session: a new one, the latest of --repo (--continue) or --resume's."""
     from toy_agent.sessions import Retention, SessionError, SessionRecorder, SessionStore
 
-    demo = getattr(args, "demo_folder", None)  # the demo's session stays in its own folder
     retention = Retention(args.sessions_keep, args.sessions_keep_days)
-    store = SessionStore(demo / "sessions") if demo else SessionStore(retention=retention)
+    store = SessionStore(retention=retention)  # the demo's too: its id can be resumed
     if args.resume and args.continue_session:
         raise UsageError("--continue and --resume: give one of them")
     if args.resume:
@@ -230,8 +234,10 @@ def _load_session(id_or_file: str, store: SessionStore | None = None) -> Session
 
 def _cost_meter(args: argparse.Namespace, llm: LlmClient) -> CostMeter:
     """The price of the model (the table's, or --price-input/--price-output) and --max-cost."""
-    from toy_agent.pricing import PriceError, meter_for
+    from toy_agent.pricing import CostMeter, Price, PriceError, meter_for
 
+    if getattr(llm, "provider", "") == providers.REPLAY:  # the recording was paid for once
+        return CostMeter(Price(0.0, 0.0), args.max_cost)
     try:
         return meter_for(getattr(llm, "model", "") or "", args.max_cost, args.price_input,
                          args.price_output)  # fmt: skip
