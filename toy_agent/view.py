@@ -10,6 +10,7 @@ Text from the model, the tools or the repository goes through `visible()` before
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from toy_agent.events import (
+    ChangeTracker,
     Event,
     LlmResponded,
     LlmRetrying,
@@ -34,16 +36,18 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
+from toy_agent.files import FileState
 from toy_agent.messages import FailedAttempt, visible
 from toy_agent.parsing import Action
 from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
-from toy_agent.tools import CodeRepositoryTools
+from toy_agent.tools import CodeRepositoryTools, ToolError
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.text import Text
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+THOUGHT_LINES = 6  # a thought longer than this, wrapped, shows its first lines and a count
 KEY_ARGUMENTS = ("path", "pattern", "command", "query", "url", "name")
 LOG_LEVEL_STYLES = {logging.WARNING: "yellow", logging.ERROR: "red", logging.CRITICAL: "bold red"}
 
@@ -220,6 +224,8 @@ class TerminalView:
         self._stream_lines = 0
         self._stream_gap = False
         self._refused: tuple[Action, str, str] | None = None
+        self._changes: ChangeTracker | None = None  # the run's: what files were before an edit
+        self._before: tuple[Action, str, FileState] | None = None  # an edit, its file before
         self._live = Live(
             console=self.console, get_renderable=self._live_line, refresh_per_second=10,
             transient=True,
@@ -227,8 +233,9 @@ class TerminalView:
 
     def __call__(self, event: Event) -> None:
         match event:
-            case RunStarted(settings=settings):
+            case RunStarted(settings=settings, changes=changes):
                 self._tool_format = str(settings.get("tool_format", "xml"))
+                self._changes = changes
             case StepStarted(iteration=i, max_iterations=n):
                 self._new_reply()
                 self._step = f"step {i}/{n}"
@@ -242,6 +249,7 @@ class TerminalView:
                 self._show_thought(response.text, seconds)
             case ToolStarted(action=action):
                 self._tool = action
+                self._before = self._file_before(action)
                 self._set_status(f"running {describe_action(action)}")
             case ToolProgress() if self._status is not None:
                 since = self._status[1]  # the time runs on from the tool's start
@@ -255,8 +263,9 @@ class TerminalView:
                 if self._refused is not None and self._refused[0] is obs.action:
                     self._show_refused(*self._refused)
                 else:
-                    self._show_tool(obs.action, obs.content, obs.is_error, seconds)
-                self._refused = None
+                    stat = "" if obs.is_error else self._edit_stat(obs.action)
+                    self._show_tool(obs.action, obs.content, obs.is_error, seconds, stat)
+                self._refused, self._before = None, None
             case StepFinished(step=step) if step.parse_error:
                 self._show_note("reply not understood, the model was told: "
                                 f"{_first_line(visible(step.parse_error))}")  # fmt: skip
@@ -333,17 +342,63 @@ class TerminalView:
                 self._partial = ""
             return
         thought = ThoughtText.of(visible(text.replace("\r\n", "\n")), self._tool_format)
-        thought = " ".join(word for word in thought.split() if not word.startswith("```"))
-        head = Text(f"  thought ({seconds:.1f}s)" + (": " if thought else ""), style="dim")
-        self._print_line(self._fitted(thought, head=head))
+        lines = [" ".join(line.split()) for line in thought.splitlines() if not _is_blank(line)]
+        head = Text(f"  thought ({seconds:.1f}s)" + (":" if lines else ""), style="dim")
+        body = Text("\n".join(lines), style="dim")
+        indent = 4
+        wrapped = list(body.wrap(self.console, max(self.console.width - indent, 10)))
+        if len(wrapped) > THOUGHT_LINES:  # folded: the start, and how much more there is
+            more = len(wrapped) - (THOUGHT_LINES - 1)
+            wrapped = [*wrapped[: THOUGHT_LINES - 1],
+                       Text(f"… {more} more lines (--stream shows it all)", style="dim italic")]  # fmt: skip
+        if len(wrapped) == 1 and head.cell_len + 1 + wrapped[0].cell_len <= self.console.width:
+            self._print_line(Text.assemble(head, " ", wrapped[0]))
+            return
+        self._print_line(head)
+        for line in wrapped:
+            self._print_line(Text.assemble(" " * indent, line))
 
-    def _show_tool(self, action: Action, content: str, is_error: bool, seconds: float) -> None:
+    def _show_tool(
+        self, action: Action, content: str, is_error: bool, seconds: float, stat: str = ""
+    ) -> None:
         from rich.text import Text
 
         mark = Text("  ✗ ", style="red") if is_error else Text("  ✓ ", style="green")
-        took = Text(f" {seconds:.2f}s", style="dim")
+        took = Text(f"{stat} {seconds:.2f}s", style="dim")
+        if stat:
+            added, removed = stat.split()
+            took = Text.assemble(" ", (added, "green"), " ", (removed, "red"),
+                                 (f" {seconds:.2f}s", "dim"))  # fmt: skip
         error = f" {_first_line(visible(content))}" if is_error else ""
         self._print_line(self._fitted(describe_action(action), head=mark, tail=took, after=error))
+
+    def _file_before(self, action: Action) -> tuple[Action, str, FileState] | None:
+        """An edit's file as it is before the edit, for its `+N -M` (None: not an edit)."""
+        changes = self._changes
+        path = action.parameters.get("path")
+        if changes is None or not isinstance(path, str):
+            return None
+        if changes.tools.changes(action.tool_name) != "files":
+            return None
+        try:
+            rel = changes.tools.relative(path)
+        except ToolError:
+            return None
+        return action, rel, changes.now(rel)
+
+    def _edit_stat(self, action: Action) -> str:
+        """"+N -M": the lines the edit added and removed ("" for no edit, or a file too big
+        to compare)."""
+        if self._before is None or self._changes is None or self._before[0] is not action:
+            return ""
+        _, rel, was = self._before
+        now = self._changes.now(rel)
+        if was.too_big or now.too_big or (was.text() is None and now.text() is None):
+            return ""
+        diff = difflib.unified_diff((was.text() or "").splitlines(),
+                                    (now.text() or "").splitlines(), n=0, lineterm="")  # fmt: skip
+        codes = [line[:1] for line in list(diff)[2:] if not line.startswith("@@")]
+        return f"+{codes.count('+')} -{codes.count('-')}"
 
     def _show_refused(self, action: Action, by: str, reason: str) -> None:
         from rich.text import Text
