@@ -305,6 +305,23 @@ def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
     assert [r["task"] for r in session["runs"]] == ["a slow task", "typed while it ran"]
 
 
+def test_what_is_typed_while_a_task_runs_is_not_echoed_onto_its_live_line(home, repo, terminal):
+    with HoldingFirstReply() as server:
+        server.enqueue(quick_done("Slow one."), quick_done("Typed ahead."))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
+        term.prompt()
+        term.enter("a slow task")
+        wait_until(lambda: server.requests, "the task's first request")
+        tty = term.tmux("display", "-p", "-t", "t", "#{pane_tty}").strip()
+        modes = subprocess.run(["stty", "-F", tty, "-a"], capture_output=True, text=True,
+                               timeout=30).stdout.split()  # fmt: skip
+        assert "-echo" in modes and "icanon" in modes  # not shown, yet kept line by line
+        term.enter("typed while it ran")
+        server.release.set()
+        term.expect("Typed ahead.")  # what was typed is still the next task
+        assert term.end() == 0  # and the terminal's modes are as before
+
+
 # --- the commands -----------------------------------------------------------------------------
 
 

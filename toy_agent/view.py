@@ -10,6 +10,7 @@ Text from the model, the tools or the repository goes through `visible()` before
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import os
@@ -41,6 +42,11 @@ from toy_agent.messages import FailedAttempt, visible
 from toy_agent.parsing import Action
 from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
 from toy_agent.tools import CodeRepositoryTools, ToolError
+
+try:
+    import termios
+except ImportError:  # Windows: no terminal modes to set
+    termios = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -230,6 +236,7 @@ class TerminalView:
             console=self.console, get_renderable=self._live_line, refresh_per_second=10,
             transient=True,
         )  # fmt: skip
+        self._echo = _TypeAhead()
 
     def __call__(self, event: Event) -> None:
         match event:
@@ -288,6 +295,7 @@ class TerminalView:
 
         status, self._status = self._status, None
         self._live.stop()
+        self._echo.restore()  # the answer is typed and seen
         try:
             self.console.print()
             self.console.print(_diff_text(preview))
@@ -311,6 +319,7 @@ class TerminalView:
         """Erase the live line and stop its thread; the view may start again later."""
         self._status, self._partial = None, ""
         self._live.stop()
+        self._echo.restore()
 
     # -- lines above the live line --------------------------------------------------------
 
@@ -438,6 +447,7 @@ class TerminalView:
     def _set_status(self, label: str) -> None:
         self._status = (label, time.monotonic())
         if not self._live.is_started:
+            self._echo.off()
             self._live.start()
         self._live.refresh()
 
@@ -475,6 +485,42 @@ class TerminalView:
         line.append(after)
         line.no_wrap, line.overflow = True, "ellipsis"  # for the live region
         return line
+
+
+class _TypeAhead:
+    """While the live line runs, what is typed on the terminal is not echoed (it would land
+    on the spinner's line), yet kept: the terminal holds it for whoever reads next (the
+    session's next prompt). `restore` puts the terminal's echo back as it was."""
+
+    def __init__(self) -> None:
+        self._saved: list[Any] | None = None
+
+    def off(self) -> None:
+        if self._saved is not None or termios is None or not _stdin_is_a_terminal():
+            return
+        try:
+            fd = sys.stdin.fileno()
+            saved = termios.tcgetattr(fd)
+            quiet = list(saved)
+            quiet[3] &= ~(termios.ECHO | termios.ECHONL)
+            termios.tcsetattr(fd, termios.TCSANOW, quiet)  # not TCSAFLUSH: keep what is typed
+        except (termios.error, OSError, ValueError):
+            return
+        self._saved = saved
+
+    def restore(self) -> None:
+        saved, self._saved = self._saved, None
+        if saved is None or termios is None:
+            return
+        with contextlib.suppress(termios.error, OSError, ValueError):
+            termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, saved)
+
+
+def _stdin_is_a_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (OSError, ValueError):  # closed
+        return False
 
 
 class _LogAboveLiveLine(logging.Handler):
