@@ -377,10 +377,11 @@ def test_model_switches_the_next_tasks_to_a_model_and_the_provider_its_name_impl
         term.expect("From Claude.")
         for typed, said in [
             ("/model gemini-2.5-pro", "/model gemini-2.5-pro: GEMINI_API_KEY (or GOOGLE_API_KEY) "
-             "is not set"),
+             "is not set: export it or put it in .env, or pick a claude model (its key is set); "
+             "still claude"),
             ("/model rm -rf", "/model rm -rf: not a model name"),
-            ("/model llama3.2", "/model llama3.2: --max-cost needs a price, and none is known "
-             "for model 'llama3.2'"),
+            ("/model llama3.2", "/model llama3.2: no price is known for it, and this session "
+             "has a cost limit to keep: pick a model with a known price; still claude"),
             ("/model", "model claude-sonnet-5-5 (claude)"),
             ("/model gpt-5-mini", "model gpt-5-mini (openai) for the next tasks"),
         ]:  # fmt: skip

@@ -179,8 +179,14 @@ class Repl:
             return
         try:
             meter = meter_for(name, self.agent.cost.limit)
+        except PriceError:  # its words are the command line's: say it in the session's
+            self._say(f"/model {visible(name)}: no price is known for it, and this session "
+                      f"has a cost limit to keep: pick a model with a known price; still "
+                      f"{current}")  # fmt: skip
+            return
+        try:
             new = self.models(name, current)
-        except (LlmConfigError, PriceError) as exc:
+        except LlmConfigError as exc:
             said = re.sub(r"use --llm-provider (\S+)", r"pick a \1 model", str(exc))
             self._say(f"/model {visible(name)}: {visible(said)}; still {current}")
             return
