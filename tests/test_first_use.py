@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli, run_main, toy_agent
+from cli_helpers import quickest_provider_env, run_cli, run_main, toy_agent
 from fake_providers import FakeProvider, Reply, openai_reply
 from fakes import run_in_pty, write_replay, xml_action
 
@@ -57,7 +57,8 @@ def test_resume_goes_on_with_the_sessions_provider_model_base_url_and_command_se
 
         # A flag on the new command line wins; what it does not name is still restored.
         flagged = run_main(capsys, "--resume", session_id, "-m", "gpt-4o-mini", "--output",
-                           "json", "and a changelog", env={"OPENAI_API_KEY": "sk-other"})  # fmt: skip
+                           "json", "and a changelog",
+                           env={"OPENAI_API_KEY": "sk-other"})  # fmt: skip
         assert flagged.returncode == 0, flagged.stderr
         assert server.requests[2].body["model"] == "gpt-4o-mini"
         result = json.loads(flagged.stdout)
@@ -205,7 +206,8 @@ def test_no_confirm_question_is_printed_when_no_one_can_answer(home, repo, tmp_p
     assert proc.returncode == 0, proc.stderr
     assert "Allow run_command" not in proc.stderr + proc.stdout
     answered = run_cli("--repo", str(repo), "--replay", str(replay), "--allow-commands",
-                       "--permission-mode", "ask", "--replay-lenient", "run it", stdin="y\n")  # fmt: skip
+                       "--permission-mode", "ask", "--replay-lenient", "run it",
+                       stdin="y\n")  # fmt: skip
     assert "Allow run_command echo hi? [y]es/[n]o[, why]/[a]ll: y" in answered.stderr
 
 
@@ -249,9 +251,7 @@ LOGIN_PAGE = "<!doctype html><html><head><title>Sign in - Corp Proxy</title></he
 
 
 @pytest.mark.parametrize("provider", ["openai", "claude", "gemini"])
-def test_a_proxy_answering_200_with_an_html_page_names_the_base_url(
-    provider, home, repo, capsys
-):
+def test_a_proxy_answering_200_with_an_html_page_names_the_base_url(provider, home, repo, capsys):
     with FakeProvider() as server:
         server.enqueue(Reply(200, LOGIN_PAGE, {"Content-Type": "text/html"}))
         proc = run_main(capsys, "--repo", str(repo), "--llm-provider", provider, "look",
@@ -306,13 +306,10 @@ def test_an_mcp_server_printing_a_stray_json_line_is_named_with_its_line(home, r
 # --- 2. a task that cannot fit is stopped before it costs ---------------------------------------
 
 
-def test_a_task_larger_than_the_context_budget_is_refused_before_the_first_call(
-    home, repo, capsys
-):
+def test_a_task_larger_than_the_context_budget_is_refused_before_the_first_call(home, repo, capsys):
     with FakeProvider() as server:
         proc = run_main(capsys, "--repo", str(repo), "--task", "-", "--context-budget", "1000",
-                        "--output", "json", env=server.env("openai") | {
-                            "TOY_AGENT_LLM_PROVIDER": "openai"},
+                        "--output", "json", env=quickest_provider_env(server),
                         stdin="a log line\n" * 600)  # fmt: skip
     assert proc.returncode == 2
     assert server.requests == []
@@ -322,16 +319,14 @@ def test_a_task_larger_than_the_context_budget_is_refused_before_the_first_call(
     assert json.loads(proc.stdout)["outcome"] == "usage_error"
 
 
-def test_a_large_task_below_the_budget_leaves_less_room_for_each_observation(
-    home, repo, capsys
-):
+def test_a_large_task_below_the_budget_leaves_less_room_for_each_observation(home, repo, capsys):
     (repo / "big.txt").write_text("x" * 30_000 + "\n")
     task = "Here is the spec.\n" + "spec line\n" * 1_500  # 15,018 characters
     with FakeProvider() as server:
         server.enqueue(openai_reply(xml_action("read_file", path="big.txt")),
                        openai_reply(xml_action("task_complete", result="ok")))  # fmt: skip
         proc = run_main(capsys, "--repo", str(repo), "--context-budget", "8000", task,
-                        env=server.env("openai") | {"TOY_AGENT_LLM_PROVIDER": "openai"})  # fmt: skip
+                        env=quickest_provider_env(server))  # fmt: skip
         assert proc.returncode == 0, proc.stderr
     observation = server.requests[1].body["messages"][-1]["content"]
     # A quarter of what the task leaves of the budget (32,000 - 15,018 characters), not a
@@ -362,7 +357,7 @@ def test_every_command_the_demo_prints_works_when_pasted(home, tmp_path, capsys)
         server.enqueue(openai_reply(xml_action("task_complete", result="a test added")))
         argv = shlex.split(resume)[1:]
         resumed = run_main(capsys, *argv, "--output", "json", cwd=elsewhere,
-                           env={**server.env("openai"), "TOY_AGENT_LLM_PROVIDER": "openai"})  # fmt: skip
+                           env=quickest_provider_env(server))  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     assert "Fix median()" in sent(server.requests[0])  # the demo's conversation goes on
     saved = json.loads((sessions_dir(home) / f"{argv[1]}.json").read_text())

@@ -543,8 +543,6 @@ def test_the_sessions_command_lists_shows_and_deletes(home, repo, tmp_path, caps
         assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-
-
 def test_old_sessions_are_pruned_with_their_undo_data_by_the_configured_rule(home, repo, tmp_path):
     store = sessions_dir(home)
     (store / "undo").mkdir(parents=True)

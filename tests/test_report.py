@@ -422,8 +422,12 @@ def test_the_batch_page_lists_every_task_with_outcomes_totals_and_charts(
     assert [c.text.split()[:3] for c in charts] == [["cost", "per", "task"],
                                                     ["time", "per", "task"]]  # fmt: skip
     axes = [t.text for t in page.find("text", class_="axis")]  # what each axis measures
-    assert axes == ["US dollars", "tasks, in the tasks file's order (4; a bar links to its task)",
-                    "seconds", "tasks, in the tasks file's order (4; a bar links to its task)"]
+    assert axes == [
+        "US dollars",
+        "tasks, in the tasks file's order (4; a bar links to its task)",
+        "seconds",
+        "tasks, in the tasks file's order (4; a bar links to its task)",
+    ]
     split = page.find("figure", class_="chart split")[0].text
     assert "where the time went" in split and "LLM" in split and "tools" in split
     bars = page.find("rect")
@@ -649,11 +653,14 @@ def test_a_session_report_after_compact_and_undo_shows_every_runs_steps_by_its_i
     previews = [e.text for e in page.find("span", class_="first")]
     assert previews and not any("OBSERVATION" in text for text in previews)
     assert "notes.txt (lines 1-30 of 30):" in previews
-    lines = ("(() => { const r = document.createRange(); r.selectNodeContents("
-             "document.querySelector('#run-1 dd.time')); return r.getClientRects().length; })()")
+    lines = (
+        "(() => { const r = document.createRange(); r.selectNodeContents("
+        "document.querySelector('#run-1 dd.time')); return r.getClientRects().length; })()"
+    )
     assert chromium.js(lines) == 1  # the start time on one line, not three
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}",
-                        page.find("dd", class_="time")[0].text.strip())
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}", page.find("dd", class_="time")[0].text.strip()
+    )
 
     shown = subprocess.run([sys.executable, "-m", "toy_agent", "sessions", "show",
                             recorder.session.id], capture_output=True, text=True,

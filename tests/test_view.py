@@ -203,9 +203,7 @@ def test_every_line_fits_a_50_column_terminal_and_every_cut_is_marked(repo, tmp_
     assert plain.count("A long final answer.") == 8  # the result is wrapped, never cut
 
 
-def test_the_view_shows_each_thought_whole_folds_a_long_one_and_counts_each_edit(
-    repo, tmp_path
-):
+def test_the_view_shows_each_thought_whole_folds_a_long_one_and_counts_each_edit(repo, tmp_path):
     long = " ".join(f"Reason number {n} why the greeting is misspelt." for n in range(40))
     replay = write_replay(
         tmp_path / "r.json",

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.mcp_tools import McpTools
     from toy_agent.permissions import Permissions
     from toy_agent.redaction import Redactor
+    from toy_agent.sessions import Session
     from toy_agent.tools import CodeRepositoryTools
     from toy_agent.view import TerminalView
 
@@ -106,7 +107,8 @@ class _Parser(argparse.ArgumentParser):
         wants = {getattr(a.type, "__name__", ""): getattr(a.type, "wants", "")
                  for a in self._actions}  # fmt: skip
         if invalid and wants.get(invalid[1]):  # not "invalid _positive_int value"
-            message = f"{message[: invalid.start()]}invalid value {invalid[2]}: it wants {wants[invalid[1]]}"
+            said = f"invalid value {invalid[2]}: it wants {wants[invalid[1]]}"
+            message = message[: invalid.start()] + said
         unknown = re.match(r"unrecognized arguments: (\S+)", message)
         if unknown:
             close = difflib.get_close_matches(unknown[1].split("=")[0], self.flags, n=1)
@@ -517,14 +519,12 @@ def _resumed_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | 
     if args.resume:
         if store.is_elsewhere(args.resume):
             return None
-        session = _load_session(args.resume, store)
-    elif args.continue_session and not args.resume:
+        session: Session | None = _load_session(args.resume, store)
+    elif args.continue_session:
         session = store.latest(Path(args.repo).expanduser().resolve())
-        if session is None:
-            return None  # the run says there is none to continue
     else:
-        return None
-    return session.id, session.settings
+        session = None
+    return (session.id, session.settings) if session else None  # None: the run says so
 
 
 def _restore_session_settings(args: argparse.Namespace, given: frozenset[str]) -> str:
@@ -545,7 +545,7 @@ def _restore_session_settings(args: argparse.Namespace, given: frozenset[str]) -
             setattr(args, dest, value)
             restored.append(label)
 
-    provider = recorded.get("provider")
+    provider = str(recorded.get("provider") or "")
     if not args.replay and provider in providers.PROVIDERS:
         named = args.llm_provider if "llm_provider" in given else None
         claimed = providers.provider_for_model(args.model) if "model" in given else None
@@ -563,10 +563,10 @@ def _restore_session_settings(args: argparse.Namespace, given: frozenset[str]) -
     if recorded.get("tool_format"):
         restore("tool_format", recorded["tool_format"], f"tool format {recorded['tool_format']}")
     mode = recorded.get("permission_mode")
-    if not {"confirm", "permission_mode"} & given and mode in PERMISSION_MODES:
-        if mode != (args.permission_mode or ("ask" if args.confirm else DEFAULT_MODE)):
-            args.permission_mode, args.confirm = mode, False  # the session's, over the config's
-            restored.append(f"permission mode {mode}")
+    current = args.permission_mode or ("ask" if args.confirm else DEFAULT_MODE)
+    if not {"confirm", "permission_mode"} & given and mode in PERMISSION_MODES and mode != current:
+        args.permission_mode, args.confirm = mode, False  # the session's, over the config's
+        restored.append(f"permission mode {mode}")
     if recorded.get("allow_commands") is True:
         restore("allow_commands", True, "commands")
     rules = recorded.get("command_rules") or {}
@@ -590,8 +590,8 @@ def _provider_for(args: argparse.Namespace) -> str:
         where = args.base_url
     else:
         dotenv = _dotenv_values(args)
-        set_by = [r for r in providers.PROVIDERS.values()
-                  if os.environ.get(r.base_url_variable) or dotenv.get(r.base_url_variable)]  # fmt: skip
+        variables = {**dotenv, **os.environ}
+        set_by = [r for r in providers.PROVIDERS.values() if variables.get(r.base_url_variable)]
         if len(set_by) != 1:
             names = "|".join(providers.PROVIDERS)
             raise UsageError(
@@ -600,8 +600,10 @@ def _provider_for(args: argparse.Namespace) -> str:
                 "vLLM, llama.cpp)"
             )
         chosen = set_by[0]
-        where = os.environ.get(chosen.base_url_variable) or dotenv[chosen.base_url_variable]
-    args.provider_note = f"{chosen.name}-compatible server at {where}: no provider claims {args.model}"
+        where = variables[chosen.base_url_variable]
+    args.provider_note = (
+        f"{chosen.name}-compatible server at {where}: no provider claims {args.model}"
+    )
     return chosen.name
 
 
@@ -1050,7 +1052,9 @@ _positive_int.wants = "a whole number, 1 or more"  # type: ignore[attr-defined]
 _non_negative_int.wants = "a whole number, 0 or more"  # type: ignore[attr-defined]
 _DOLLARS = (lambda value: value >= 0, "must be an amount of US dollars, got {text}")
 _non_negative_float = _number(
-    "_non_negative_float", "a number, 0 or more", (lambda v: v >= 0, "must be 0 or more, got {text}")
+    "_non_negative_float",
+    "a number, 0 or more",
+    (lambda v: v >= 0, "must be 0 or more, got {text}"),
 )
 _positive_float = _number(
     "_positive_float",
@@ -1059,5 +1063,8 @@ _positive_float = _number(
 )
 _usd = _number("_usd", "an amount of US dollars", _DOLLARS)
 _positive_usd = _number(
-    "_positive_usd", "an amount of US dollars above 0", _DOLLARS, (lambda v: v > 0, "must be above 0")
+    "_positive_usd",
+    "an amount of US dollars above 0",
+    _DOLLARS,
+    (lambda v: v > 0, "must be above 0"),
 )

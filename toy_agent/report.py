@@ -843,7 +843,8 @@ def _run_chunks(
     chunks: list[list[Message] | None] = []
     for index, start in enumerate(starts):
         later = [s for s in starts[index + 1 :] if s is not None]
-        chunks.append(None if start is None else list(parsed[start + 1 : (later or [len(parsed)])[0]]))
+        end = later[0] if later else len(parsed)
+        chunks.append(None if start is None else list(parsed[start + 1 : end]))
     if summary:
         summarised = _int(compactions[-1].get("runs"), 0) if compactions else 0
         kept_until = next((s for s in starts if s is not None), len(parsed))
@@ -860,10 +861,11 @@ def _compaction_line(compaction: dict[str, Any]) -> str:
     when = str(compaction.get("compacted_at") or "").replace("T", " ")[:19]
     if compaction.get("applied") is False:
         return f"{when}: /compact wrote a summary no shorter than the steps; nothing changed"
-    before, after = _int(compaction.get("messages_before"), 0), _int(compaction.get("messages_after"), 0)
-    tokens = (f"about {_int(compaction.get('tokens_before'), 0):,} → "
-              f"{_int(compaction.get('tokens_after'), 0):,} tokens")  # fmt: skip
-    return f"{when}: /compact replaced {before} messages by a summary, {after} left ({tokens})"
+    number = {key: _int(compaction.get(key), 0) for key in
+              ("messages_before", "messages_after", "tokens_before", "tokens_after")}  # fmt: skip
+    return (f"{when}: /compact replaced {number['messages_before']} messages by a summary, "
+            f"{number['messages_after']} left (about {number['tokens_before']:,} → "
+            f"{number['tokens_after']:,} tokens)")  # fmt: skip
 
 
 def _session_step(

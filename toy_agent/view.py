@@ -358,8 +358,8 @@ class TerminalView:
         wrapped = list(body.wrap(self.console, max(self.console.width - indent, 10)))
         if len(wrapped) > THOUGHT_LINES:  # folded: the start, and how much more there is
             more = len(wrapped) - (THOUGHT_LINES - 1)
-            wrapped = [*wrapped[: THOUGHT_LINES - 1],
-                       Text(f"… {more} more lines (--stream shows it all)", style="dim italic")]  # fmt: skip
+            rest = Text(f"… {more} more lines (--stream shows it all)", style="dim italic")
+            wrapped = [*wrapped[: THOUGHT_LINES - 1], rest]
         if len(wrapped) == 1 and head.cell_len + 1 + wrapped[0].cell_len <= self.console.width:
             self._print_line(Text.assemble(head, " ", wrapped[0]))
             return
@@ -396,7 +396,7 @@ class TerminalView:
         return action, rel, changes.now(rel)
 
     def _edit_stat(self, action: Action) -> str:
-        """"+N -M": the lines the edit added and removed ("" for no edit, or a file too big
+        """The lines the edit added and removed, as "+N -M" ("" for no edit, or a file too big
         to compare)."""
         if self._before is None or self._changes is None or self._before[0] is not action:
             return ""
