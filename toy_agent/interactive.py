@@ -34,7 +34,7 @@ from toy_agent.sessions import (
     state_dir,
     undo_last_run,
 )
-from toy_agent.view import format_summary, use_color, visible
+from toy_agent.view import format_summary, sandbox_summary, use_color, visible
 
 if TYPE_CHECKING:
     from toy_agent.agent import ReactAgent, RunResult
@@ -254,7 +254,7 @@ class Repl:
     def _summary(self, outcome: RunResult) -> None:
         redact = self.agent.redactor.redact_obj
         commands = self.agent.tools.allow_commands and not self.agent.permissions.read_only
-        sandbox = self.agent.tools.sandbox if commands else None
+        sandbox = sandbox_summary(self.agent.tools) if commands else None
         result = {**redact(outcome.to_dict()), "sandbox": sandbox}
         if outcome.outcome == "max_iterations":
             result["error"] = (f"{result['error']}; type continue to go on "
