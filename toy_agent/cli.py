@@ -191,6 +191,34 @@ def build_parser() -> _Parser:
         metavar="SECONDS",
         help="seconds for one whole LLM response, streaming included (default: 120)",
     )
+    add(
+        "--effort",
+        choices=providers.EFFORTS,
+        help="how hard the model thinks: Claude's effort (or thinking budget), Gemini's "
+        "thinking level (or budget), OpenAI's reasoning_effort (default: the model's own)",
+    )
+    add(
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a request field for the provider, e.g. temperature=0.2 or max_tokens=16000 "
+        "(the value as JSON if it reads as JSON); repeatable",
+    )
+    add(
+        "--openai-api",
+        choices=("chat", "responses"),
+        default="chat",
+        help="the API of --llm-provider openai: chat (Chat Completions, the default; what local "
+        "servers speak) or responses (OpenAI's Responses API: reasoning kept between turns)",
+    )
+    add(
+        "--show-thinking",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="ask for the model's thinking (summarised) where it is hidden by default "
+        "(default auto: on with the live view)",
+    )
     add = parser.add_argument_group("tools", "the tools and how actions are written").add_argument
     add(
         "--tool-format",
@@ -259,6 +287,40 @@ def build_parser() -> _Parser:
         metavar="PATTERN",
         help="refuse any run_command line with a command matching PATTERN; wins over "
         "--allow-command (repeatable)",
+    )
+    add(
+        "--lint",
+        choices=("off", "on", "strict"),
+        default="on",
+        help="after each file edit, tell the model the syntax errors it introduced (on); "
+        "strict: refuse such an edit and leave the file as it was; off: no check (default: on)",
+    )
+    add(
+        "--lint-cmd",
+        action="append",
+        default=[],
+        metavar="[GLOB=]CMD",
+        help="your linter, run in the sandbox on each edited file matching GLOB ({file} is "
+        "its path), e.g. '*.py=ruff check {file}'; only new findings are told (repeatable)",
+    )
+    add(
+        "--check",
+        metavar="CMD",
+        help="a shell command that decides whether the task is done (e.g. 'pytest -q'): run "
+        "in the sandbox when the model calls task_complete; if it fails the model is shown "
+        "why and goes on; exit 0 only if it passed",
+    )
+    add(
+        "--check-retries",
+        type=_non_negative_int,
+        default=2,
+        metavar="N",
+        help="times the model may try again after a failed --check (default: 2)",
+    )
+    add(
+        "--strict",
+        action="store_true",
+        help="a run that completes after an action was refused or declined exits 1, not 0",
     )
     add = parser.add_argument_group("MCP", "MCP servers whose tools are offered too").add_argument
     add(
@@ -370,7 +432,8 @@ def build_parser() -> _Parser:
     badd(
         "--tasks-file",
         metavar="TASKS.jsonl",
-        help='one task a line: {"id", "repo", "task", "rev"?, "check"?, "max_iterations"?}',
+        help='one task a line: {"id", "repo", "task", "rev"?, "check"?, "keep"?, "attempts"?, '
+        '"max_iterations"?}',
     )
     badd(
         "--out",
@@ -385,6 +448,14 @@ def build_parser() -> _Parser:
         metavar="N",
         help="tasks run at once (default: 1)",
     )
+    badd(
+        "--attempts",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="independent attempts per task, each in a fresh copy, stopping at the first that "
+        'resolves it (a task\'s "attempts" wins; default: 1)',
+    )
     badd("--redo", action="store_true", help="run tasks again that already have a result in DIR")
     badd("--max-total-cost", type=_positive_float, metavar="USD",
          help="no new task starts once the finished ones cost this much (--max-cost still "
@@ -394,7 +465,7 @@ def build_parser() -> _Parser:
         type=_positive_float,
         default=600.0,
         metavar="SECONDS",
-        help="limit for each task's check command (default: 600)",
+        help="limit for each run of a --check or task check command (default: 600)",
     )
     badd(
         "--executor",
@@ -741,7 +812,7 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     from toy_agent.context import oversized_task
     from toy_agent.environment import load_dotenv_file
     from toy_agent.llm import preload_sdk
-    from toy_agent.view import TerminalView, run_banner
+    from toy_agent.view import COMMAND_TAIL_LINES, TerminalView, run_banner
 
     if not (args.list_tools or args.undo):
         preload_sdk(args.llm_provider)
@@ -749,7 +820,13 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     repo = _repo(args.repo)
     live = args.output == "text" and not args.quiet and sys.stdout.isatty()
     batch = args.tasks_file is not None or args.out is not None
-    view = TerminalView(sys.stdout) if live and not (batch or args.list_tools) else None
+    tail = 20 if args.stream else COMMAND_TAIL_LINES
+    view = (
+        TerminalView(sys.stdout, tail_lines=tail) if live and not (batch or args.list_tools)
+        else None
+    )  # fmt: skip
+    if args.show_thinking == "auto":  # the thinking is asked for where someone will see it
+        args.show_thinking = "on" if view is not None else "off"
     redactor, handlers = _setup_logging(args, live or batch, view, batch=batch)
     keys = providers.key_variables()
     for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():
@@ -812,9 +889,12 @@ def _model_client(args: argparse.Namespace) -> Callable[[str, str], LlmClient]:
     def make(name: str, current: str) -> LlmClient:
         row = providers.provider_for_model(name)
         provider = row.name if row else current
+        settings = _model_settings(args)
+        if provider != "openai":  # --openai-api is the openai provider's
+            settings["openai_api"] = "chat"
         return client_for(provider, model=name, max_retries=args.max_retries,
                           base_url=args.base_url if provider == current else None,
-                          timeout=args.timeout)  # fmt: skip
+                          timeout=args.timeout, **settings)  # fmt: skip
 
     return make
 
@@ -847,6 +927,15 @@ def _local_tools(args: argparse.Namespace, repo: Path, redactor: Redactor) -> Co
         raise UsageError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from exc
 
 
+def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """--effort, --model-option and --show-thinking as the client takes them (`show_thinking`
+    in args is resolved by _run: auto is on with the live view). Raises LlmConfigError."""
+    from toy_agent.llm import parse_model_options
+
+    return {"effort": args.effort, "model_options": parse_model_options(args.model_option),
+            "show_thinking": args.show_thinking == "on", "openai_api": args.openai_api}  # fmt: skip
+
+
 def _llm_client(args: argparse.Namespace) -> LlmClient:
     from toy_agent.llm import LlmConfigError, client_for
 
@@ -854,7 +943,7 @@ def _llm_client(args: argparse.Namespace) -> LlmClient:
         return client_for(
             args.llm_provider, model=args.model, base_url=args.base_url, replay=args.replay,
             replay_lenient=args.replay_lenient, max_retries=args.max_retries,
-            timeout=args.timeout,
+            timeout=args.timeout, **_model_settings(args),
         )  # fmt: skip
     except LlmConfigError as exc:
         raise UsageError(str(exc)) from exc

@@ -36,6 +36,7 @@ OUTCOME_EXIT_CODES = {
     "cancelled": EXIT_INTERRUPTED,
     "replay_diverged": EXIT_NOT_COMPLETED,
     "cost_limit": EXIT_NOT_COMPLETED,
+    "check_failed": EXIT_NOT_COMPLETED,
 }
 
 
@@ -132,6 +133,11 @@ def _run_agent(
         instructions=instructions,
         cost=_cost_meter(args, llm),
         permissions=permissions,
+        check=args.check,
+        check_retries=args.check_retries,
+        check_timeout=args.check_timeout,
+        lint=args.lint,
+        lint_commands=args.lint_cmd,
     )
     lines.session = sessions.session.id
     if task is None:
@@ -146,7 +152,7 @@ def _run_agent(
               "permission_mode": permissions.mode,
               "session": sessions.session.id, "provider": args.llm_provider,
               "model": getattr(llm, "model", None), "trajectory": args.trajectory,
-              "exit_code": OUTCOME_EXIT_CODES[outcome.outcome],
+              "exit_code": run_exit_code(outcome.outcome, outcome.refusals, args.strict),
               "diff": diff, "diff_truncated": diff_cut}  # fmt: skip
     if outcome.outcome == "max_iterations":
         result["error"] = f"{result['error']}; {_how_to_go_on(args, repo)}"
@@ -181,7 +187,15 @@ def _run_agent(
               f"Go on from where it stopped, with your own model (it needs the provider's key):"
               f"\n  toy-agent --resume {sessions.session.id} \"add a test for an empty list\"",
               file=where)  # fmt: skip
-    return OUTCOME_EXIT_CODES[result["outcome"]]
+    return int(result["exit_code"])
+
+
+def run_exit_code(outcome: str, refusals: Sequence[Any] = (), strict: bool = False) -> int:
+    """The exit code of a run: its outcome's, except that under --strict a completed run in
+    which something was refused or declined is not done (1)."""
+    if strict and outcome == "completed" and refusals:
+        return EXIT_NOT_COMPLETED
+    return OUTCOME_EXIT_CODES[outcome]
 
 
 def _how_to_go_on(args: argparse.Namespace, repo: Path) -> str:
@@ -294,6 +308,7 @@ def _refuse_single_run_flags(args: argparse.Namespace) -> None:
 def _run_batch(args: argparse.Namespace, live: bool) -> int:
     """--tasks-file: toy_agent.batch runs every task in its own copy and writes --out."""
     from toy_agent.batch import BatchError, RunSettings, run_batch
+    from toy_agent.llm import LlmConfigError, parse_model_options
     from toy_agent.mcp_config import McpError, load_mcp_config
     from toy_agent.view import to_json
 
@@ -310,19 +325,24 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
                          "which a batch cannot give: use edits, auto or read-only")  # fmt: skip
     try:
         config = load_mcp_config(args.mcp_config) if args.mcp_config else []
-    except McpError as exc:
+        options = tuple(parse_model_options(args.model_option).items())
+    except (McpError, LlmConfigError) as exc:
         raise UsageError(str(exc)) from exc
     if args.max_total_cost is not None or args.max_cost is not None:
         _batch_prices(args)
     settings = RunSettings(
         provider=args.llm_provider, model=args.model, base_url=args.base_url,
         max_retries=args.max_retries, timeout=args.timeout, replay=args.replay,
+        effort=args.effort, model_options=options, openai_api=args.openai_api,
         replay_lenient=args.replay_lenient, max_iterations=args.max_iterations,
         tool_format=args.tool_format, context_budget=args.context_budget,
         allow_commands=args.allow_commands, sandbox=args.sandbox,
         sandbox_network=args.sandbox_network, sandbox_read=tuple(args.sandbox_read),
         mcp_servers=(*args.mcp_server, *config),
         mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
+        check=args.check, check_retries=args.check_retries, attempts=args.attempts,
+        lint=args.lint,
+        lint_commands=tuple(args.lint_cmd),
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
         permissions=args.permissions,
     )  # fmt: skip

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from toy_agent.events import (
     ChangeTracker,
+    CheckFinished,
     Event,
     LlmResponded,
     LlmRetrying,
@@ -38,7 +39,8 @@ from toy_agent.events import (
     json_text,
 )
 from toy_agent.files import FileState
-from toy_agent.messages import FailedAttempt, visible
+from toy_agent.lint import EditCheck
+from toy_agent.messages import CommandResult, FailedAttempt, visible
 from toy_agent.parsing import Action
 from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
 from toy_agent.tools import CodeRepositoryTools, ToolError
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 THOUGHT_LINES = 6  # a thought longer than this, wrapped, shows its first lines and a count
+COMMAND_TAIL_LINES = 5  # of a failed command's output, under its line (20 with --stream)
 KEY_ARGUMENTS = ("path", "pattern", "command", "query", "url", "name")
 LOG_LEVEL_STYLES = {logging.WARNING: "yellow", logging.ERROR: "red", logging.CRITICAL: "bold red"}
 
@@ -210,7 +213,12 @@ class TerminalView:
     """
 
     def __init__(
-        self, stream: TextIO = sys.stdout, *, color: bool | None = None, width: int | None = None
+        self,
+        stream: TextIO = sys.stdout,
+        *,
+        color: bool | None = None,
+        width: int | None = None,
+        tail_lines: int = COMMAND_TAIL_LINES,
     ):
         from rich.console import Console
         from rich.live import Live
@@ -232,6 +240,7 @@ class TerminalView:
         self._refused: tuple[Action, str, str] | None = None
         self._changes: ChangeTracker | None = None  # the run's: what files were before an edit
         self._before: tuple[Action, str, FileState] | None = None  # an edit, its file before
+        self.tail_lines = tail_lines  # of a failed command's output (more with --stream)
         self._live = Live(
             console=self.console, get_renderable=self._live_line, refresh_per_second=10,
             transient=True,
@@ -253,6 +262,8 @@ class TerminalView:
                 self._streamed = True
                 self._stream(self._thought.feed(text))
             case LlmResponded(response=response, seconds=seconds):
+                if response.thinking.strip():
+                    self._show_thinking(response.thinking)
                 self._show_thought(response.text, seconds)
             case ToolStarted(action=action):
                 self._tool = action
@@ -269,10 +280,16 @@ class TerminalView:
                 self._status = None
                 if self._refused is not None and self._refused[0] is obs.action:
                     self._show_refused(*self._refused)
+                elif obs.command is not None:
+                    self._show_command(obs.action, obs.command, seconds)
                 else:
                     stat = "" if obs.is_error else self._edit_stat(obs.action)
                     self._show_tool(obs.action, obs.content, obs.is_error, seconds, stat)
+                if obs.edit_check is not None:
+                    self._show_note(f"{obs.edit_check.path}: " + _introduced(obs.edit_check))
                 self._refused, self._before = None, None
+            case CheckFinished(result=result, attempt=attempt, limit=limit):
+                self._show_check(result, attempt, limit)
             case StepFinished(step=step) if step.parse_error:
                 self._show_note("reply not understood, the model was told: "
                                 f"{_first_line(visible(step.parse_error))}")  # fmt: skip
@@ -367,6 +384,17 @@ class TerminalView:
         for line in wrapped:
             self._print_line(Text.assemble(" " * indent, line))
 
+    def _show_thinking(self, thinking: str) -> None:
+        """The model's thinking (as the provider shows it: a summary), dim, folded to its first
+        THINKING_LINES lines when long: the trajectory and the report keep all of it."""
+        lines = [line.rstrip() for line in visible(thinking.replace("\r\n", "\n")).split("\n")]
+        lines = [line for line in lines if line.strip()]
+        shown = lines[:THINKING_LINES]
+        if len(lines) > THINKING_LINES:
+            shown.append(f"… {len(lines) - THINKING_LINES} more lines (the trajectory keeps them)")
+        for number, line in enumerate(shown):
+            self.console.print(_streamed(("thinking: " if number == 0 else "") + line))
+
     def _show_tool(
         self, action: Action, content: str, is_error: bool, seconds: float, stat: str = ""
     ) -> None:
@@ -408,6 +436,39 @@ class TerminalView:
                                     (now.text() or "").splitlines(), n=0, lineterm="")  # fmt: skip
         codes = [line[:1] for line in list(diff)[2:] if not line.startswith("@@")]
         return f"+{codes.count('+')} -{codes.count('-')}"
+
+    def _show_command(self, action: Action, command: CommandResult, seconds: float) -> None:
+        """`✗ run_command pytest -q · exit 1`, then the last lines of its output."""
+        from rich.text import Text
+
+        ok = command.ok
+        mark = Text("  ✓ ", style="green") if ok else Text("  ✗ ", style="red")
+        status = Text(f" · {command.status}", style="green" if ok else "red")
+        status.append(f" {seconds:.2f}s", style="dim")
+        self._print_line(self._fitted(describe_action(action), head=mark, tail=status))
+        if not ok:
+            self._show_tail(command.output_tail)
+        if command.sandbox_note:
+            self._show_note(f"sandbox: {command.sandbox_note}")
+
+    def _show_check(self, result: CommandResult, attempt: int, limit: int) -> None:
+        """`✗ check pytest -q · exit 1 (attempt 1 of 3)`, then the end of its output."""
+        from rich.text import Text
+
+        ok = result.ok
+        mark = Text("  ✓ ", style="green") if ok else Text("  ✗ ", style="red")
+        status = Text(f" · {'passed' if ok else result.status}", style="green" if ok else "red")
+        status.append(f" (attempt {attempt} of {limit})", style="dim")
+        self._print_line(self._fitted(f"check {visible(result.command)}", head=mark,
+                                      tail=status))  # fmt: skip
+        if not ok:
+            self._show_tail(result.output_tail)
+
+    def _show_tail(self, tail: str) -> None:
+        from rich.text import Text
+
+        for line in visible(tail).splitlines()[-self.tail_lines :]:
+            self._print_line(self._fitted(line, head=Text("    │ ", style="dim")))
 
     def _show_refused(self, action: Action, by: str, reason: str) -> None:
         from rich.text import Text
@@ -550,6 +611,9 @@ def _cut(text: str, cells: int) -> str:
     return set_cell_size(text, cells - 1) + "…" if cells > 0 else ""
 
 
+THINKING_LINES = 6  # the live view's fold of a long thinking
+
+
 def _streamed(line: str) -> RenderableType:
     """A line of the streamed thought: dim, indented, wrapped with its indent."""
     from rich.padding import Padding
@@ -657,11 +721,14 @@ def format_summary(
     result: dict[str, Any], diffs: dict[str, str], *, show_diff: bool, color: bool = False
 ) -> str:
     style = Style(color)
+    not_run = result.get("refused_actions") or []
     status = (
         style("✓ completed", "32")
         if result["success"]
         else style(f"✗ not completed ({result['outcome']})", "31")
     )
+    if result["success"] and not_run:  # refused is not done: said where the verdict is
+        status += style(f", but {_actions(len(not_run))} not run (refused or declined)", "33")
     usage = result.get("usage") or {}
     lines = [
         "",
@@ -681,6 +748,10 @@ def format_summary(
         why += [f"{result['refused']} refused"] if result.get("refused") else []
         declined = f" ({', '.join(why)})" if why else ""
         lines.append(style(f"tool errors: {result.get('tool_errors', 0)}{declined}", "33"))
+    if not_run:
+        lines.append(style(f"not run ({len(not_run)}):", "33"))
+        lines += [f"  {visible(r['tool'])}: {_not_run_reason(r)}" for r in not_run[:20]]
+        lines += [f"  … and {len(not_run) - 20} more"] if len(not_run) > 20 else []
     if result.get("files_changed"):
         lines.append("files changed:")
         lines += [
@@ -694,6 +765,28 @@ def format_summary(
         lines.append(f"error: {visible(result['error'])}")
     lines += ["result:", visible(result.get("result") or "(none)")]
     return "\n".join(lines)
+
+
+def _introduced(check: EditCheck) -> str:
+    """`introduced 1 syntax error (line 3)`: what the model was told about its edit."""
+    lines = ", ".join(f"line {f.line}" for f in check.errors[:3] if f.line)
+    parts = [f"{len(check.errors)} syntax error{'s' * (len(check.errors) != 1)}"
+             + (f" ({lines})" if lines else "")] if check.errors else []  # fmt: skip
+    parts += [f"{len(check.lint)} new linter finding{'s' * (len(check.lint) != 1)}"
+              ] if check.lint else []  # fmt: skip
+    verb = "would introduce" if check.refused else "introduced"
+    return f"{verb} {' and '.join(parts)}" + (", not applied (--lint strict)" if check.refused
+                                               else "")  # fmt: skip
+
+
+def _actions(n: int) -> str:
+    return f"{n} action{'s' * (n != 1)}"
+
+
+def _not_run_reason(refusal: dict[str, Any]) -> str:
+    who = {"user": "declined by you", "rule": "refused by a rule", "mode": "not allowed"}
+    reason = refusal.get("reason") or ""
+    return who.get(refusal.get("by", ""), "not run") + (f" ({visible(reason)})" if reason else "")
 
 
 def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
