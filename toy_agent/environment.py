@@ -9,6 +9,7 @@ never hold the user's keys, so no command can print one in a form redaction miss
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 from collections.abc import Mapping
@@ -82,20 +83,25 @@ def load_dotenv_file(
 
 def dotenv_distrust(path: Path, repo: Path | None) -> str | None:
     """Why the `.env` at `path` is not the user's own, or None when it is. It is not when it
-    lies in the repository being worked on, anywhere in the git work tree that holds it (a
-    monorepo's top-level `.env` above `--repo packages/app` came with the clone), or when it or
-    its folder belongs to another user. Its place is judged both where it is named and where
-    a link leads."""
+    lies in the repository being worked on or in a folder above it (the repository came in that
+    folder: a project's top-level `.env` above `--repo backend`, from a clone, a ZIP or a
+    tarball alike), anywhere in the git work tree that holds the repository, or when it or its
+    folder belongs to another user. Its place is judged both where it is named and where a
+    link leads, against the repository both as named and as resolved."""
     places = [path.absolute()]
     with contextlib.suppress(OSError, RuntimeError):
         places.append(path.resolve())
     if repo is not None:
-        repo = repo.absolute()
-        top = _work_tree_top(repo)
-        for place in places:
-            if _is_inside(place, repo):
+        repos = [repo.absolute()]
+        with contextlib.suppress(OSError, RuntimeError):
+            repos.append(repo.resolve())
+        top = _work_tree_top(repos[0])
+        for place, folder in itertools.product(places, repos):
+            if place.is_relative_to(folder):
                 return "it lies inside the repository being worked on"
-            if top is not None and _is_inside(place, top):
+            if folder.is_relative_to(place.parent):
+                return f"it lies in {place.parent}, a folder above the repository being worked on"
+            if top is not None and place.is_relative_to(top):
                 return f"it lies in the git work tree that holds the repository ({top})"
     if hasattr(os, "getuid"):
         for place in (places[-1], places[-1].parent):
@@ -141,9 +147,3 @@ def is_unsafe_for_child(name: str) -> bool:
         or any(part in upper for part in SECRET_NAME_PARTS)
     )
 
-
-def _is_inside(path: Path, folder: Path) -> bool:
-    try:
-        return path.is_relative_to(folder) or path.resolve().is_relative_to(folder.resolve())
-    except (OSError, RuntimeError):
-        return False
