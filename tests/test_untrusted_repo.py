@@ -164,7 +164,7 @@ def test_dotenv_sets_only_the_agents_own_variables_and_never_overrides(tmp_path,
     }
 
 
-def test_child_processes_get_no_keys_no_secrets_and_no_loader_variables():
+def test_child_processes_get_the_allow_list_only():
     env = child_environment(
         {"LC_ALL": "C.UTF-8"},
         environ={
@@ -172,16 +172,10 @@ def test_child_processes_get_no_keys_no_secrets_and_no_loader_variables():
             "OPENAI_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://x", "DB_PASSWORD": "p",
             "GITHUB_TOKEN": "t", "AWS_SECRET_ACCESS_KEY": "s", "MY_CREDENTIALS": "c",
             "LD_PRELOAD": "evil.so", "LD_LIBRARY_PATH": "/evil", "PYTHONPATH": "/evil",
-            "BASH_ENV": "/evil",
+            "BASH_ENV": "/evil", "DATABASE_URL": "postgres://u:p@h/d",
         },
     )  # fmt: skip
-    assert env == {
-        "PATH": "/usr/bin",
-        "HOME": "/home/u",
-        "LANG": "C",
-        "SSH_AUTH_SOCK": "/tmp/s",
-        "LC_ALL": "C.UTF-8",
-    }
+    assert env == {"PATH": "/usr/bin", "HOME": "/home/u", "LANG": "C", "LC_ALL": "C.UTF-8"}
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """Running one shell command for run_command and batch checks, leaving nothing behind.
 
-No stdin, no pager, no secrets; only the head and tail of the output are kept, and the command's
-whole process group is killed when it ends.
+No stdin, no pager, only allow-listed variables; only the head and tail of the output are
+kept, and the command's whole process group is killed when it ends.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import os
 import subprocess
 import threading
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 from toy_agent import cuts
@@ -25,13 +26,19 @@ _COMMAND_ENV = {
 
 
 def run_shell(
-    command: str, cwd: Path, timeout: int, *, policy: SandboxPolicy | None = None
+    command: str,
+    cwd: Path,
+    timeout: int,
+    *,
+    policy: SandboxPolicy | None = None,
+    named: Mapping[str, str] | None = None,
 ) -> tuple[int, str, bool]:
-    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
-    secrets in the environment. The command leads its own session, and the whole group is
-    killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM
-    through the CLI); in bwrap's PID namespace that includes what escaped the group."""
-    argv, env = ["/bin/sh", "-c", command], child_environment(_COMMAND_ENV)
+    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour; the
+    environment is the allow-listed one plus the variables the user `named` (see
+    toy_agent.environment.child_environment). The command leads its own session, and the whole
+    group is killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C, or
+    SIGTERM through the CLI); in bwrap's PID namespace that includes what escaped the group."""
+    argv, env = ["/bin/sh", "-c", command], child_environment(_COMMAND_ENV, named=named)
     if policy is not None:
         argv, env = policy.argv() + argv, sandbox_environment(env, policy)
     proc = subprocess.Popen(

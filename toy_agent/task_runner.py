@@ -81,6 +81,7 @@ class RunSettings:
     sandbox: str = "auto"
     sandbox_network: bool = False
     sandbox_read: tuple[str, ...] = ()  # --sandbox-read: folders sandboxed commands may read
+    command_env: tuple[str, ...] = ()  # --command-env: NAME or NAME=VALUE, given to commands
     mcp_servers: tuple[str | McpServerConfig, ...] = ()
     mcp_timeout: float = 30.0
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
@@ -165,7 +166,7 @@ def run_task(
         tools = CodeRepositoryTools(
             copy.path, allow_commands=settings.allow_commands, redactor=redactor,
             sandbox=settings.sandbox, sandbox_network=settings.sandbox_network,
-            sandbox_read=settings.sandbox_read,
+            sandbox_read=settings.sandbox_read, command_env=settings.command_env,
         )  # fmt: skip
         trajectory_file = meta / "trajectory.json"
         run = _run_agent(task, settings, tools, redactor, trajectory_file, stop, credentials)
@@ -266,8 +267,9 @@ def run_check(command: str, tools: CodeRepositoryTools, timeout: float) -> dict[
     """The task's check in its copy, sandboxed like run_command (no secrets in its
     environment; in bubblewrap when the sandbox is on), killed after `timeout` seconds."""
     code, output, timed_out = run_shell(
-        command, tools.repo_path, math.ceil(timeout), policy=tools.sandbox_policy
-    )
+        command, tools.repo_path, math.ceil(timeout), policy=tools.sandbox_policy,
+        named=tools.command_env,
+    )  # fmt: skip
     tail = cuts.cut(tools.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
     if timed_out:
         tail += f"\n[the check timed out after {timeout:g}s and was killed]"
