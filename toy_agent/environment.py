@@ -31,11 +31,15 @@ OWN_PREFIX = "TOY_AGENT_"  # this project's own settings
 
 # What a command's environment holds unless the user names more (--command-env): where programs
 # and the user's toolchains are, who and where the user is, the locale, the terminal and the
-# temporary folder. Nothing whose value could be a credential, nothing that loads code
-# (LD_PRELOAD, PYTHONPATH), no agent socket (SSH_AUTH_SOCK: the user's keys, by proxy).
+# temporary folder. Nothing whose value could be a credential (a proxy URL may hold a password),
+# nothing that loads code (LD_PRELOAD, PYTHONPATH), no agent socket (SSH_AUTH_SOCK: the user's
+# keys, by proxy).
 COMMAND_VARIABLES = frozenset(
     {"PATH", "HOME", "USER", "LOGNAME", "USERNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
      "COLORTERM", "NO_COLOR", "TMPDIR", "TEMP", "TMP",
+     # where the certificates a corporate network needs are (paths, never a secret)
+     "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+     "NODE_EXTRA_CA_CERTS",
      # the toolchain variables the sandbox reads (sandbox.py), and their companions
      *_TOOL_HOME_VARIABLES, *_HOME_DEFAULTS.values(), "GOPATH", "GOBIN", "GOCACHE",
      "GOMODCACHE", "CONDA_DEFAULT_ENV", "CONDA_EXE", "CONDA_PYTHON_EXE", "CONDA_SHLVL",
