@@ -177,6 +177,7 @@ def test_command_env_from_the_flag_the_config_file_and_toy_agent_command_env(
         assert done.returncode == 0, done.stderr
         recorded = json.loads(trajectory.read_text())
         observation = json.dumps(recorded["steps"][0]["observations"])
+        assert not [value for value in WITHHELD.values() if "://" in value and value in observation]
         return {name for name in WITHHELD if f"{name}=" in observation}, recorded["settings"]
 
     assert passed()[0] == {"SENTRY_DSN"}

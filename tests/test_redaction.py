@@ -115,6 +115,18 @@ def test_trivial_and_non_secret_environment_values_stay(name: str, value: str) -
     assert Redactor(environ={name: value}).redact(text) == text
 
 
+def test_a_url_with_credentials_in_any_variable_is_redacted_whole() -> None:
+    environ = {
+        "DATABASE_URL": "postgres://app:hunter2@db.internal:5432/app",
+        "SENTRY_DSN": "https://0123456789abcdef0123456789abcdef@o1.ingest.sentry.io/42",
+        "GIT_REMOTE": "ssh://git@github.com/org/repo.git",  # a user name, no secret
+    }
+    text = " ".join(environ.values())
+    assert Redactor(environ=environ).redact(text) == (
+        f"{REDACTED} {REDACTED} ssh://git@github.com/org/repo.git"
+    )
+
+
 def test_environ_defaults_to_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-0123456789abcdef")
     assert Redactor().redact("x tok-0123456789abcdef y") == f"x {REDACTED} y"

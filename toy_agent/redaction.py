@@ -169,11 +169,17 @@ _SECRET_NAME_RE = re.compile(_SECRET_NAME)
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _MEMBER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")  # "google.auth.credentials.Credentials"
 _RANDOM = re.compile(r"\d|[a-z][A-Z]|[+=!@#$%^&*~?]")  # wJalrXUtnFEMI, not Confidential-client
+# scheme://user:password@host (DATABASE_URL, PIP_EXTRA_INDEX_URL's token), or a long key as the
+# user part (SENTRY_DSN): not ssh://git@host.
+_CREDENTIAL_URL = re.compile(r"[A-Za-z][\w+.-]*://(?:[^\s/@:]*:[^\s/@]+|[^\s/@:]{16,})@\S+")
 _LINE_END = re.compile(rf"[ \t]*(?:#.*)?(?:\r?\n|\Z)|{_CUT_AT}")
 
 
 def is_secret_variable(name: str, value: str) -> bool:
-    """A secret-looking name with a value worth hiding: not trivial, not a number, not a path."""
+    """A secret-looking name with a value worth hiding (not trivial, not a number, not a path),
+    or, whatever the name, a URL that carries credentials (DATABASE_URL, SENTRY_DSN)."""
+    if _CREDENTIAL_URL.fullmatch(value):
+        return True
     upper = name.upper()
     if not any(part in upper for part in SECRET_NAME_PARTS):
         return False
