@@ -7,8 +7,9 @@ own type and choices (the argparse actions themselves), so `max_iterations = 0` 
 as `--max-iterations 0` does, naming the key or the variable.
 
 The target repository is untrusted: a config file inside it is never read (unless the user
-names it with --config), and `TOY_AGENT_*` lines of a `.env` inside it are ignored; a hostile
-repository must not turn on commands, switch the sandbox off or start an MCP server.
+names it with --config), and `TOY_AGENT_*` lines of a `.env` inside it or above it are
+ignored; a hostile repository must not turn on commands, switch the sandbox off or start an
+MCP server.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def load_settings(
     dotenv: Path | None = None,
 ) -> Settings:
     """The command line, with the environment's and the config file's defaults under it.
-    `dotenv` is the `.env` whose TOY_AGENT_ lines count as environment (unless it lies inside
-    the repository). Raises ConfigError."""
+    `dotenv` is the `.env` whose TOY_AGENT_ lines count as environment (unless it is not the
+    user's own: see toy_agent.environment.dotenv_distrust). Raises ConfigError."""
     environ = os.environ if environ is None else environ
     args = parser.parse_args(argv)
     given = _given(parser, argv)
@@ -144,8 +145,12 @@ def _converted_one(action: argparse.Action, value: Any, where: str) -> Any:
         text = os.path.expanduser(text)
     try:
         converted = action.type(text) if callable(action.type) else text
-    except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+    except argparse.ArgumentTypeError as exc:
         raise ConfigError(f"{where}: invalid value {text!r}: {exc}") from None
+    except (TypeError, ValueError) as exc:  # not a number at all: say what is wanted
+        wants = getattr(action.type, "wants", None) or f"another value ({exc})"
+        raise ConfigError(f"{where}: invalid value {text!r}: "
+                          f"{action.option_strings[-1]} wants {wants}") from None  # fmt: skip
     if action.choices is not None and converted not in action.choices:
         choices = ", ".join(map(str, action.choices))
         raise ConfigError(f"{where}: invalid choice {text!r} (choose from {choices})")

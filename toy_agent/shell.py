@@ -1,8 +1,8 @@
 """Running one shell command for run_command and batch checks, leaving nothing behind.
 
-No stdin, no pager, no secrets (not in its environment, and, unsandboxed, not readable from the
-agent's process either); only the head and tail of the output are kept, and every process of
-the command is killed when it ends.
+No stdin, no pager, no secrets (only allow-listed variables in its environment, and,
+unsandboxed, none readable from the agent's process either); only the head and tail of the
+output are kept, and every process of the command is killed when it ends.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from toy_agent import cuts
@@ -46,16 +46,19 @@ def run_shell(
     timeout: int,
     *,
     policy: SandboxPolicy | None = None,
+    named: Mapping[str, str] | None = None,
     shell: str = "/bin/sh",
     wrap: Callable[[list[str]], list[str]] | None = None,
 ) -> tuple[int, str, bool]:
-    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
-    secrets in the environment. The command leads its own session, and all its processes are
-    killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM
-    through the CLI): in bwrap, its PID namespace; unsandboxed, its group, session and tree
-    and the processes carrying its marker (toy_agent.sandbox.kill_command)."""
-    argv, env = [shell, "-c", command], child_environment(_COMMAND_ENV)
-    if wrap is not None:  # a batch task's environment: a root filesystem or a container
+    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour; the
+    environment is the allow-listed one plus the variables the user `named` (see
+    toy_agent.environment.child_environment). The command leads its own session, and all its
+    processes are killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C,
+    or SIGTERM through the CLI): in bwrap, its PID namespace; unsandboxed, its group, session
+    and tree and the processes carrying its marker (toy_agent.sandbox.kill_command). `shell`
+    runs the command; `wrap` puts it in a batch task's environment (a root or a container)."""
+    argv, env = [shell, "-c", command], child_environment(_COMMAND_ENV, named=named)
+    if wrap is not None:
         argv = wrap(argv)
     marker = None  # sandboxed, bwrap's PID namespace holds every process of the command
     if policy is not None:

@@ -83,6 +83,7 @@ class RunSettings:
     sandbox: str = "auto"
     sandbox_network: bool = False
     sandbox_read: tuple[str, ...] = ()  # --sandbox-read: folders sandboxed commands may read
+    command_env: tuple[str, ...] = ()  # --command-env: NAME or NAME=VALUE, given to commands
     mcp_servers: tuple[str | McpServerConfig, ...] = ()
     mcp_timeout: float = 30.0
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
@@ -264,6 +265,7 @@ def _attempt(
             sandbox=settings.sandbox if kind == "host" else "off",
             sandbox_network=settings.sandbox_network,
             sandbox_read=(*settings.sandbox_read, *filter(None, [copy.shared_objects])),
+            command_env=settings.command_env,
             environment=None if kind == "host" else environment,
         )  # fmt: skip
         setup = task.setup or settings.setup
