@@ -202,7 +202,8 @@ def test_model_patch_leaves_out_test_files_scratch_files_and_excluded_globs():
                 "@@ -1 +1 @@\n-a\n+b\n")  # fmt: skip
 
     patch = (diff("pkg/core.py") + diff("tests/test_core.py") + diff("reproduce.py", new=True)
-             + diff("docs/notes.md") + diff("test_helpers.py"))  # fmt: skip
+             + diff("docs/notes.md") + diff("test_helpers.py")
+             + diff("pkg/__pycache__/core.cpython-311.pyc", new=True))  # fmt: skip
     kept = model_patch(patch, ["tests/test_core.py"], ["docs/*"])
     assert kept == diff("pkg/core.py") + diff("test_helpers.py")
 

@@ -31,6 +31,7 @@ PASSING = ("PASSED", "XFAIL")  # the harness's test_passed
 # tests of its own); the files test_patch touches are always left out (the harness resets them).
 SCRATCH_GLOBS = ("reproduce*", "repro_*", "scratch*", "debug_*", "test_*.py", "*_test.py",
                  "*.orig", "*.rej")  # fmt: skip
+BUILD_GLOBS = ("*.pyc", "__pycache__/*", "*/__pycache__/*")  # by path, new or not
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,8 @@ def model_patch(patch: str, test_files: Iterable[str], exclude: Sequence[str] = 
         created = "\nnew file mode " in chunk.split("\n@@", 1)[0]
         name = path.rsplit("/", 1)[-1]
         scratch = created and any(fnmatch.fnmatch(name, g) for g in SCRATCH_GLOBS)
-        if path in tests or scratch or any(fnmatch.fnmatch(path, g) for g in exclude):
+        globs = (*BUILD_GLOBS, *exclude)
+        if path in tests or scratch or any(fnmatch.fnmatch(path, g) for g in globs):
             continue
         kept.append(chunk)
     return "".join(kept)

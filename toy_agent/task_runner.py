@@ -285,6 +285,8 @@ def _attempt(
             if before is not None and before["passed"]:
                 return _Attempt(0, RunResult("completed", 0, 0), b"", [], None, (), None,
                                 copy.base_commit, False, before, kept, logs)  # fmt: skip
+            if before is not None or task.keep:  # what the checks wrote (caches, bytecode)
+                copy = rebase_copy(copy)  # is not the agent's work
         trajectory_file = meta / "trajectory.json"
         if settings.gold and instance is not None:
             run = _apply_gold(copy, instance, meta)
