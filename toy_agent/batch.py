@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from toy_agent.copies import release_worktrees
-from toy_agent.environments import EnvironmentError_, parse_env
+from toy_agent.environments import ENGINES, EnvironmentError_, parse_env, remove_stale_containers
 from toy_agent.events import json_text
 from toy_agent.executors import Executor, LocalExecutor, RayExecutor
 from toy_agent.executors import provider_environment as provider_environment
@@ -270,6 +270,11 @@ def run_batch(
     sources = {Path(t.repo) for t in task_list if not is_git_url(t.repo)}
     sources = {source for source in sources if is_git_checkout(source)}
     remove_stale_scratch(sources)
+    owner = _process_identity(os.getpid())
+    for kind in _environment_kinds(settings, task_list) & set(ENGINES):
+        for name in remove_stale_containers(kind, lambda o: o == owner or _alive(o)):
+            logger.warning("removed container %s, left by a batch that was killed", name)
+    settings = replace(settings, owner=owner)
     scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX)).resolve()
     (scratch / OWNER_FILE).write_text(_process_identity(os.getpid()), encoding="utf-8")
     engine: Executor | None = None
@@ -331,6 +336,14 @@ def remove_stale_scratch(sources: Iterable[Path]) -> list[Path]:
     return removed
 
 
+def _alive(identity: str) -> bool:
+    """Whether the process a container's or scratch folder's owner names is still running."""
+    try:
+        return _process_identity(int(identity.split()[0])) == identity
+    except (ValueError, IndexError):
+        return True  # not ours to judge
+
+
 def _process_identity(pid: int) -> str:
     """`pid` and its start time (/proc/PID/stat's 22nd field): a pid reused by another process
     after a reboot or a wrap does not look like the batch that wrote it."""
@@ -359,6 +372,20 @@ def _preflight_llm(settings: RunSettings) -> None:
             raise BatchError(str(exc)) from None
 
 
+def _environment_kinds(settings: RunSettings, tasks: Sequence[Task]) -> set[str]:
+    """The kinds of the tasks' environments (host, rootfs, docker, podman), each checked."""
+    kinds = set()
+    for spec in {t.env or settings.env or "host" for t in tasks}:
+        try:
+            kind, target = parse_env(spec)
+        except EnvironmentError_ as exc:
+            raise BatchError(str(exc)) from None
+        if kind == "rootfs" and not Path(target).is_dir():
+            raise BatchError(f"env {spec}: {target} is not a folder")
+        kinds.add(kind)
+    return kinds
+
+
 def _preflight_local(settings: RunSettings, tasks: Sequence[Task]) -> RunSettings:
     """What would fail every task fails the batch now (exit 2): the provider settings, the
     sandbox, the MCP servers. Returns the settings with the sandbox resolved, so it is probed
@@ -375,15 +402,7 @@ def _preflight_local(settings: RunSettings, tasks: Sequence[Task]) -> RunSetting
         raise BatchError(str(exc)) from None
     except SandboxUnavailable as exc:
         raise BatchError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from None
-    kinds = set()
-    for spec in {t.env or settings.env or "host" for t in tasks}:
-        try:
-            kind, target = parse_env(spec)
-        except EnvironmentError_ as exc:
-            raise BatchError(str(exc)) from None
-        if kind == "rootfs" and not Path(target).is_dir():
-            raise BatchError(f"env {spec}: {target} is not a folder")
-        kinds.add(kind)
+    kinds = _environment_kinds(settings, tasks)
     permissions = settings.permissions
     if (settings.allow_commands and (settings.sandbox, sandbox) == ("auto", "off")
             and "host" in kinds):  # fmt: skip

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,7 @@ class Environment:
     kind: str
     target: str = ""
     network: bool = False
+    owner: str = ""  # the batch's process (pid and start time): its stale containers go
     copy: Path | None = None
     container: str | None = field(default=None, repr=False)
 
@@ -69,6 +71,7 @@ class Environment:
         )
         argv = [engine, "run", "--detach", "--name", name, "--cap-drop", "ALL",
                 "--security-opt", "no-new-privileges", "--label", "toy-agent=batch",
+                "--label", f"toy-agent.owner={self.owner}",
                 "--volume", f"{copy}:{WORKDIR}", "--workdir", WORKDIR,
                 *(() if self.network else ("--network", "none")),
                 *(LOWER_LIMITS if self.kind == "podman" else ()),
@@ -124,3 +127,24 @@ def _engine(kind: str) -> str:
     if found is None:
         raise EnvironmentError_(f"env {kind}: the {kind} command is not on PATH")
     return found
+
+
+def remove_stale_containers(kind: str, is_alive: Callable[[str], bool]) -> list[str]:
+    """The containers of batches that were killed (labelled toy-agent=batch, with an owner
+    `is_alive` says is gone), removed; returns their names."""
+    engine = shutil.which(kind)
+    if engine is None:
+        return []
+    try:
+        listed = subprocess.run(
+            [engine, "ps", "--all", "--filter", "label=toy-agent=batch", "--format",
+             '{{.Names}} {{index .Labels "toy-agent.owner"}}'],
+            capture_output=True, text=True, timeout=60,
+        ).stdout  # fmt: skip
+        stale = [line.split(" ", 1)[0] for line in listed.splitlines()
+                 if line.strip() and not is_alive(line.partition(" ")[2].strip())]  # fmt: skip
+        if stale:
+            subprocess.run([engine, "rm", "--force", *stale], capture_output=True, timeout=300)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return stale

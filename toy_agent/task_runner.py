@@ -101,6 +101,7 @@ class RunSettings:
     task_timeout: float | None = None  # --task-timeout: seconds an attempt's agent may run
     setup: str | None = None  # --setup: of tasks that give none
     env: str | None = None  # --env: of tasks that give none (host, rootfs:DIR, docker:IMAGE ...)
+    owner: str = ""  # the batch's process, on the containers it starts (set by run_batch)
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -255,7 +256,8 @@ def _attempt(
     meta = scratch / "meta" / task.id
     copy = None
     kind, target = parse_env(task.env or settings.env or "host")
-    environment = Environment(kind, target.replace("{id}", task.id), settings.sandbox_network)
+    environment = Environment(kind, target.replace("{id}", task.id), settings.sandbox_network,
+                              owner=settings.owner)  # fmt: skip
     try:
         copy = prepare_copy(task, scratch)
         redactor = _redactor(credentials)
