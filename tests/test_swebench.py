@@ -173,6 +173,12 @@ def test_the_cli_runs_a_right_fix_from_a_scripted_model_and_exports_predictions(
     assert code == 0, capsys.readouterr()
     record = record_of(out)
     assert record["id"] == "benjaminp__six-1" and record["resolved"] is True
+    argv = ["--tasks-file", str(tasks), "--out", str(out), "--replay", str(replay),
+            "--llm-provider", "replay", "--sandbox", "off", "--quiet", "--filter", "six-1$",
+            "--repo-map", f"benjaminp/six={tmp_path / 'six'}", "--model-name", "mine"]  # fmt: skip
+    (out / "preds.jsonl").unlink()  # as if stopped between the result and its prediction
+    assert main(argv) == 0  # nothing to run, and the prediction is written again
+    assert json.loads((out / "preds.jsonl").read_text())["model_name_or_path"] == "mine"
     (out / "preds.jsonl").unlink()
     (out / "preds.json").unlink()
     assert main(["export-preds", str(out), "--model-name", "again"]) == 0

@@ -139,6 +139,15 @@ class ResultsFolder:
             os.fsync(f.fileno())
         self._write_preds_json(self.predictions())
 
+    def complete_predictions(self, records: Iterable[dict[str, Any]]) -> None:
+        """A prediction for each SWE-bench record that has none (a batch stopped between the
+        two lines)."""
+        have = {p.get("instance_id") for p in self.predictions()}
+        for record in records:
+            if record.get("test_files") is not None and record["id"] not in have:
+                patch = (self.path / record["patch"]).read_bytes() if record.get("patch") else b""
+                self.predict(record, patch)
+
     def _write_preds_json(self, preds: list[dict[str, Any]]) -> None:
         latest = {p["instance_id"]: p for p in preds if "instance_id" in p}
         atomic_write(self.path / PREDS_JSON, json_text(latest) + "\n")
@@ -263,6 +272,7 @@ def run_batch(
     if redo:
         folder.forget(t.id for t in task_list)
     results = {k: v for k, v in folder.load().items() if k in {t.id for t in task_list}}
+    folder.complete_predictions(results.values())
     todo = collections.deque(t for t in task_list if t.id not in results)
     earlier = len(task_list) - len(todo)  # results kept from an earlier run
     view = BatchView(progress, live=live, quiet=quiet)
@@ -308,6 +318,10 @@ def run_batch(
         for source in sources:
             release_worktrees(source, scratch)
         shutil.rmtree(scratch, ignore_errors=True)
+    if interrupted:  # Ctrl-C may have come between a record's line and its count: the file
+        ids = {t.id for t in task_list}  # is what the next run will see, so it is the truth
+        results = {k: v for k, v in folder.load().items() if k in ids}
+        ran = len(results) - earlier
     records = tuple(results[t.id] for t in task_list if t.id in results)
     summary = BatchSummary(records, len(task_list), ran, earlier, interrupted, str(out))
     view.summary(summary)
