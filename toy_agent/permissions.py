@@ -10,13 +10,16 @@ from the repository, see toy_agent.config), and applied by the agent before each
 - `edits`: file changes run; commands ask.
 - `auto`: everything runs, within what the sandbox allows (the default).
 
-Command rules (`--allow-command`, `--deny-command`) are checked against every command of a
-compound line (`a && b; c | d`, subshells, newlines): a line is denied when any of its
-commands matches a deny rule, and runs without asking only when every command matches an
-allow rule. A line this module cannot take apart safely (command substitution, process
-substitution, a here-document, an unclosed quote) never matches an allow rule, so it asks.
-Deny rules are a convenience that catches the commands you name, not a wall: `sh -c`, `env`,
-`xargs` or a script can run anything, which only the sandbox bounds.
+Command rules (`--allow-command`, `--deny-command`) are words (`git diff` matches `git diff
+--stat`, never `git difftool`; a word may be a glob over that one word, `pytest*`), checked
+against every command of a line parsed as /bin/sh will read it (tree-sitter-bash, read as POSIX
+sh): a line is denied when any of its commands matches a deny rule, and runs without asking
+only when every command matches an allow rule. A line whose commands are not all known before
+it runs (command substitution, a here-document, a loop ...) never matches an allow rule, so
+it asks; a line the shell may read differently from the parser (bash's own syntax, a syntax
+error) is uncertain: with deny rules and no one to ask, it is refused. Deny rules are a
+convenience that catches the commands you name, not a wall: `sh -c`, `env`, `xargs` or a
+script can run anything, which only the sandbox bounds.
 """
 
 from __future__ import annotations
@@ -466,6 +469,11 @@ class _Reader:
             unescaped = re.sub(rb"\\.", b"", self.source[node.start_byte : node.end_byte])
             if node.type == "word" and re.search(rb"\s", unescaped):
                 self.uncertain("a blank the parser read as part of a word")
+            before = self.source[node.start_byte - 1 : node.start_byte]
+            if node.type == "number" and b"#" in node.text:
+                self.uncertain(f"`{node.text.decode('utf-8', 'replace')}` read as a number")
+            if node.type == "comment" and before and before not in b" \t\n;&|()":
+                self.uncertain("a `#` inside a word read as a comment")
             if node.type == "$" and self.source[node.end_byte : node.end_byte + 1] == b'"':
                 self.uncertain(_BASH_ONLY["translated_string"])
             position = max(position, node.end_byte)
