@@ -6,6 +6,7 @@ real loop over real files, and through the real CLI (a pseudo-terminal where it 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -155,11 +156,19 @@ class Shell:
             stub.chmod(0o755)
 
     def run(self, line: str) -> list[tuple[str, ...]]:
-        """The commands /bin/sh ran for `line`, as their words."""
+        """The commands /bin/sh ran for `line`, as their words, once all have ended (those it
+        left running in the background too: each holds a pipe open until it ends)."""
         for old in self.log.iterdir():
             old.unlink()
-        subprocess.run(["/bin/sh", "-c", line], cwd=self.log.parent, capture_output=True,
-                       env={"PATH": str(self.bin), "LOG": str(self.log)}, timeout=30)  # fmt: skip
+        done, running = os.pipe()
+        with os.fdopen(done, "rb") as pipe:
+            try:
+                subprocess.run(["/bin/sh", "-c", line], cwd=self.log.parent, capture_output=True,
+                               env={"PATH": str(self.bin), "LOG": str(self.log)}, timeout=30,
+                               pass_fds=(running,))  # fmt: skip
+            finally:
+                os.close(running)
+            pipe.read()  # the end of the file: every process that held it has ended
         return [tuple(f.read_text().split("\0")[:-1]) for f in self.log.iterdir()]
 
 
@@ -330,8 +339,8 @@ def test_deny_rules_see_through_the_usual_disguises(line):
 
 @pytest.mark.parametrize(
     "line",
-    ["pytest <<EOF\nx\nEOF", "pytest ${X}", "pytest $((1+1))", "$X -q",
-     "pytest*", "[ -f x ] && pytest", "export A=1; pytest", "for f in a; do pytest; done"],
+    ["pytest <<EOF\nx\nEOF", "pytest ${X}", "pytest $((1+1))", "[ -f x ] && pytest",
+     "export A=1; pytest", "for f in a; do pytest; done", "pytest $(ls)"],
 )  # fmt: skip
 def test_what_runs_text_unknown_before_it_runs_or_sets_the_environment_is_never_allowed(line):
     parsed = split_commands(line)
@@ -356,6 +365,11 @@ def test_what_runs_text_unknown_before_it_runs_or_sets_the_environment_is_never_
         ("pytest\u00a0-q", "the character U+00A0"),
         ("cat <<EOF\nEOF \ntouch PWNED\nEOF", "a here-document whose end /bin/sh may read"),
         ("echo `echo \\`touch PWNED\\``", "a backslash inside backticks"),
+        ("$X -q", "a command name that is not plain text"),  # known only when it runs
+        ("pytest*", "a command name that is not plain text"),
+        ("t$IFS/x", "a command name that is not plain text"),
+        ("{pytest;}", "`{` without a blank after it"),
+        ("pytest 2>&1#a", "`1#a` read as a number"),  # bash's base#number; sh: a bad fd
     ],
 )
 def test_what_sh_may_read_otherwise_is_uncertain_and_refused_when_no_one_is_asked(line, why):
@@ -368,6 +382,29 @@ def test_what_sh_may_read_otherwise_is_uncertain_and_refused_when_no_one_is_aske
     assert "cannot be checked against the user's deny rules" in refused.reason
     assert Permissions("edits", rules).decide("run_command", {"command": line}).verdict == "ask"
     assert Permissions("auto").decide("run_command", {"command": line}).verdict == "run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "line",
+    [
+        "pytest\n\\t\\ouch PWNED",  # the grammar read a newline then `\t` as one word
+        "'p'\\y\\t\\e\\s\\t; touch PWNED",  # ... an escape after a quote as a new word
+        "pytest 'a'\\ b; touch PWNED",  # ... skipped `\ ` after a quote
+        "pytest > out -q; touch PWNED",  # ... words after a redirection's target
+        "tou\\\nch PWNED",  # ... a line continuation as a blank
+        "pytest -q tests#; touch PWNED",  # `#` inside a word is no comment
+        "pytest #'\ntouch PWNED #'",  # a quote inside a comment is no quote
+        "pytest # x \\\ntouch PWNED",  # a comment does not continue
+    ],
+)
+def test_lines_the_grammar_alone_would_misread_are_read_as_sh_reads_them(shell, line):
+    ran = shell.run(line)
+    parsed = split_commands(line)
+    assert ("touch", "PWNED") in ran
+    assert RULES.check(line)[0] in ("deny", "unsure")
+    if parsed.certain:
+        assert sorted(ran) == sorted(c.program for c in parsed.commands)
 
 
 def test_a_command_that_sets_its_own_environment_is_never_allowed():

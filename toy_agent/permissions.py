@@ -340,8 +340,8 @@ class _Reader:
             elif joined:
                 self.uncertain("words the parser split where the shell does not")
             last = parts
-            if not program and not all(map(self.plain_name, parts)):
-                self.unsafe_why.append("a command name that is not plain text")
+            if not program and not all(map(self.plain_name, parts)):  # known only as it runs
+                self.uncertain("a command name that is not plain text")
             if (
                 not program
                 and [p.type for p in parts] == ["word"]
@@ -470,6 +470,9 @@ class _Reader:
             if node.type == "word" and re.search(rb"\s", unescaped):
                 self.uncertain("a blank the parser read as part of a word")
             before = self.source[node.start_byte - 1 : node.start_byte]
+            after = self.source[node.end_byte : node.end_byte + 1]
+            if node.type == "{" and after not in (b" ", b"\t", b"\n"):
+                self.uncertain("`{` without a blank after it")
             if node.type == "number" and b"#" in node.text:
                 self.uncertain(f"`{node.text.decode('utf-8', 'replace')}` read as a number")
             if node.type == "comment" and before and before not in b" \t\n;&|()":
