@@ -473,6 +473,8 @@ class _Reader:
             after = self.source[node.end_byte : node.end_byte + 1]
             if node.type == "{" and after not in (b" ", b"\t", b"\n"):
                 self.uncertain("`{` without a blank after it")
+            if node.type == ";;" and node.parent.type != "case_item":
+                self.uncertain("`;;` outside `case`")
             if node.type == "number" and b"#" in node.text:
                 self.uncertain(f"`{node.text.decode('utf-8', 'replace')}` read as a number")
             if node.type == "comment" and before and before not in b" \t\n;&|()":
