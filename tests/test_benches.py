@@ -32,3 +32,9 @@ def test_bench_tokens_counts_six_requests_in_each_format() -> None:
     out = run_bench("bench_tokens.py")
     rows = re.findall(r"^(xml|react|native)\s+(\d+)\s+[\d,]+", out, re.MULTILINE)
     assert rows == [("xml", "6"), ("react", "6"), ("native", "6")], out
+
+
+def test_bench_commands_times_each_sandbox_and_the_walk() -> None:
+    out = run_bench("bench_commands.py", "--runs", "2")
+    assert re.search(r"^run_command true, --sandbox off\s+[\d.]+$", out, re.MULTILINE), out
+    assert re.search(r"^/proc walk alone \(\d+ processes\)\s+[\d.]+$", out, re.MULTILINE), out

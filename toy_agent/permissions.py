@@ -8,7 +8,8 @@ from the repository, see toy_agent.config), and applied by the agent before each
   prompt says the run is read-only.
 - `ask`: every file change and command waits for the user's yes (what --confirm does).
 - `edits`: file changes run; commands ask.
-- `auto`: everything runs, within what the sandbox allows (the default).
+- `auto`: everything runs, within what the sandbox allows (the default). Where no sandbox
+  works and the user did not turn it off (`--sandbox off`), commands ask, as in `edits`.
 
 Command rules (`--allow-command`, `--deny-command`) are words (`git diff` matches `git diff
 --stat`, never `git difftool`; a word may be a glob over that one word, `pytest*`), checked
@@ -28,7 +29,7 @@ import fnmatch
 import functools
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from toy_agent.messages import ToolOutput, visible
@@ -573,6 +574,9 @@ class Permissions:
 
     mode: str = DEFAULT_MODE
     rules: CommandRules = CommandRules()
+    # False: commands would run outside any sandbox and the user did not choose that
+    # (`--sandbox auto` without a working bubblewrap): in auto mode they ask, as in edits.
+    sandboxed: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in PERMISSION_MODES:
@@ -581,6 +585,24 @@ class Permissions:
     @property
     def read_only(self) -> bool:
         return self.mode == "read-only"
+
+    def for_tools(self, tools: CodeRepositoryTools) -> Permissions:
+        """These permissions for commands run by `tools`: not sandboxed when their sandbox
+        `auto` found no working bubblewrap (tools.sandbox_missing)."""
+        if tools.allow_commands and tools.sandbox_missing:
+            return replace(self, sandboxed=False)
+        return self
+
+    @property
+    def label(self) -> str:
+        """The mode as the model and the user are told why something asks: `edits mode`,
+        `auto mode with no sandbox for commands`."""
+        return f"{self.mode} mode" + ("" if self.sandboxed else " with no sandbox for commands")
+
+    @property
+    def _commands_ask(self) -> bool:
+        """Whether a command no allow rule matches asks (rather than runs)."""
+        return self.mode != "auto" or not self.sandboxed
 
     def offers(self, spec: dict[str, Any], changes: Changes | None = None) -> bool:
         """Whether a tool is offered at all. Read-only offers no changing local tool, and an
@@ -608,9 +630,9 @@ class Permissions:
                 return Decision(
                     "deny", f"the command `{command}` matches the user's deny rule `{rule}`", rule
                 )
-            if verdict == "unsure" and self.mode == "auto":  # no one is asked: refused
+            if verdict == "unsure" and not self._commands_ask:  # no one is asked: refused
                 return Decision("deny", _UNSURE.format(why=command), " ".join(self.rules.deny))
-            if verdict == "allow" or self.mode == "auto":
+            if verdict == "allow" or not self._commands_ask:
                 return Decision("run")
             return Decision("ask")
         if changes == "files" and self.mode == "ask":
@@ -619,7 +641,7 @@ class Permissions:
 
     def may_ask(self, commands: bool) -> bool:
         """Whether the run may stop to ask the user (`commands`: run_command is offered)."""
-        return self.mode == "ask" or (self.mode == "edits" and commands)
+        return self.mode == "ask" or (commands and self._commands_ask and not self.read_only)
 
 
 def parse_answer(text: str) -> Answer:
