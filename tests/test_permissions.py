@@ -370,6 +370,7 @@ def test_what_runs_text_unknown_before_it_runs_or_sets_the_environment_is_never_
         ("t$IFS/x", "a command name that is not plain text"),
         ("{pytest;}", "`{` without a blank after it"),
         ("pytest 2>&1#a", "`1#a` read as a number"),  # bash's base#number; sh: a bad fd
+        ("pytest >&out", "`>&` to something not a file descriptor"),  # bash: to the file
     ],
 )
 def test_what_sh_may_read_otherwise_is_uncertain_and_refused_when_no_one_is_asked(line, why):

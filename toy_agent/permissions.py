@@ -300,6 +300,9 @@ class _Reader:
                 self.uncertain("`[[ ]]`")
         elif kind == "heredoc_redirect":
             self.check_heredoc(node)
+        elif kind == "file_redirect" and re.fullmatch(r"\d*[<>]&", self.redirect_words(node)[0]):
+            if not re.fullmatch(r"\d+|-", "".join(self.redirect_words(node)[1:2])):
+                self.uncertain("`>&` to something not a file descriptor")  # bash: to a file
         elif kind == "heredoc_body":
             self.bodies.append((node.start_byte, node.end_byte))
         elif kind == "compound_statement" and self.text(node)[:2] == "((":
