@@ -293,6 +293,7 @@ def test_each_mode_decides_file_tools(mode, verdicts):
         ("git d?ff", "git diff HEAD", True),
         ("git  diff", "git diff HEAD", True),  # spaces in a rule are spaces
         ("*", "anything at all", True),
+        ("  ", "anything at all", False),  # an empty rule matches nothing
     ],
 )
 def test_a_rule_is_words_each_plain_or_a_glob_over_one_word(rule, command, matches):

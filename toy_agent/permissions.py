@@ -73,12 +73,13 @@ class Answer:
 # POSIX mode) on many other systems. The line is parsed with tree-sitter-bash, whose grammar is
 # a superset of both; what the two shells read differently (bash's own syntax: `$'...'`,
 # `[[ ]]`, `{a,b}`, `&>` ...) and whatever the grammar itself reads differently from the shell
-# (checked below: a byte it skipped that the shell would not, a here-document's end) make the
-# reading uncertain. Line continuations are removed first, as the shell removes them.
+# (checked below: a byte it skipped that the shell would not, a here-document's end, a `#`
+# inside a word) make the reading uncertain. What the grammar is known to misread in ways that
+# can be mended (a line continuation ...) is mended first, see _parse. tests/test_permissions.py
+# holds all of it to what the real /bin/sh runs.
 
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")
 _MAX_DEPTH = 200  # nesting deeper than this is not read (the walk is recursive)
-_MAX_PASSES = 8  # line-continuation removals before giving up
+_MAX_PASSES = 8  # mendings (see _parse) before giving up
 
 # Node types whose text is taken apart with certainty and may match an allow rule.
 _PLAIN = frozenset({
@@ -144,6 +145,7 @@ class CommandLine:
 
 
 def split_commands(line: str) -> CommandLine:
+    """`line`'s simple commands as /bin/sh will read them, and how far that can be trusted."""
     reader = _Reader()
     odd = _ODD_CHARACTER.search(line)
     if odd:
@@ -512,7 +514,9 @@ def rule_matches(rule: str, words: Sequence[str]) -> bool:
     a space, so `git diff*` does match `git difftool`: the user wrote it); a last word `*`
     alone adds nothing (`git diff *` is `git diff`)."""
     pattern = rule.split()
-    if pattern[-1:] == ["*"]:
+    if not pattern:
+        return False  # an empty rule matches nothing (the CLI refuses one)
+    if pattern[-1] == "*":
         pattern.pop()
     if len(words) < len(pattern):
         return False
