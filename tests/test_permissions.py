@@ -372,6 +372,7 @@ def test_what_runs_text_unknown_before_it_runs_or_sets_the_environment_is_never_
         ("{pytest;}", "`{` without a blank after it"),
         ("pytest 2>&1#a", "`1#a` read as a number"),  # bash's base#number; sh: a bad fd
         ("pytest >&out", "`>&` to something not a file descriptor"),  # bash: to the file
+        ("cat <<EOF\n`touch PWNED`\nEOF", "backticks inside a here-document"),
     ],
 )
 def test_what_sh_may_read_otherwise_is_uncertain_and_refused_when_no_one_is_asked(line, why):
@@ -393,6 +394,7 @@ def test_what_sh_may_read_otherwise_is_uncertain_and_refused_when_no_one_is_aske
         "pytest\n\\t\\ouch PWNED",  # the grammar read a newline then `\t` as one word
         "'p'\\y\\t\\e\\s\\t; touch PWNED",  # ... an escape after a quote as a new word
         "pytest 'a'\\ b; touch PWNED",  # ... skipped `\ ` after a quote
+        "say <<EOF\n`touch PWNED`\nEOF",  # ... backticks in a here-document as text
         "pytest > out -q; touch PWNED",  # ... words after a redirection's target
         "tou\\\nch PWNED",  # ... a line continuation as a blank
         "pytest -q tests#; touch PWNED",  # `#` inside a word is no comment

@@ -459,6 +459,8 @@ class _Reader:
             self.uncertain("a here-document whose end /bin/sh may read elsewhere")
         if "\\\n" in "\n".join(body) + "\n":
             self.uncertain("a backslash-newline inside a here-document")
+        if delimiter[1] and "`" in "\n".join(body):  # unquoted: run, and the grammar misses it
+            self.uncertain("backticks inside a here-document")
 
     def check_leaves(self, root: Any) -> None:
         """Every byte the grammar skipped must be a blank to the shell too (not `\\ `, `\\r`
