@@ -114,6 +114,10 @@ _BASH_ONLY = {
     "[[": "`[[ ]]`", "$[": "`$[...]`", "function": "`function`", "select": "`select`",
     "declare": "`declare`", "typeset": "`typeset`", "+=": "`+=`",
 }  # fmt: skip
+_ESCAPE = re.compile(r"\\(.)", re.S)  # `\x` outside quotes: `x`
+_QUOTED_ESCAPE = re.compile(r'\\([$`"\\])')  # what a backslash escapes in double quotes
+_BYTE_ESCAPE = re.compile(rb"\\.", re.S)
+_ESCAPED_BLANK = re.compile(rb"[ \t\n]*\\([ \t])[ \t\n]*")
 _ODD_CHARACTER = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]|(?=[^ \t\n])\s")  # \r, \v, NBSP ...
 
 
@@ -212,7 +216,7 @@ def _mendings(tree: Any, source: bytes) -> list[tuple[int, int, bytes]]:
         return edits
     position = 0
     for leaf in leaves:
-        gap = re.fullmatch(rb"[ \t\n]*\\([ \t])[ \t\n]*", source[position : leaf.start_byte])
+        gap = _ESCAPED_BLANK.fullmatch(source[position : leaf.start_byte])
         if gap:
             edits.append((position + gap.start(1) - 1, 2, b"'" + gap[1] + b"'"))
         position = max(position, leaf.end_byte)
@@ -395,7 +399,7 @@ class _Reader:
     def unquoted(self, node: Any) -> str:
         """A word's unquoted text, each quoted or escaped character as `_`."""
         if node.type == "word":
-            return re.sub(r"\\.", "_", self.text(node), flags=re.S)
+            return _ESCAPE.sub("_", self.text(node))
         if node.type == "concatenation":
             return "".join(map(self.unquoted, node.children))
         return "_"
@@ -405,11 +409,11 @@ class _Reader:
         text = self.text(node)
         match node.type:
             case "word":
-                return re.sub(r"\\(.)", r"\1", text, flags=re.S)
+                return _ESCAPE.sub(r"\1", text)
             case "raw_string":
                 return text[1:-1]
             case "string":
-                return re.sub(r'\\([$`"\\])', r"\1", text[1:-1])
+                return _QUOTED_ESCAPE.sub(r"\1", text[1:-1])
             case "concatenation":
                 return "".join(self.value(child) for child in node.children)
             case "variable_assignment":
@@ -474,8 +478,8 @@ class _Reader:
                 self.uncertain(f"`{shown}` read as a blank")
             if node.type in _BASH_ONLY and not node.is_named:
                 self.uncertain(_BASH_ONLY[node.type])
-            unescaped = re.sub(rb"\\.", b"", self.source[node.start_byte : node.end_byte])
-            if node.type == "word" and re.search(rb"\s", unescaped):
+            text = self.source[node.start_byte : node.end_byte]
+            if node.type == "word" and re.search(rb"\s", _BYTE_ESCAPE.sub(b"", text)):
                 self.uncertain("a blank the parser read as part of a word")
             before = self.source[node.start_byte - 1 : node.start_byte]
             after = self.source[node.end_byte : node.end_byte + 1]
