@@ -3,6 +3,7 @@ hand-written scanner it replaced (or any earlier version of toy_agent/permission
 
     python bench/bench_rules.py                  # against 30f497c, the last scanner
     python bench/bench_rules.py --against REV    # permissions.py as it was at git REV
+    python bench/bench_rules.py --rounds 5       # fewer timings a line (200 by default)
 
 "per line" is the median time of `CommandRules.check` on each of a set of lines a model
 writes (short and long, pipes, quotes, a here-document), in this process, after a warm-up.
@@ -38,7 +39,6 @@ LINES = [
     " && ".join(f"echo step{i} 'a b' \"c $i\"" for i in range(40)),  # a long line
 ]
 RULES = {"allow": ("pytest", "git diff", "npm test", "ls"), "deny": ("curl", "rm -rf", "touch")}
-ROUNDS = 200
 
 
 def module_at(rev: str) -> types.ModuleType:
@@ -52,13 +52,13 @@ def module_at(rev: str) -> types.ModuleType:
     return module
 
 
-def per_line(module: types.ModuleType) -> list[float]:
+def per_line(module: types.ModuleType, rounds: int) -> list[float]:
     rules = module.CommandRules(**RULES)
     medians = []
     for line in LINES:
         rules.check(line)  # warm-up (and the parser's import)
         times = []
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             start = time.perf_counter()
             rules.check(line)
             times.append(time.perf_counter() - start)
@@ -86,7 +86,8 @@ def first_check() -> float:
 
 def main(argv: list[str]) -> None:
     rev = argv[argv.index("--against") + 1] if "--against" in argv else "30f497c"
-    new, old = per_line(permissions), per_line(module_at(rev))
+    rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 200
+    new, old = per_line(permissions, rounds), per_line(module_at(rev), rounds)
     print(f"{'line':<60} {'parser':>10} {rev + ' scanner':>16}")
     for line, n, o in zip(LINES, new, old, strict=True):
         shown = line.replace("\n", "\\n")
