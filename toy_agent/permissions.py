@@ -26,12 +26,12 @@ script can run anything, which only the sandbox bounds.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from toy_agent.lint import parser_for, tree_sitter_language
 from toy_agent.messages import ToolOutput, visible
 from toy_agent.tools import BUILTIN_TOOLS, Changes, CodeRepositoryTools
 
@@ -167,14 +167,6 @@ def split_commands(line: str) -> CommandLine:
                        ", ".join(dict.fromkeys(why)))  # fmt: skip
 
 
-@functools.cache
-def _language() -> Any:
-    import tree_sitter
-    import tree_sitter_bash
-
-    return tree_sitter.Language(tree_sitter_bash.language())
-
-
 def _parse(source: bytes, reader: _Reader) -> tuple[Any, bytes]:
     """The tree of `source`, once what the grammar misreads is written the way it reads it
     right, which changes nothing for the shell; the line is read again after each mending,
@@ -186,9 +178,7 @@ def _parse(source: bytes, reader: _Reader) -> tuple[Any, bytes]:
     - it reads a newline then an escaped character as the start of a word
       (`pytest<newline>\\touch x` as one command): a blank after the newline;
     - after a quote it skips an escaped blank (`'a'\\ b`, one word): quoted instead."""
-    import tree_sitter
-
-    parser = tree_sitter.Parser(_language())  # a parser per call: runs may check in threads
+    parser = parser_for(tree_sitter_language("tree_sitter_bash"))
     for _ in range(_MAX_PASSES):
         tree = parser.parse(source)
         edits = _mendings(tree, source)
