@@ -61,6 +61,7 @@ from toy_agent.files import (
 from toy_agent.messages import ToolOutput, ToolSpec, path_from_shown, shown_path
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
+    GitGuard,
     resolve_sandbox,
     sandbox_note,
     sandbox_policy,
@@ -136,10 +137,13 @@ class CodeRepositoryTools:
         # when "bwrap" is asked for and does not work); see toy_agent.sandbox.
         self.sandbox = resolve_sandbox(sandbox, warn=allow_commands)
         self.sandbox_network = sandbox_network
-        # What a sandboxed command sees, decided now, before any command could change the
-        # repository (a `.git` file it writes later names no mount).
+        # Where git would later run code or read config, and what a sandboxed command sees,
+        # decided now, before any tool could change the repository (a `.git` file a command
+        # writes later names no mount; a repository it makes is removed: see GitGuard).
+        self.git_guard = GitGuard(self.repo_path)
         self.sandbox_policy = (
-            sandbox_policy(self.repo_path, network=sandbox_network, read=sandbox_read)
+            sandbox_policy(self.repo_path, network=sandbox_network, read=sandbox_read,
+                           git=self.git_guard)
             if self.sandbox == "bwrap" else None
         )  # fmt: skip
         self._sandbox_named = False  # the model is told about the sandbox once
@@ -495,6 +499,8 @@ class CodeRepositoryTools:
             note = sandbox_note(self.sandbox_policy, output, code)
             self._sandbox_named = note is not None
         output = f"{output.rstrip()}\n{note}" if note else output
+        if removed := self.remove_planted_git():
+            output = f"{output.rstrip()}\n{_planted_git_note(removed)}"
         if timed_out:
             raise ToolError(
                 f"Command timed out after {timeout}s and was killed with its child processes. "
@@ -503,6 +509,13 @@ class CodeRepositoryTools:
             )
         status = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
         return f"$ {command}\n[{status}, {elapsed:.1f}s]\n{output or '(no output)'}"
+
+    def remove_planted_git(self) -> list[str]:
+        """Remove the repositories (`.git`, git folders) and git paths that a command made in
+        the work tree since the tools were built: git, run later by the user, would run their
+        hooks and settings. What went, repository-relative; the user is warned in the log.
+        Called after each command and when a run ends (see GitGuard.sweep)."""
+        return self.git_guard.sweep()
 
     # ----------------------------------------------------------------------------- paths
     def _resolve(self, path: str) -> Path:
@@ -597,6 +610,11 @@ class CodeRepositoryTools:
         target = self._resolve(path)
         if ".git" in target.relative_to(self.repo_path).parts:
             raise ToolError("Refusing to write inside .git/; git's own files are off limits.")
+        if self.git_guard.protects(target):
+            raise ToolError(
+                f"Refusing to write {self._shown(target)}: the user's git runs or reads it "
+                "(a hook, an included config file or a program their git config names)."
+            )
         if target.is_dir():
             raise ToolError(f"{self._shown(target)} is a directory; give a file path.")
         return target
@@ -610,6 +628,15 @@ class CodeRepositoryTools:
         close = same_name[:5] or difflib.get_close_matches(wanted, known, n=3, cutoff=0.6)
         hint = f" Did you mean: {', '.join(map(shown_path, close))}?" if close else ""
         return ToolError(f"No such file or directory: {path}.{hint} Use list_files to look around.")
+
+
+def _planted_git_note(removed: list[str]) -> str:
+    names = ", ".join(shown_path(name) for name in removed)
+    return (
+        f"[Note: removed {names}: a command may not make git repositories or git's files in "
+        "the work tree (the user's git would run their hooks and settings later). Make a "
+        "repository you need for a test under /tmp.]"
+    )
 
 
 # --------------------------------------------------------------------------------- files

@@ -1,0 +1,262 @@
+"""Git runs code later, outside the sandbox: each way a command could plant it, staged for real.
+
+The user's own git, run after the agent (`git status`, `git commit`, a git-aware prompt), runs
+hooks, core.fsmonitor and the programs its config names. A sandboxed command tries to plant
+them through every path git reads besides the top-level `.git`: a submodule's `.git` file, a
+husky-style core.hooksPath in the work tree, a config file an include.path names, and a new
+repository (`git init`) in a sub-folder or in a `--repo` folder inside a larger repository.
+Each test then runs the user's real git outside the sandbox and checks that nothing planted
+ran (a marker file). The user's git config is a file of the test's own (GIT_CONFIG_GLOBAL).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakes import folder, write_replay, xml_action
+
+from toy_agent.cli import main
+from toy_agent.sandbox import bwrap_problem
+from toy_agent.tools import CodeRepositoryTools, ToolError
+
+BWRAP_PROBLEM = bwrap_problem() if sys.platform.startswith("linux") else "not Linux"
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
+SANDBOXES = [pytest.param("bwrap", marks=needs_bwrap), "off"]
+
+
+def git(*args: str, cwd: Path) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.fixture
+def user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The user's git config: a file of the test's own, read by the tools' git and the user's."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config = home / ".gitconfig"
+    config.write_text("[user]\n\temail = t@example.com\n\tname = t\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return config
+
+
+@pytest.fixture
+def ran(tmp_path: Path) -> Path:
+    """Where planted code leaves its mark, if it ever runs."""
+    marks = tmp_path / "ran"
+    marks.mkdir()
+    return marks
+
+
+@pytest.fixture
+def repo(tmp_path: Path, user_config: Path) -> Path:
+    """A committed repository: app.py."""
+    root = folder(tmp_path / "work" / "project", {"app.py": "print('hi')\n"})
+    git("init", "-q", cwd=root)
+    git("add", "-A", cwd=root)
+    git("commit", "-qm", "base", cwd=root)
+    return root
+
+
+def tools_for(repo: Path, sandbox: str = "bwrap") -> CodeRepositoryTools:
+    return CodeRepositoryTools(repo, allow_commands=True, sandbox=sandbox)
+
+
+def marks(ran: Path) -> list[str]:
+    return sorted(p.name for p in ran.iterdir())
+
+
+# ------------------------------------------------------------------------- (a) submodules
+@needs_bwrap
+def test_a_submodules_git_file_cannot_be_pointed_at_a_planted_git_folder(
+    tmp_path: Path, repo: Path, ran: Path
+) -> None:
+    """The attack: copy the submodule's git folder into the work tree, give the copy a
+    core.fsmonitor, point the submodule's `.git` file at it (written in place, or the folder
+    renamed away and a new one put there); the user's `git status` in the superproject then
+    runs the fsmonitor. The `.git` file is read-only, its folder cannot be renamed, and the
+    copy (a git folder) is removed."""
+    lib = folder(tmp_path / "lib", {"lib.py": "x = 1\n"})
+    git("init", "-q", cwd=lib)
+    git("add", "-A", cwd=lib)
+    git("commit", "-qm", "lib", cwd=lib)
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "sub", cwd=repo)
+    git("commit", "-qm", "add sub", cwd=repo)
+    pointer = (repo / "sub" / ".git").read_text()
+
+    out = tools_for(repo).run_command(
+        "cp -r .git/modules/sub planted && "
+        f"git config -f planted/config core.fsmonitor 'touch {ran}/fsmonitor; false' && "
+        "git config -f planted/config core.worktree ../sub; "
+        "printf 'gitdir: ../planted\\n' > sub/.git; "
+        "mv sub sub-old && mkdir sub && printf 'gitdir: ../planted\\n' > sub/.git; "
+        "echo changed >> sub/lib.py; git status --short"
+    )
+    status = git("status", "--short", cwd=repo)  # the user's, outside the sandbox
+    git("submodule", "status", "--recursive", cwd=repo)
+    assert marks(ran) == []
+    assert status == " m sub\n"  # its content changed
+    assert "Read-only file system" in out and "Device or resource busy" in out
+    assert "removed planted" in out  # the model is told
+    assert (repo / "sub" / ".git").read_text() == pointer
+    assert not (repo / "planted").exists() and not (repo / "sub-old").exists()
+    assert (repo / "sub" / "lib.py").read_text() == "x = 1\nchanged\n"  # the work tree: yours
+
+
+# ------------------------------------------------------------ (b) hooks and config in the tree
+@needs_bwrap
+@pytest.mark.parametrize("husky", ["installed", "not yet installed"])
+def test_a_hooks_folder_in_the_work_tree_cannot_be_planted(
+    repo: Path, user_config: Path, ran: Path, husky: str
+) -> None:
+    """husky (`npm install`) sets core.hooksPath = .husky/_, a git-ignored folder of the work
+    tree: a line appended to its pre-commit runs at the user's next `git commit`, unseen. The
+    folder is read-only (and cannot be renamed away); before husky made it, it cannot be made."""
+    with user_config.open("a") as f:
+        f.write("[core]\n\thooksPath = .husky/_\n")
+    if husky == "installed":
+        folder(repo / ".husky" / "_", {".gitignore": "*\n", "pre-commit": "#!/bin/sh\n"})
+        (repo / ".husky" / "_" / "pre-commit").chmod(0o755)
+    hook = f"printf '#!/bin/sh\\ntouch {ran}/hook\\n' > .husky/_/pre-commit; "
+    out = tools_for(repo).run_command(
+        f"printf 'touch {ran}/appended\\n' >> .husky/_/pre-commit; "
+        f"mkdir -p .husky/_ && {hook}"
+        f"mv .husky .husky-old; mkdir -p .husky/_ && {hook}"
+        "chmod +x .husky/_/pre-commit; echo changed >> app.py"
+    )
+    git("commit", "-qam", "the user's commit", cwd=repo)
+    assert marks(ran) == []
+    with pytest.raises(ToolError, match="the user's git runs or reads it"):
+        tools_for(repo).write_file(".husky/_/pre-commit", f"#!/bin/sh\ntouch {ran}/tool\n")
+    assert "Read-only file system" in out
+    assert (repo / ".husky").exists() == (husky == "installed")  # no mount point is left
+    assert not (repo / ".husky-old").exists()
+
+
+@needs_bwrap
+def test_config_files_an_include_names_in_the_work_tree_cannot_be_changed_or_made(
+    repo: Path, user_config: Path, ran: Path
+) -> None:
+    """A project's shared `.gitconfig`, included by the clone's config (`include.path =
+    ../.gitconfig`), and a file the user's includeIf names in the repository, not there yet:
+    one appended core.fsmonitor line would run at the user's next `git status`."""
+    (repo / ".gitconfig").write_text("[alias]\n\tst = status\n")
+    git("add", ".gitconfig", cwd=repo)
+    git("commit", "-qm", "shared config", cwd=repo)
+    git("config", "include.path", "../.gitconfig", cwd=repo)
+    with user_config.open("a") as f:
+        f.write(f'[includeIf "gitdir:{repo}/"]\n\tpath = {repo}/.git-team.conf\n')
+
+    fsmonitor = f"[core]\\n\\tfsmonitor = touch {ran}/fsmonitor; false\\n"
+    out = tools_for(repo).run_command(
+        f"printf '{fsmonitor}' >> .gitconfig; printf '{fsmonitor}' > .git-team.conf; "
+        "mv .gitconfig x; echo changed >> app.py"
+    )
+    status = git("status", "--short", cwd=repo)
+    assert marks(ran) == []
+    assert status == " M app.py\n"
+    assert "cannot create .gitconfig: Read-only file system" in out
+    assert "cannot create .git-team.conf" in out and "Device or resource busy" in out
+    assert (repo / ".gitconfig").read_text() == "[alias]\n\tst = status\n"
+    assert not (repo / ".git-team.conf").exists()  # nor the file its mount point was
+
+
+# --------------------------------------------------------------- (c) repositories a command made
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_repository_a_command_makes_in_a_sub_folder_is_removed(
+    repo: Path, ran: Path, sandbox: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`git init` in a sub-folder with core.fsmonitor (it runs when the user, or a git-aware
+    prompt, uses git there), and a bare repository made not bare, with a work tree and an
+    fsmonitor (git takes such a folder for a repository when you stand in it, whatever its
+    name): both are removed after the command, the model is told in the observation and the
+    user in a warning."""
+    out = tools_for(repo, sandbox).run_command(
+        f"mkdir -p src/pkg && cd src/pkg && git init -q && echo x > f.txt && "
+        f"git config core.fsmonitor 'touch {ran}/nested; false' && cd ../.. && "
+        "git init -q --bare tools/cache && cd tools/cache && git config core.bare false && "
+        f"git config core.worktree .. && git config core.fsmonitor 'touch {ran}/bare; false'"
+    )
+    for where in (repo / "src" / "pkg", repo / "tools" / "cache"):  # where git would use them
+        where = where if where.exists() else repo
+        subprocess.run(["git", "status"], cwd=where, capture_output=True)
+        subprocess.run(["git", "log"], cwd=where, capture_output=True)
+    assert marks(ran) == []
+    assert "removed src/pkg/.git, tools/cache" in out and "/tmp" in out
+    warning = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING][-1]
+    assert "src/pkg/.git" in warning and "tools/cache" in warning
+    assert not (repo / "src" / "pkg" / ".git").exists() and (repo / "src/pkg/f.txt").exists()
+    assert not (repo / "tools" / "cache").exists()
+
+
+@needs_bwrap
+def test_a_repository_made_in_a_repo_folder_inside_a_larger_one_is_removed_and_both_are_told(
+    tmp_path: Path, user_config: Path, ran: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--repo packages/app`, which has no `.git` of its own: a command's `git init` there
+    makes a repository that the user's git (or prompt) would use in that folder."""
+    mono = folder(tmp_path / "mono", {"README": "mono\n", "packages/app/main.py": "x = 1\n"})
+    git("init", "-q", cwd=mono)
+    git("add", "-A", cwd=mono)
+    git("commit", "-qm", "base", cwd=mono)
+    app = mono / "packages" / "app"
+    plant = f"git init -q && git config core.fsmonitor 'touch {ran}/app; false'"
+    replay = write_replay(tmp_path / "replay.json", xml_action("run_command", command=plant),
+                          xml_action("task_complete", result="done"))  # fmt: skip
+    code = main(["--task", "x", "--repo", str(app), "--replay", str(replay), "--allow-commands",
+                 "--sandbox", "bwrap", "--replay-lenient", "--trajectory",
+                 str(tmp_path / "t.json")])  # fmt: skip
+    assert code == 0
+    git("status", "--short", cwd=app)
+    assert marks(ran) == []
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "removed .git" in line]
+    assert len(warnings) == 1 and "git would run its hooks or settings" in warnings[0]
+    trajectory = json.loads((tmp_path / "t.json").read_text())
+    observation = trajectory["steps"][0]["observations"][0]["content"]
+    assert "[Note: removed .git:" in observation
+    assert not (app / ".git").exists()
+
+
+# ------------------------------------------------------------------ what stays the user's
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_repositories_that_were_there_before_stay_and_git_works_inside(
+    tmp_path: Path, repo: Path, sandbox: str
+) -> None:
+    """A nested clone and a submodule that were there before the run are not removed (nor
+    when a command, unsandboxed, moves one), and git reads them inside the sandbox."""
+    lib = folder(tmp_path / "lib", {"lib.py": "x = 1\n"})
+    git("init", "-q", cwd=lib)
+    git("add", "-A", cwd=lib)
+    git("commit", "-qm", "lib", cwd=lib)
+    git("clone", "-q", str(lib), "vendor/lib", cwd=repo)
+    head = git("rev-parse", "HEAD", cwd=lib)
+    tools = tools_for(repo, sandbox)
+    out = tools.run_command("git -C vendor/lib rev-parse HEAD; mv vendor/lib vendor/moved")
+    assert head in out and "removed" not in out
+    moved = "Device or resource busy" in out
+    assert moved == (sandbox == "bwrap")
+    clone = repo / "vendor" / ("lib" if moved else "moved")
+    assert git("rev-parse", "HEAD", cwd=clone) == head
+    assert tools.remove_planted_git() == []
+
+
+def test_a_known_git_file_a_command_rewrites_is_written_back(
+    tmp_path: Path, repo: Path, ran: Path
+) -> None:
+    """Unsandboxed, nothing stops the write; the sweep after the command puts it back."""
+    lib = folder(tmp_path / "lib", {"lib.py": "x = 1\n"})
+    git("init", "-q", cwd=lib)
+    git("commit", "-q", "--allow-empty", "-m", "lib", cwd=lib)
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "sub", cwd=repo)
+    pointer = (repo / "sub" / ".git").read_text()
+    out = tools_for(repo, "off").run_command("printf 'gitdir: /somewhere/else\\n' > sub/.git")
+    assert "removed sub/.git" in out
+    assert (repo / "sub" / ".git").read_text() == pointer
