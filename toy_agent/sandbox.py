@@ -466,7 +466,7 @@ class GitGuard:
 
     def __init__(self, repo: Path):
         self.repo = repo.resolve()
-        self._scans: dict[Path, _Scan] = {}
+        self._scans: dict[str, _Scan] = {}  # by folder
         self._mount_points: set[Path] = set()  # made by bwrap for absent paths: see mounts()
         self.found = self._walk()  # the .git entries before any command
         self._known_dirs = {f.identity for f in self.found.values() if f.kind == "dir"}
@@ -566,7 +566,8 @@ class GitGuard:
         close to it) is not read again: adding, removing or renaming an entry changes it, and
         no one can set it back."""
         found: dict[Path, _Found] = {}
-        stack = [self.repo]
+        top = str(self.repo)
+        stack = [top]
         while stack:
             folder = stack.pop()
             try:
@@ -581,15 +582,15 @@ class GitGuard:
                 or scan.ctime_ns != st.st_ctime_ns
                 or (scan.read_ns - st.st_ctime_ns < _RACY_NS)
             ):
-                scan = self._scans[folder] = _scan(folder, folder == self.repo, st.st_ctime_ns)
+                scan = self._scans[folder] = _scan(folder, folder == top, st.st_ctime_ns)
             for name in scan.git:
-                path = folder if name == "." else folder / name
+                path = Path(folder if name == "." else os.path.join(folder, name))
                 found[path] = _found(path)
-            stack += [folder / name for name in scan.folders]
+            stack += [os.path.join(folder, name) for name in scan.folders]
         return found
 
 
-def _scan(folder: Path, is_repo: bool, ctime_ns: int) -> _Scan:
+def _scan(folder: str, is_repo: bool, ctime_ns: int) -> _Scan:
     read_ns = time.time_ns()
     try:
         kinds = _kinds(folder)
@@ -613,7 +614,7 @@ def _scan(folder: Path, is_repo: bool, ctime_ns: int) -> _Scan:
     return _Scan(ctime_ns, read_ns, folders, git)
 
 
-def _kinds(folder: Path) -> dict[str, bool]:
+def _kinds(folder: str) -> dict[str, bool]:
     """Each entry's name, and whether it is a folder (a link is not)."""
     with os.scandir(folder) as entries:
         return {e.name: e.is_dir(follow_symlinks=False) for e in entries}
