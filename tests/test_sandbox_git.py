@@ -18,15 +18,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakes import folder, write_replay, xml_action
+from fakes import ScriptedLlm, folder, wait_until, write_replay, xml_action
 
+from toy_agent import ReactAgent
 from toy_agent.cli import main
-from toy_agent.sandbox import bwrap_problem
+from toy_agent.sandbox import GitGuard, bwrap_problem
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
 BWRAP_PROBLEM = bwrap_problem() if sys.platform.startswith("linux") else "not Linux"
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))
 SANDBOXES = [pytest.param("bwrap", marks=needs_bwrap), "off"]
+pytestmark = pytest.mark.slow  # real git and bwrap processes
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -260,3 +262,55 @@ def test_a_known_git_file_a_command_rewrites_is_written_back(
     out = tools_for(repo, "off").run_command("printf 'gitdir: /somewhere/else\\n' > sub/.git")
     assert "removed sub/.git" in out
     assert (repo / "sub" / ".git").read_text() == pointer
+
+
+def test_a_repository_planted_after_the_last_command_is_removed_when_the_run_ends(
+    repo: Path, ran: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Unsandboxed, a `setsid` child outlives its command and plants a repository after the
+    sweep that followed it: the sweep at the end of the run removes it."""
+    planter = (
+        "setsid sh -c 'touch started; for i in $(seq 600); do [ -e go ] && break; sleep 0.05; "
+        f'done; git init -q late && git -C late config core.fsmonitor "touch {ran}/late; '
+        "false\" && touch planted' >/dev/null 2>&1 & "
+        "until [ -e started ]; do sleep 0.05; done"  # out of the group before it is killed
+    )
+
+    class WaitingLlm(ScriptedLlm):
+        def call_llm(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if len(self.requests) == 2:  # the planter was told to go: let it finish
+                wait_until(lambda: (repo / "planted").exists(), "the planted repository")
+            return super().call_llm(*args, **kwargs)
+
+    llm = WaitingLlm(xml_action("run_command", command=planter),
+                     xml_action("write_file", path="go", content="go\n"),
+                     xml_action("task_complete", result="done"))  # fmt: skip
+    result = ReactAgent(llm, tools=tools_for(repo, "off")).run("plant")
+    assert result["success"]
+    subprocess.run(["git", "status"], cwd=repo / "late", capture_output=True)
+    assert marks(ran) == []
+    assert not (repo / "late" / ".git").exists()
+    assert any("removed late/.git" in r.getMessage() for r in caplog.records)
+
+
+def test_git_paths_come_from_every_scope_and_every_include(
+    tmp_path: Path, repo: Path, user_config: Path
+) -> None:
+    """Decided from git's own answers: a relative core.hooksPath in the global config (from
+    each work tree's top), an include whose condition is false today and the include inside
+    it, a program a setting names by a path; only what lies inside the repository."""
+    team = folder(tmp_path / "team", {"team.conf": "[include]\n\tpath = {repo}/.shared\n"})
+    (team / "team.conf").write_text(f"[include]\n\tpath = {repo}/.shared/git.conf\n")
+    with user_config.open("a") as f:
+        f.write("[core]\n\thooksPath = .githooks\n"
+                f'[includeIf "onbranch:release"]\n\tpath = {team}/team.conf\n'
+                "[alias]\n\tlint = !./scripts/lint.sh --all\n\tst = status\n"
+                "[credential]\n\thelper = /usr/bin/store\n")  # fmt: skip
+    folder(repo / "scripts", {"lint.sh": "#!/bin/sh\n"})
+    git("config", "include.path", "../local.conf", cwd=repo)  # relative to .git/config
+
+    guard = GitGuard(repo)
+    assert guard.read_only == (repo / ".git", repo / "scripts" / "lint.sh")
+    assert guard.absent == (repo / ".githooks", repo / ".shared" / "git.conf",
+                            repo / "local.conf")  # fmt: skip
+    assert guard.protects(repo / ".shared" / "git.conf") and not guard.protects(repo / "app.py")
