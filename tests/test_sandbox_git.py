@@ -299,8 +299,9 @@ def test_git_paths_come_from_every_scope_and_every_include(
     """Decided from git's own answers: a relative core.hooksPath in the global config (from
     each work tree's top), an include whose condition is false today and the include inside
     it, a program a setting names by a path; only what lies inside the repository."""
-    team = folder(tmp_path / "team", {"team.conf": "[include]\n\tpath = {repo}/.shared\n"})
-    (team / "team.conf").write_text(f"[include]\n\tpath = {repo}/.shared/git.conf\n")
+    team = folder(
+        tmp_path / "team", {"team.conf": f"[include]\n\tpath = {repo}/.shared/git.conf\n"}
+    )
     with user_config.open("a") as f:
         f.write("[core]\n\thooksPath = .githooks\n"
                 f'[includeIf "onbranch:release"]\n\tpath = {team}/team.conf\n'
