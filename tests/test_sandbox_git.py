@@ -315,3 +315,35 @@ def test_git_paths_come_from_every_scope_and_every_include(
     assert guard.absent == (repo / ".githooks", repo / ".shared" / "git.conf",
                             repo / "local.conf")  # fmt: skip
     assert guard.protects(repo / ".shared" / "git.conf") and not guard.protects(repo / "app.py")
+
+
+@needs_bwrap
+def test_a_repository_you_make_between_sandboxed_commands_stays_and_is_read_only(
+    repo: Path, ran: Path
+) -> None:
+    """While an interactive run waits, you clone something into the work tree yourself: it is
+    yours (nothing of a sandboxed command outlives it), so it is kept, and the next command
+    cannot plant a hook in it."""
+    tools = tools_for(repo)
+    tools.run_command("true")
+    git("init", "-q", "vendor/mine", cwd=repo)
+    out = tools.run_command(
+        f"git -C vendor/mine config core.fsmonitor 'touch {ran}/mine; false'; mv vendor x"
+    )
+    assert "could not lock config file" in out and "Device or resource busy" in out
+    assert "removed" not in out and (repo / "vendor" / "mine" / ".git" / "HEAD").exists()
+    assert tools.remove_planted_git(run_ended=True) == []
+    git("status", "--short", cwd=repo / "vendor" / "mine")
+    assert marks(ran) == []
+
+
+def test_write_file_makes_no_repository(repo: Path) -> None:
+    """The file tools run outside the sandbox: a folder they would fill with HEAD, objects and
+    refs (git takes it for a repository, whatever its name) is refused at its last piece."""
+    tools = tools_for(repo, "off")
+    tools.write_file("cache/objects/keep", "")
+    tools.write_file("cache/refs/heads/main", "0" * 40 + "\n")
+    with pytest.raises(ToolError, match="HEAD, objects and refs"):
+        tools.write_file("cache/HEAD", "ref: refs/heads/main\n")
+    tools.write_file("other/HEAD", "not a repository\n")
+    assert not (repo / "cache" / "HEAD").exists()

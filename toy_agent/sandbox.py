@@ -139,7 +139,7 @@ class SandboxPolicy:
     git: tuple[Path, ...] = ()  # git's paths inside the repository (GitGuard): read-only
     outside_git: tuple[Path, ...] = ()  # a worktree's or submodule's git folder elsewhere
     masked: tuple[Path, ...] = ()  # credential files inside exposed folders
-    git_guard: GitGuard | None = field(default=None, compare=False)  # git's absent paths
+    git_guard: GitGuard | None = field(default=None, compare=False)  # how `git` is mounted
 
     def argv(self) -> list[str]:
         """bwrap and its options, up to the `--` before the command.
@@ -151,9 +151,11 @@ class SandboxPolicy:
         hidden = [p for p in self.hidden if p != self.repo]
         mounts = [(p, ["--tmpfs", str(p)]) for p in [Path("/tmp"), *hidden]]
         mounts.append((self.repo, ["--bind", str(self.repo), str(self.repo)]))
-        for path in (*self.exposed, *self.outside_git, *self.git):
+        git, pinned, empty_dirs, empty_files = (
+            self.git_guard.mounts() if self.git_guard else (list(self.git), [], [], [])
+        )
+        for path in (*self.exposed, *self.outside_git, *git):
             mounts.append((path, ["--ro-bind", str(path), str(path)]))
-        pinned, empty_dirs, empty_files = self.git_guard.mounts() if self.git_guard else ([],) * 3
         for path in pinned:  # see GitGuard.mounts
             mounts.append((path, ["--bind", str(path), str(path)]))
         for path in empty_dirs:
@@ -411,6 +413,7 @@ _GIT_PROGRAM_KEYS = (
     "interactive.difffilter", "uploadpack.packobjectshook", "remote.*.uploadpack",
     "remote.*.receivepack",
 )  # fmt: skip
+_GIT_DIR_NAMES = ("HEAD", "objects", "refs")  # a folder holding all three is a repository
 # githooks(5): what a hooks folder that is the repository folder itself would hold.
 _HOOK_NAMES = (
     "applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit",
@@ -468,6 +471,7 @@ class GitGuard:
         self.repo = repo.resolve()
         self._scans: dict[str, _Scan] = {}  # by folder
         self._mount_points: set[Path] = set()  # made by bwrap for absent paths: see mounts()
+        self._accepted: set[Path] = set()  # made by the user since: see accept()
         self.found = self._walk()  # the .git entries before any command
         self._known_dirs = {f.identity for f in self.found.values() if f.kind == "dir"}
         wanted: dict[Path, bool] = {}  # path -> is a folder
@@ -493,19 +497,47 @@ class GitGuard:
         """Whether `path` (resolved) is or lies in one of git's paths: no tool writes there."""
         return any(path.is_relative_to(p) for p in (*self.read_only, *self.absent))
 
-    def mounts(self) -> tuple[list[Path], list[Path], list[Path]]:
+    def would_make_git_dir(self, path: Path) -> bool:
+        """Whether writing the file `path` (resolved, in the repository) would make one of the
+        folders on its way look like a repository to git (HEAD, objects and refs)."""
+        for folder in path.parents:
+            if not folder.is_relative_to(self.repo) or folder == self.repo:
+                return False
+            below = path.relative_to(folder).parts[0]
+            if all(name == below or os.path.lexists(folder / name) for name in _GIT_DIR_NAMES):
+                return True
+        return False
+
+    def accept(self) -> None:
+        """Take the `.git` entries and git folders that appeared since the last sweep for
+        the user's own, made while no command ran (call it before a sandboxed command: in the
+        sandbox nothing of a command outlives it, and write_file makes none): they are kept,
+        and read-only from this command on."""
+        for path, found in self._walk().items():
+            if self.found.get(path) != found and not (
+                found.kind == "dir" and found.identity in self._known_dirs
+            ):
+                self.found[path] = found
+                if found.kind == "dir":
+                    self._known_dirs.add(found.identity)
+                if found.kind in ("dir", "file"):
+                    self._accepted.add(path)
+
+    def mounts(self) -> tuple[list[Path], list[Path], list[Path], list[Path]]:
         """How bwrap keeps git's paths inside the repository as they are, from what exists
-        now: (folders bound onto themselves, empty read-only folders, empty read-only files).
+        now: (read-only paths, folders bound onto themselves, empty read-only folders, empty
+        read-only files).
 
         A mount point cannot be renamed or removed, but its parent folder can, and a command
         would then put its own in its place; so every folder between the repository and a
         protected path is bound onto itself. A path that does not exist is covered at its
         first missing folder (or, a file, itself): bwrap makes that mount point in the
         repository, and `sweep` removes it again when it is empty."""
+        read_only = _outermost(p for p in (*self.read_only, *self._accepted) if os.path.lexists(p))
         pinned: set[Path] = set()
         empty_dirs: list[Path] = []
         empty_files: list[Path] = []
-        for path in (*self.read_only, *self.absent):
+        for path in (*read_only, *self.absent):
             for parent in reversed(path.parents):
                 if parent == path or not parent.is_relative_to(self.repo) or parent == self.repo:
                     continue
@@ -518,9 +550,10 @@ class GitGuard:
             else:
                 if path in self.absent:
                     (empty_dirs if path in self._absent_dirs else empty_files).append(path)
-        protected = {*self.read_only, *empty_dirs, *empty_files}
+        protected = {*read_only, *empty_dirs, *empty_files}
         self._mount_points.update((*empty_dirs, *empty_files))
-        return sorted(pinned - protected), _outermost(empty_dirs), sorted(set(empty_files))
+        return (read_only, sorted(pinned - protected), _outermost(empty_dirs),
+                sorted(set(empty_files)))  # fmt: skip
 
     def sweep(self) -> list[str]:
         """Remove every `.git` and git folder in the work tree that was not there before (a

@@ -489,6 +489,8 @@ class CodeRepositoryTools:
         if dry_run:
             return f"$ {command}"
         started = time.perf_counter()
+        if self.sandbox_policy is not None:
+            self.git_guard.accept()  # a repository you made since the last command stays
         code, output, timed_out = run_shell(
             command, self.repo_path, timeout, policy=self.sandbox_policy
         )
@@ -510,11 +512,14 @@ class CodeRepositoryTools:
         status = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
         return f"$ {command}\n[{status}, {elapsed:.1f}s]\n{output or '(no output)'}"
 
-    def remove_planted_git(self) -> list[str]:
+    def remove_planted_git(self, *, run_ended: bool = False) -> list[str]:
         """Remove the repositories (`.git`, git folders) and git paths that a command made in
-        the work tree since the tools were built: git, run later by the user, would run their
-        hooks and settings. What went, repository-relative; the user is warned in the log.
-        Called after each command and when a run ends (see GitGuard.sweep)."""
+        the work tree: git, run later by the user, would run their hooks and settings. What
+        went, repository-relative; the user is warned in the log. Called after each command,
+        and when a run ends (`run_ended`) for what an unsandboxed command left running may
+        have made since (see GitGuard.sweep)."""
+        if run_ended and self.sandbox_policy is not None:
+            return []  # nothing of a sandboxed command outlives it: what is new is yours
         return self.git_guard.sweep()
 
     # ----------------------------------------------------------------------------- paths
@@ -614,6 +619,11 @@ class CodeRepositoryTools:
             raise ToolError(
                 f"Refusing to write {self._shown(target)}: the user's git runs or reads it "
                 "(a hook, an included config file or a program their git config names)."
+            )
+        if self.git_guard.would_make_git_dir(target):
+            raise ToolError(
+                f"Refusing to write {self._shown(target)}: a folder on its way would then hold "
+                "HEAD, objects and refs, which git takes for a repository."
             )
         if target.is_dir():
             raise ToolError(f"{self._shown(target)} is a directory; give a file path.")
