@@ -32,3 +32,9 @@ def test_bench_tokens_counts_six_requests_in_each_format() -> None:
     out = run_bench("bench_tokens.py")
     rows = re.findall(r"^(xml|react|native)\s+(\d+)\s+[\d,]+", out, re.MULTILINE)
     assert rows == [("xml", "6"), ("react", "6"), ("native", "6")], out
+
+
+def test_bench_git_guard_times_a_sweep_that_removes_what_it_planted() -> None:
+    out = run_bench("bench_git_guard.py", "30", "1")
+    assert re.search(r"^30 folders, [\d,]+ entries", out, re.MULTILINE), out
+    assert "sweep, one .git planted:" in out
