@@ -44,10 +44,12 @@ _HOST_PATH_VARIABLES = frozenset(
     {"XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
      "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS", "TMPDIR"}
 )  # fmt: skip
-# What a command prints when the sandbox refused it (EROFS, no route, no DNS).
+# What a command prints when the sandbox refused it (EROFS, a folder holding git's files
+# moved or removed, no route, no DNS).
 _REFUSALS = (
-    "Read-only file system", "Network is unreachable", "Temporary failure in name resolution",
-    "Could not resolve host", "Name or service not known", "No address associated with hostname",
+    "Read-only file system", "Device or resource busy", "Network is unreachable",
+    "Temporary failure in name resolution", "Could not resolve host", "Name or service not known",
+    "No address associated with hostname",
 )  # fmt: skip
 
 
@@ -380,8 +382,10 @@ def sandbox_note(
     if not (refused or missing):
         return None
     exposed = ", ".join(_tilde(p) for p in policy.exposed)
-    limits = "only the repository and /tmp are writable, the home folder is hidden (HOME is an "
-    limits += "empty scratch folder" + (f"; readable: {exposed}" if exposed else "") + ")"
+    limits = "only the repository (but not git's files in it: .git, hooks, included config, "
+    limits += "nor the folders holding them) and /tmp are writable, the home folder is hidden "
+    limits += "(HOME is an empty scratch folder" + (f"; readable: {exposed}" if exposed else "")
+    limits += ")"
     limits += "" if policy.network else ", there is no network at all"
     verb = "is" if len(hidden) == 1 else "are"
     named = f" {', '.join(hidden[:5])} {verb} hidden." if hidden else ""
