@@ -430,7 +430,8 @@ _HOOK_NAMES = (
 # What decides which configuration git reads: the user's own, kept for git's answers here.
 _GIT_CONFIG_VARIABLES = ("HOME", "PATH", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL",
                          "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_COUNT",
-                         "GIT_CONFIG_PARAMETERS")  # fmt: skip
+                         "GIT_CONFIG_PARAMETERS", "GIT_CEILING_DIRECTORIES",
+                         "GIT_DISCOVERY_ACROSS_FILESYSTEM")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -727,7 +728,11 @@ def _configured_paths(top: Path, repo: Path) -> dict[Path, bool]:
     through the included files, the ones whose condition is false today too), and the
     programs _GIT_PROGRAM_KEYS name by a path."""
     paths: dict[Path, bool] = {}
-    entries = _config_entries(_git(["config", "--list", "--show-origin", "-z"], top), top)
+    listing = ["config", "--list", "--show-origin", "-z"]
+    # Where git refuses the repository (owned by another user: "dubious ownership"), your
+    # system and global settings still apply the day you mark it safe.
+    out = _git(listing, top) or _git(listing, Path("/"))
+    entries = _config_entries(out, top)
     read = {origin for origin, _, _ in entries if origin is not None}
     while entries:
         origin, key, value = entries.pop()
