@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -347,3 +350,51 @@ def test_write_file_makes_no_repository(repo: Path) -> None:
         tools.write_file("cache/HEAD", "ref: refs/heads/main\n")
     tools.write_file("other/HEAD", "not a repository\n")
     assert not (repo / "cache" / "HEAD").exists()
+
+
+UNPRIVILEGED = """
+import os, subprocess, sys
+from pathlib import Path
+from toy_agent.tools import CodeRepositoryTools
+repo, ran = Path(sys.argv[1]), sys.argv[2]
+git = lambda *a, cwd=repo: subprocess.run(["git", *a], cwd=cwd, check=True, capture_output=True)
+git("init", "-q")
+git("init", "-q", "vendor")
+tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="bwrap")
+print(tools.run_command(
+    f"id -u; mkdir -p .husky/_; git -C vendor config core.fsmonitor 'touch {ran}/vendor; false';"
+    f" mv vendor x; git init -q pkg && git -C pkg config core.fsmonitor 'touch {ran}/pkg; false'"
+))
+for where in (repo, repo / "vendor", repo / "pkg" if (repo / "pkg").exists() else repo):
+    subprocess.run(["git", "status"], cwd=where, capture_output=True)
+print("marks:", sorted(os.listdir(ran)))
+"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+def test_as_an_unprivileged_user_the_same_paths_hold(user_config: Path) -> None:
+    """CI runs as root; a user does not: bwrap then makes its own user namespace. The same
+    attacks, staged by and against an unprivileged user's files, run nothing."""
+    shared = Path(tempfile.mkdtemp(prefix="toy-agent-unprivileged-"))  # pytest's is root-only
+    try:
+        for name in ("home", "repo", "ran"):
+            (shared / name).mkdir()
+        config = shared / "home" / ".gitconfig"
+        config.write_text(user_config.read_text() + "[core]\n\thooksPath = .husky/_\n")
+        for path in (shared, *shared.rglob("*")):
+            os.chown(path, 65534, 65534)
+        env = {**os.environ, "HOME": str(shared / "home"), "GIT_CONFIG_GLOBAL": str(config),
+               "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # fmt: skip
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+             "-c", UNPRIVILEGED, str(shared / "repo"), str(shared / "ran")],
+            env=env, cwd=shared, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    assert "\n65534\n" in done.stdout and "marks: []" in done.stdout
+    assert "cannot create directory ‘.husky/_’: Read-only file system" in done.stdout
+    assert "could not lock config file" in done.stdout and "Device or resource busy" in done.stdout
+    assert "removed pkg/.git" in done.stdout
