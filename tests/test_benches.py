@@ -38,3 +38,9 @@ def test_bench_git_guard_times_a_sweep_that_removes_what_it_planted() -> None:
     out = run_bench("bench_git_guard.py", "30", "1")
     assert re.search(r"^30 folders, [\d,]+ entries", out, re.MULTILINE), out
     assert "sweep, one .git planted:" in out
+
+
+def test_bench_commands_times_each_sandbox_and_the_walk() -> None:
+    out = run_bench("bench_commands.py", "--runs", "2")
+    assert re.search(r"^run_command true, --sandbox off\s+[\d.]+$", out, re.MULTILINE), out
+    assert re.search(r"^/proc walk alone \(\d+ processes\)\s+[\d.]+$", out, re.MULTILINE), out

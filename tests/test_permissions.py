@@ -554,3 +554,28 @@ def test_a_tool_that_is_not_offered_is_never_asked_about(repo):
 
     assert "Unknown tool 'run_command'" in llm.requests[1]["messages"][-1].content
     assert not (repo / "ran").exists()
+
+
+# --- auto mode with no sandbox for commands --------------------------------------------------
+def test_auto_mode_without_a_sandbox_asks_before_commands_as_edits_does() -> None:
+    """Permissions.sandboxed is False where --sandbox auto found no working bubblewrap (see
+    test_sandbox for the CLI): a command asks unless an allow rule matches; files still run."""
+    unsandboxed = Permissions("auto", CommandRules(allow=("pytest",)), sandboxed=False)
+    assert unsandboxed.decide("run_command", {"command": "make"}).verdict == "ask"
+    assert unsandboxed.decide("run_command", {"command": "pytest -x"}).verdict == "run"
+    assert unsandboxed.decide("write_file", {"path": "a", "content": ""}).verdict == "run"
+    assert unsandboxed.may_ask(commands=True) and not unsandboxed.may_ask(commands=False)
+    assert unsandboxed.label == "auto mode with no sandbox for commands"
+    sandboxed = Permissions("auto")
+    assert sandboxed.decide("run_command", {"command": "make"}).verdict == "run"
+    assert not sandboxed.may_ask(commands=True)
+    assert not Permissions("read-only", sandboxed=False).may_ask(commands=True)
+
+
+def test_only_a_sandbox_auto_found_missing_makes_commands_ask(repo) -> None:
+    """for_tools reads what the tools resolved: `off` chosen by the user keeps auto."""
+    chosen_off = CodeRepositoryTools(repo, allow_commands=True, sandbox="off")
+    assert chosen_off.sandbox_missing is None
+    assert Permissions("auto").for_tools(chosen_off).sandboxed
+    agent = ReactAgent(ScriptedLlm([]), tools=chosen_off)
+    assert agent.permissions == Permissions("auto")

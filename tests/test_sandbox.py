@@ -9,6 +9,7 @@ SIGHUP or the agent's exit. Processes are found by unique `sleep N` markers in /
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import random
@@ -19,17 +20,20 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from fakes import write_replay, xml_action
+from cli_helpers import run_main
+from fakes import run_in_pty, write, write_replay, xml_action
 
 from toy_agent.cli import main
 from toy_agent.sandbox import (
     SCRATCH_HOME,
     SandboxUnavailable,
     bwrap_problem,
+    owned_process_group,
     resolve_sandbox,
     sandbox_policy,
 )
@@ -60,7 +64,7 @@ def no_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """PATH with the few programs the tests run, and no bwrap."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("env", "sleep", "nohup", "cat"):
+    for name in ("env", "sleep", "nohup", "cat", "git"):
         (bin_dir / name).symlink_to(shutil.which(name) or f"/usr/bin/{name}")
     monkeypatch.setenv("PATH", str(bin_dir))
     return bin_dir
@@ -81,6 +85,23 @@ def running(duration: str) -> bool:
         except OSError:
             continue
     return False
+
+
+def marked(*durations: str) -> list[str]:
+    """The command lines of live processes that name one of the `sleep` markers."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            words = cmdline.read_bytes().decode(errors="replace").replace("\0", " ")
+            if any(d in words for d in durations):
+                found.append(f"{cmdline.parent.name}: {words.strip()}")
+    return found
+
+
+def kill_marked(*durations: str) -> None:
+    for line in marked(*durations):
+        with contextlib.suppress(OSError):
+            os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
 
 
 def wait_until(condition, seconds: float = 10.0) -> bool:
@@ -142,24 +163,90 @@ def test_cli_sandbox_bwrap_without_bwrap_exits_2_with_the_hint(
     assert err.count("\n") == 1 and "--sandbox bwrap" in err and "install bubblewrap" in err
 
 
-def test_cli_auto_without_bwrap_warns_once_and_the_command_gets_no_secret(
-    no_bwrap: Path, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+def test_auto_without_a_working_sandbox_asks_and_no_answer_refuses_the_command(
+    no_bwrap: Path, repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for name, value in SECRETS.items():
-        monkeypatch.setenv(name, value)
-    replay = write_replay(tmp_path / "r.json", xml_action("run_command", command="env"),
-                          xml_action("run_command", command="env"),
+    """--sandbox auto where bubblewrap is missing (a PATH without it): commands ask as in
+    edits mode, and with stdin at its end no one answers, so nothing runs."""
+    replay = write_replay(tmp_path / "r.json", xml_action("run_command", command="echo x > ran"),
                           xml_action("task_complete", result="done"))  # fmt: skip
     trajectory = tmp_path / "t.json"
-    code = main(["--task", "look", "--repo", str(repo), "--replay", str(replay),
-                 "--allow-commands", "--trajectory", str(trajectory)])  # fmt: skip
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    assert err.count("NOT sandboxed") == 1 and "bubblewrap" in err
-    assert "sandbox: off" in out
-    observations = [s["observations"] for s in json.loads(trajectory.read_text())["steps"][:2]]
-    text = json.dumps(observations)
-    assert "TERM=dumb" in text and not [name for name in SECRETS if f"{name}=" in text]
+    done = run_main(capsys, "--task", "look", "--repo", str(repo), "--replay", str(replay),
+                    "--allow-commands", "--trajectory", str(trajectory), stdin="")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not (repo / "ran").exists()
+    observation = json.loads(trajectory.read_text())["steps"][0]["observations"][0]["content"]
+    assert "needs the user's approval (auto mode with no sandbox for commands)" in observation
+    assert done.stderr.count("NOT sandboxed") == 1 and "each command asks first" in done.stderr
+    assert "bubblewrap" in done.stderr and "--sandbox off" in done.stderr
+    assert "sandbox: off · commands: NOT sandboxed (no working bubblewrap" in done.stdout
+    assert "tool errors: 1 (1 refused)" in done.stdout
+
+
+def test_auto_without_a_working_sandbox_runs_what_the_user_approves_without_secrets(
+    no_bwrap: Path, repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay = write_replay(tmp_path / "r.json", xml_action("run_command", command="env"),
+                          xml_action("run_command", command="env > env.txt"),
+                          xml_action("task_complete", result="done"))  # fmt: skip
+    trajectory = tmp_path / "t.json"
+    done = run_main(capsys, "--task", "look", "--repo", str(repo), "--replay", str(replay),
+                    "--allow-commands", "--trajectory", str(trajectory),
+                    stdin="y\nn, not that\n", env=SECRETS)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    steps = json.loads(trajectory.read_text())["steps"]
+    approved = steps[0]["observations"][0]["content"]
+    assert "TERM=dumb" in approved and not [name for name in SECRETS if f"{name}=" in approved]
+    assert not (repo / "env.txt").exists()  # the second was declined
+    assert "not that" in steps[1]["observations"][0]["content"]
+    assert "1 declined by you" in done.stdout
+
+
+def test_sandbox_off_chosen_by_the_user_runs_commands_without_asking(
+    no_bwrap: Path, repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay = write_replay(tmp_path / "r.json", xml_action("run_command", command="echo x > ran"),
+                          xml_action("task_complete", result="done"))  # fmt: skip
+    done = run_main(capsys, "--task", "look", "--repo", str(repo), "--replay", str(replay),
+                    "--allow-commands", "--sandbox", "off", stdin="")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (repo / "ran").exists()
+    assert "NOT sandboxed" not in done.stderr  # the user's own choice: no warning
+    assert "sandbox: off · commands: NOT sandboxed (--sandbox off)" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_banner_on_a_terminal_says_commands_are_not_sandboxed(
+    no_bwrap: Path, repo: Path, tmp_path: Path
+) -> None:
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="done"))
+    screen = run_in_pty([sys.executable, str(ROOT / "main.py"), "--task", "x", "--repo",
+                         str(repo), "--replay", str(replay), "--allow-commands"],
+                        {"PATH": str(no_bwrap)})  # fmt: skip
+    banner = next(line for line in screen.splitlines() if line.startswith("toy-agent · "))
+    assert "commands: NOT sandboxed, each asks" in banner, screen
+    summary = " ".join(screen.split())  # the terminal wraps it
+    assert "commands: NOT sandboxed (no working bubblewrap, so each asks first)" in summary
+
+
+@pytest.mark.slow
+def test_a_batch_without_a_working_sandbox_refuses_commands(
+    no_bwrap: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch never asks: where auto finds no sandbox, its tasks' commands are refused."""
+    source = tmp_path / "source"
+    write(source, "a.txt", "a\n")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "one", "repo": str(source), "task": "touch it"}) + "\n")
+    replay = write_replay(tmp_path / "r.json", xml_action("run_command", command="echo x > ran"),
+                          xml_action("task_complete", result="done"))  # fmt: skip
+    out = tmp_path / "out"
+    done = run_main(capsys, "--tasks-file", str(tasks), "--out", str(out), "--replay",
+                    str(replay), "--allow-commands")  # fmt: skip
+    record = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    assert done.returncode == 0, (done.stderr, record["error"])
+    assert record["outcome"] == "completed" and record["files_changed"] == [], record
+    assert done.stderr.count("NOT sandboxed") == 1
 
 
 @needs_bwrap
@@ -311,8 +398,7 @@ def test_stopping_the_agent_kills_every_process_of_the_command(
     sandbox: str, signum: int, exit_code: int, repo: Path, tmp_path: Path
 ) -> None:
     a, b, c = marker(), marker(), marker()
-    escape = "setsid" if sandbox == "bwrap" else "nohup"  # setsid leaves an unsandboxed group
-    command = f"{escape} sleep {a} >/dev/null 2>&1 & nohup sleep {b} >/dev/null 2>&1 & sleep {c}"
+    command = f"setsid sleep {a} >/dev/null 2>&1 & nohup sleep {b} >/dev/null 2>&1 & sleep {c}"
     replay = write_replay(tmp_path / "r.json", xml_action("run_command", command=command))
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "main.py"), "--task", "run", "--repo", str(repo),
@@ -321,14 +407,58 @@ def test_stopping_the_agent_kills_every_process_of_the_command(
         env={**os.environ, "NO_COLOR": "1"},
     )  # fmt: skip
     try:
-        assert wait_until(lambda: running(a) and running(b) and running(c), 30)
+        started = wait_until(lambda: running(a) and running(b) and running(c), 30)
+        assert started, "the command's three sleeps did not all start within 30 s"
         proc.send_signal(signum)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the agent did not exit within 30 s of {signal.Signals(signum).name}")
+        assert proc.returncode == exit_code, f"the agent exited {proc.returncode}: {err}"
+        assert "cancelled" in out and f"sandbox: {sandbox}" in out, out
+        gone = wait_until(lambda: not (running(a) or running(b) or running(c)), 5)
+        assert gone, f"processes survived the agent: {marked(a, b, c)}"
     finally:
         proc.kill()
-    assert proc.returncode == exit_code, err
-    assert "cancelled" in out and f"sandbox: {sandbox}" in out
-    assert wait_until(lambda: not (running(a) or running(b) or running(c)), 5)
+        kill_marked(a, b, c)  # whatever happened, the suite leaves nothing running
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_right_after_the_fork_still_kills_the_command(repo: Path) -> None:
+    """Ctrl-C landing inside Popen, after the fork but before the command is registered to be
+    killed: the KeyboardInterrupt comes once it is registered, and the command dies."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    duration = marker()
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(["sleep", duration], start_new_session=True)
+        assert wait_until(lambda: running(duration), 10)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, now: its handler runs at once
+        time.sleep(0.05)
+        return proc
+
+    try:
+        with pytest.raises(KeyboardInterrupt), owned_process_group(start):
+            pytest.fail("the held Ctrl-C should have interrupted before the block")
+        assert wait_until(lambda: not running(duration), 5), marked(duration)
+    finally:
+        kill_marked(duration)
+
+
+@pytest.mark.slow
+def test_unsandboxed_a_setsid_child_dies_with_the_command(repo: Path) -> None:
+    """Without the sandbox's PID namespace, a child that left the command's process group
+    (`setsid`) is found below the command in /proc and killed with it."""
+    tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="off")
+    a, b = marker(), marker()
+    try:
+        out = tools.run_command(f"setsid sleep {a} >/dev/null 2>&1 & (setsid sleep {b} "
+                                ">/dev/null 2>&1 &); sleep 0.2; echo started")  # fmt: skip
+        assert "started" in out
+        assert wait_until(lambda: not running(a) and not running(b), 5), marked(a, b)
+    finally:
+        kill_marked(a, b)
 
 
 @pytest.mark.slow

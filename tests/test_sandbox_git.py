@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 from fakes import ScriptedLlm, folder, wait_until, write_replay, xml_action
+from sandbox_helpers import NOBODY, nobody_folder, run_unprivileged
 
 from toy_agent import ReactAgent
 from toy_agent.cli import main
@@ -270,12 +269,13 @@ def test_a_known_git_file_a_command_rewrites_is_written_back(
 def test_a_repository_planted_after_the_last_command_is_removed_when_the_run_ends(
     repo: Path, ran: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Unsandboxed, a `setsid` child outlives its command and plants a repository after the
-    sweep that followed it: the sweep at the end of the run removes it."""
+    """Unsandboxed, a `setsid` child that dropped the command's marker variable outlives its
+    command and plants a repository after the sweep that followed it: the sweep at the end of
+    the run removes it."""
     planter = (
-        "setsid sh -c 'touch started; for i in $(seq 600); do [ -e go ] && break; sleep 0.05; "
-        f'done; git init -q late && git -C late config core.fsmonitor "touch {ran}/late; '
-        "false\" && touch planted' >/dev/null 2>&1 & "
+        "env -u TOY_AGENT_COMMAND setsid sh -c 'touch started; for i in $(seq 600); do "
+        "[ -e go ] && break; sleep 0.05; done; git init -q late && git -C late config "
+        f'core.fsmonitor "touch {ran}/late; false" && touch planted\' >/dev/null 2>&1 & '
         "until [ -e started ]; do sleep 0.05; done"  # out of the group before it is killed
     )
 
@@ -372,27 +372,19 @@ print("marks:", sorted(os.listdir(ran)))
 
 
 @needs_bwrap
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root")
 def test_as_an_unprivileged_user_the_same_paths_hold(user_config: Path) -> None:
     """CI runs as root; a user does not: bwrap then makes its own user namespace. The same
     attacks, staged by and against an unprivileged user's files, run nothing."""
-    shared = Path(tempfile.mkdtemp(prefix="toy-agent-unprivileged-"))  # pytest's is root-only
-    try:
-        for name in ("home", "repo", "ran"):
+    with nobody_folder() as shared:
+        for name in ("repo", "ran"):
             (shared / name).mkdir()
-        config = shared / "home" / ".gitconfig"
+        config = shared / ".gitconfig"
         config.write_text(user_config.read_text() + "[core]\n\thooksPath = .husky/_\n")
-        for path in (shared, *shared.rglob("*")):
-            os.chown(path, 65534, 65534)
-        env = {**os.environ, "HOME": str(shared / "home"), "GIT_CONFIG_GLOBAL": str(config),
-               "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # fmt: skip
-        done = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-             "-c", UNPRIVILEGED, str(shared / "repo"), str(shared / "ran")],
-            env=env, cwd=shared, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-    finally:
-        shutil.rmtree(shared, ignore_errors=True)
+        for path in shared.rglob("*"):
+            os.chown(path, NOBODY, NOBODY)
+        env = {"GIT_CONFIG_GLOBAL": str(config), "GIT_CONFIG_NOSYSTEM": "1"}
+        done = run_unprivileged(UNPRIVILEGED, str(shared / "repo"), str(shared / "ran"),
+                                cwd=shared, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "\n65534\n" in done.stdout and "marks: []" in done.stdout
     assert "cannot create directory ‘.husky/_’: Read-only file system" in done.stdout

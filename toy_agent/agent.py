@@ -97,7 +97,7 @@ DECLINED_BECAUSE = (
     "Take it into account, and try something else or finish with task_complete."
 )
 UNANSWERED = (
-    "This action needs the user's approval ({mode} mode) and no answer could be read (no "
+    "This action needs the user's approval ({mode}) and no answer could be read (no "
     "one is there to answer: stdin is closed, or this is a batch run), so it was not run. Do "
     "without it, or finish with task_complete and say what you would have done."
 )
@@ -223,7 +223,9 @@ class ReactAgent:
         self.format = get_format(tool_format) if isinstance(tool_format, str) else tool_format
         self.context_budget = context_budget
         self.confirm = confirm
-        self.permissions = permissions or Permissions("ask" if confirm else "auto")
+        self.permissions = (permissions or Permissions("ask" if confirm else "auto")).for_tools(
+            self.tools
+        )
         self.stream = stream
         self.instructions = instructions
         self.cost = cost or CostMeter(price_for(getattr(llm_client, "model", "") or ""))
@@ -457,16 +459,16 @@ class ReactAgent:
         if decision.verdict == "deny":
             by: RefusedBy = "rule" if decision.rule else "mode"
             return by, decision.reason, REFUSED.format(reason=decision.reason)
-        mode = self.permissions.mode
+        mode = self.permissions.label
         if self.confirm is None:
-            return "mode", f"{mode} mode needs an answer", UNANSWERED.format(mode=mode)
+            return "mode", f"{mode} needs an answer", UNANSWERED.format(mode=mode)
         answer = self.confirm(action)
         if not isinstance(answer, Answer):
             answer = Answer(bool(answer))
         if answer.approved:
             return None
         if answer.unanswered:
-            return "mode", f"{mode} mode needs an answer", UNANSWERED.format(mode=mode)
+            return "mode", f"{mode} needs an answer", UNANSWERED.format(mode=mode)
         reason = " ".join(self.redactor.redact(wire_text(answer.reason)).split())
         if not reason:
             return "user", "", DECLINED

@@ -30,6 +30,7 @@ from toy_agent.llm import LlmConfigError
 from toy_agent.mcp_config import McpError
 from toy_agent.mcp_tools import McpTools
 from toy_agent.messages import Usage
+from toy_agent.permissions import Permissions
 from toy_agent.sandbox import SandboxUnavailable, resolve_sandbox
 from toy_agent.task_runner import RunSettings, StopSignal, build_llm
 from toy_agent.task_runner import run_task as run_task
@@ -260,7 +261,12 @@ def _preflight_local(settings: RunSettings, tasks: Sequence[Task]) -> RunSetting
         raise BatchError(str(exc)) from None
     except SandboxUnavailable as exc:
         raise BatchError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from None
-    return replace(settings, sandbox=sandbox)
+    permissions = settings.permissions
+    if settings.allow_commands and (settings.sandbox, sandbox) == ("auto", "off"):
+        # No sandbox, and the user did not turn it off: commands ask, and a batch never
+        # asks, so they are refused (Permissions.for_tools, decided here for every task).
+        permissions = replace(permissions or Permissions(), sandboxed=False)
+    return replace(settings, sandbox=sandbox, permissions=permissions)
 
 
 def _drive(

@@ -34,7 +34,7 @@ from toy_agent.sessions import (
     state_dir,
     undo_last_run,
 )
-from toy_agent.view import format_summary, use_color, visible
+from toy_agent.view import format_summary, sandbox_summary, use_color, visible
 
 if TYPE_CHECKING:
     from toy_agent.agent import ReactAgent, RunResult
@@ -241,7 +241,7 @@ class Repl:
 
     def _summary(self, outcome: RunResult) -> None:
         redact = self.agent.redactor.redact_obj
-        result = {**redact(outcome.to_dict()), "sandbox": self.agent.tools.sandbox}
+        result = {**redact(outcome.to_dict()), "sandbox": sandbox_summary(self.agent.tools)}
         summary = format_summary(result, redact(outcome.diffs), show_diff=self.show_diff,
                                  color=use_color(self.out))  # fmt: skip
         if self.view is not None:

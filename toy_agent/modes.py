@@ -98,7 +98,7 @@ def _run_agent(
         run_diff,
     )
     from toy_agent.messages import visible
-    from toy_agent.view import format_summary, make_confirm, to_json, use_color
+    from toy_agent.view import format_summary, make_confirm, sandbox_summary, to_json, use_color
 
     subscribers: list[Any] = []
     lines = JsonLinesWriter(sys.stdout, redactor.redact_obj)
@@ -112,7 +112,7 @@ def _run_agent(
         subscribers.append(recorder)
     sessions = _session_recorder(args, repo, tools, redactor, lambda: agent.conversation_history)
     subscribers.append(sessions)
-    permissions = args.permissions
+    permissions = args.permissions.for_tools(tools)
     confirm = None
     if permissions.may_ask(tools.allow_commands):
         confirm = make_confirm(tools, view.ask if view else _ask)
@@ -157,7 +157,9 @@ def _run_agent(
         lines.write({"type": "run_finished", **result})
     else:
         diffs = redactor.redact_obj(outcome.diffs)
-        shown = {**result, "error": None} if outcome.outcome == "provider_error" else result
+        shown = {**result, "sandbox": sandbox_summary(tools)}
+        if outcome.outcome == "provider_error":
+            shown["error"] = None
         summary = format_summary(shown, diffs, show_diff=args.show_diff,
                                  color=use_color(sys.stdout))  # fmt: skip
         (view.show if view else print)(summary)  # the view wraps it to the terminal's width
@@ -328,6 +330,7 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
 
     from toy_agent.permissions import OfferedTools
     from toy_agent.routes import RouteTable
+    from toy_agent.view import sandbox_summary
 
     offered = [OfferedTools.of(mcp, args.permissions)] if mcp else []
     specs = RouteTable.build(OfferedTools.of(tools, args.permissions), offered).specs
@@ -344,7 +347,7 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
         print(visible(f"{spec['name']}({params})"))
         print(visible(f"    {description.splitlines()[0] if description else ''}"))
     policy = tools.sandbox_policy
-    print(f"sandbox: {policy.describe() if policy else tools.sandbox}")
+    print(f"sandbox: {policy.describe() if policy else sandbox_summary(tools)}")
     return EXIT_COMPLETED
 
 

@@ -8,7 +8,8 @@ from the repository, see toy_agent.config), and applied by the agent before each
   prompt says the run is read-only.
 - `ask`: every file change and command waits for the user's yes (what --confirm does).
 - `edits`: file changes run; commands ask.
-- `auto`: everything runs, within what the sandbox allows (the default).
+- `auto`: everything runs, within what the sandbox allows (the default). Where no sandbox
+  works and the user did not turn it off (`--sandbox off`), commands ask, as in `edits`.
 
 Command rules (`--allow-command`, `--deny-command`) are checked against every command of a
 compound line (`a && b; c | d`, subshells, newlines): a line is denied when any of its
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from toy_agent.messages import ToolOutput
@@ -280,6 +281,9 @@ class Permissions:
 
     mode: str = DEFAULT_MODE
     rules: CommandRules = CommandRules()
+    # False: commands would run outside any sandbox and the user did not choose that
+    # (`--sandbox auto` without a working bubblewrap): in auto mode they ask, as in edits.
+    sandboxed: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in PERMISSION_MODES:
@@ -288,6 +292,24 @@ class Permissions:
     @property
     def read_only(self) -> bool:
         return self.mode == "read-only"
+
+    def for_tools(self, tools: CodeRepositoryTools) -> Permissions:
+        """These permissions for commands run by `tools`: not sandboxed when their sandbox
+        `auto` found no working bubblewrap (tools.sandbox_missing)."""
+        if tools.allow_commands and tools.sandbox_missing:
+            return replace(self, sandboxed=False)
+        return self
+
+    @property
+    def label(self) -> str:
+        """The mode as the model and the user are told why something asks: `edits mode`,
+        `auto mode with no sandbox for commands`."""
+        return f"{self.mode} mode" + ("" if self.sandboxed else " with no sandbox for commands")
+
+    @property
+    def _commands_ask(self) -> bool:
+        """Whether a command no allow rule matches asks (rather than runs)."""
+        return self.mode != "auto" or not self.sandboxed
 
     def offers(self, spec: dict[str, Any], changes: Changes | None = None) -> bool:
         """Whether a tool is offered at all. Read-only offers no changing local tool, and an
@@ -315,7 +337,7 @@ class Permissions:
                 return Decision(
                     "deny", f"the command `{command}` matches the user's deny rule `{rule}`", rule
                 )
-            if verdict == "allow" or self.mode == "auto":
+            if verdict == "allow" or not self._commands_ask:
                 return Decision("run")
             return Decision("ask")
         if changes == "files" and self.mode == "ask":
@@ -324,7 +346,7 @@ class Permissions:
 
     def may_ask(self, commands: bool) -> bool:
         """Whether the run may stop to ask the user (`commands`: run_command is offered)."""
-        return self.mode == "ask" or (self.mode == "edits" and commands)
+        return self.mode == "ask" or (commands and self._commands_ask and not self.read_only)
 
 
 def parse_answer(text: str) -> Answer:

@@ -26,9 +26,10 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +67,50 @@ def bwrap_problem() -> str | None:
     return _probe(bwrap)
 
 
+# The command holds no privilege. bwrap leaves a root caller's command every capability, so
+# each run drops them all (the bounding set too: exec of a setuid or file-capability program
+# regains none) in a user namespace of its own, entered as an unprivileged uid when toy_agent
+# runs as root (the namespace maps it back to root: what the command writes in the repository
+# is owned by root outside, like the agent's own writes). Where bwrap can, no nested user
+# namespace either (--disable-userns, bwrap 0.8+), so not even a namespace of its own gives
+# the command a capability.
+UNPRIVILEGED_ID = 65534  # nobody/nogroup: the command's uid and gid inside when run as root
+# The probe's command: fails (exit 3) unless the command holds no capability at all.
+_NO_CAPABILITIES = (
+    "while read -r k v; do case $k in CapInh:|CapPrm:|CapEff:|CapBnd:|CapAmb:) "
+    '[ "$v" = 0000000000000000 ] || { echo "$k $v"; exit 3; };; esac; done < /proc/self/status'
+)
+
+
+@functools.cache
+def privilege_options(bwrap: str) -> tuple[str, ...]:
+    """bwrap's options that take every privilege from the command: its own user namespace, an
+    unprivileged uid when this process is root, no capabilities, no nested user namespace
+    where this bwrap can refuse one. The probe runs with the same options."""
+    nobody = str(UNPRIVILEGED_ID)
+    ids = ["--uid", nobody, "--gid", nobody] if os.geteuid() == 0 else []
+    nested = ["--disable-userns"] if _bwrap_knows(bwrap, "--disable-userns") else []
+    return ("--unshare-user", *nested, *ids, "--cap-drop", "ALL")
+
+
+def _bwrap_knows(bwrap: str, option: str) -> bool:
+    try:
+        done = subprocess.run([bwrap, "--help"], stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option in done.stdout
+
+
 @functools.cache
 def _probe(bwrap: str) -> str | None:
-    """Run a trivial command with the namespaces run_command uses, once per bwrap binary:
-    bwrap is often installed where user namespaces are disabled (containers, hardened
-    kernels, Ubuntu 24.04's AppArmor rule)."""
+    """Run a command with the namespaces and privilege options run_command uses, once per
+    bwrap binary, and check from inside that it holds no capability: bwrap is often installed
+    where user namespaces are disabled (containers, hardened kernels, Ubuntu 24.04's AppArmor
+    rule), and a sandbox that left the command a capability would not be one."""
     argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
-            "--die-with-parent", "--", "/bin/sh", "-c", ":"]  # fmt: skip
+            *privilege_options(bwrap), "--die-with-parent", "--", "/bin/sh", "-c",
+            _NO_CAPABILITIES]  # fmt: skip
     try:
         done = subprocess.run(
             argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=PROBE_TIMEOUT
@@ -81,17 +119,21 @@ def _probe(bwrap: str) -> str | None:
         return f"{bwrap} could not be run: {exc}"
     if done.returncode == 0:
         return None
+    if done.returncode == 3:
+        held = done.stdout.strip()
+        return f"{bwrap} leaves the command capabilities here ({held}): it is no sandbox"
     detail = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
     return (
-        f"{bwrap} cannot create its namespaces here ({detail}): unprivileged user namespaces "
-        "are probably disabled (sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu 24.04+ "
-        "kernel.apparmor_restrict_unprivileged_userns=0)"
+        f"{bwrap} cannot create its namespaces here ({detail}): user namespaces are probably "
+        "disabled (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone=1, or "
+        "on Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns=0)"
     )
 
 
 def resolve_sandbox(mode: str, *, warn: bool = True) -> str:
     """The sandbox in force for `mode`: "bwrap" or "off". "bwrap" raises SandboxUnavailable
-    when bubblewrap does not work; "auto" then falls back to "off" with one warning."""
+    when bubblewrap does not work; "auto" then falls back to "off" with one warning, and the
+    commands ask (Permissions.for_tools): the user did not choose to go without."""
     if mode not in SANDBOX_MODES:
         raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}: {mode!r}")
     if mode == "off":
@@ -103,8 +145,9 @@ def resolve_sandbox(mode: str, *, warn: bool = True) -> str:
         raise SandboxUnavailable(problem)
     if warn:
         logger.warning(
-            "run_command is NOT sandboxed (it can write anywhere you can, read your "
-            "home folder and use the network): %s",
+            "run_command is NOT sandboxed (it could write anywhere you can, read your home "
+            "folder and use the network), so each command asks first (refused where no one "
+            "can answer): %s; pass --sandbox off to run them without asking",
             problem,
         )
     return "off"
@@ -164,8 +207,8 @@ class SandboxPolicy:
             mounts.append((path, ["--tmpfs", str(path)]))
         for path in empty_files:
             mounts.append((path, ["--ro-bind", "/dev/null", str(path)]))
-        argv = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
-                "--proc", "/proc"]  # fmt: skip
+        bwrap = shutil.which("bwrap") or "bwrap"
+        argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for _, options in sorted(mounts, key=lambda mount: len(mount[0].parts)):
             argv += options
         for path in self.masked:
@@ -174,6 +217,7 @@ class SandboxPolicy:
         for path in (*hidden, *empty_dirs):
             argv += ["--remount-ro", str(path)]
         argv += ["--unshare-all", *(["--share-net"] if self.network else [])]
+        argv += privilege_options(bwrap)
         return [*argv, "--die-with-parent", "--new-session", "--chdir", str(self.repo), "--"]
 
     def describe(self) -> str:
@@ -828,35 +872,160 @@ def _names_back(gitdir: Path, dot_git: Path, repo: Path) -> bool:
 
 
 # ------------------------------------------------------------------------------- lifetime
-_live_groups: set[int] = set()  # process groups of commands still running
+# An unsandboxed command's processes carry this variable, with a value of their own command's,
+# so the ones that left its group, session and tree (`setsid` and a parent that exited) are
+# still found: a process started after the command whose environment holds it.
+COMMAND_MARKER = "TOY_AGENT_COMMAND"
+_STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")  # what the CLI turns into KeyboardInterrupt
+_TREE_ROUNDS = 5  # walks of a command's processes: one may fork while they are walked
+
+
+@dataclass(frozen=True)
+class _Command:
+    leader: int  # the process `start` started, leading its own session and group
+    marker: str | None  # unsandboxed: the COMMAND_MARKER value its processes carry
+    since: int  # when the leader started (clock ticks since boot, /proc/PID/stat)
+
+
+_live: dict[int, _Command] = {}  # commands still running, by leader
 _live_lock = threading.Lock()
+_markers = itertools.count(1)
+
+
+def command_marker() -> str:
+    """A COMMAND_MARKER value no other command of this process carries."""
+    return f"{os.getpid()}-{next(_markers)}"
 
 
 @contextlib.contextmanager
-def owned_process_group(proc: subprocess.Popen) -> Iterator[None]:
-    """Kill the process group `proc` leads when the block ends, however it ends (the command
-    finished, timed out, Ctrl-C or SIGTERM raised KeyboardInterrupt), and at interpreter exit
-    if the block never ends (a command running in a daemon thread)."""
+def owned_process_group(
+    start: Callable[[], subprocess.Popen[bytes]], *, marker: str | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The command `start` starts (a process leading its own session), killed with its
+    process group when the block ends, however it ends (the command finished, timed out,
+    Ctrl-C or SIGTERM raised KeyboardInterrupt), and at interpreter exit if the block never
+    ends (a command running in a daemon thread). `marker` (unsandboxed, where no PID namespace
+    holds the command): its COMMAND_MARKER value; every process in its session, below it or
+    carrying the marker dies too (see kill_command).
+
+    Ctrl-C, SIGTERM and SIGHUP wait from the fork until the command is registered: one that
+    landed in between (inside Popen, after the fork) used to end the run with the command
+    still running, in its own session, reparented to init."""
     _register_atexit()
-    with _live_lock:
-        _live_groups.add(proc.pid)
+    command = None
+    try:
+        with _stops_held():
+            proc = start()
+            command = _Command(proc.pid, marker, _start_time(proc.pid))
+            with _live_lock:
+                _live[proc.pid] = command
+        yield proc
+    finally:
+        if command is not None:
+            kill_command(command)
+            proc.wait()
+            with _live_lock:
+                _live.pop(proc.pid, None)
+
+
+@contextlib.contextmanager
+def _stops_held() -> Iterator[None]:
+    """The stop signals' Python handlers (default_int_handler, the CLI's) run when the block
+    ends instead of inside it. Only the main thread is signalled, so only there is anything
+    held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[tuple[int, Any]] = []
+    previous: dict[int, Callable[[int, Any], Any]] = {}
+    for name in _STOP_SIGNALS:
+        signum = getattr(signal, name, None)
+        handler = signal.getsignal(signum) if signum is not None else None
+        if signum is not None and callable(handler):
+            signal.signal(signum, lambda n, frame: held.append((n, frame)))
+            previous[signum] = handler
     try:
         yield
     finally:
-        kill_process_group(proc)
-        proc.wait()
-        with _live_lock:
-            _live_groups.discard(proc.pid)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum, frame in held:
+            previous[signum](signum, frame)  # KeyboardInterrupt, now that the kill is owed
 
 
-def kill_process_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the group `proc` leads. Sandboxed, that is the outer bwrap; `--die-with-parent`
-    then takes the sandbox's init down, and the kernel every process in its PID namespace."""
-    if not hasattr(os, "killpg"):
-        proc.kill()
-        return
+def kill_command(command: _Command) -> None:
+    """SIGKILL the process group the command's leader leads. Sandboxed, that is the outer
+    bwrap; `--die-with-parent` then takes the sandbox's init down, and the kernel every
+    process in its PID namespace. Unsandboxed (a marker), first every process in its session
+    or group, below it, or started since it with its marker, walked in /proc until none is
+    left: a `setsid` child has left the group, and its parent may have exited."""
+    if command.marker is not None and os.path.isdir("/proc/self"):
+        for _ in range(_TREE_ROUNDS):
+            found = _processes_of(command)
+            if not found:
+                break
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+        if hasattr(os, "killpg"):
+            os.killpg(command.leader, signal.SIGKILL)
+        else:
+            os.kill(command.leader, signal.SIGKILL)
+
+
+def _processes_of(command: _Command) -> set[int]:
+    """The command's live processes (no zombies): in its leader's session or group, started
+    since it with its marker in their environment, and every process below one of these or
+    below the leader."""
+    children: dict[int, list[int]] = {}
+    found: set[int] = set()
+    marker = f"{COMMAND_MARKER}={command.marker}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(name)
+        if fields is None or fields[0] == b"Z":
+            continue
+        pid, ppid, group, session, started = int(name), *map(int, fields[1:4]), int(fields[19])
+        children.setdefault(ppid, []).append(pid)
+        ours = command.leader in (group, session)
+        if ours or (started >= command.since and marker in _environment(name)):
+            found.add(pid)
+    todo = [command.leader, *found]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    found.discard(os.getpid())
+    return found
+
+
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """/proc/PID/stat's fields from the third (state) on, or None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(b")") + 2 :].split(None, 20)  # after "pid (comm) "
+    return fields if len(fields) > 19 else None
+
+
+def _start_time(pid: int) -> int:
+    fields = _stat_fields(pid) if os.path.isdir("/proc/self") else None
+    return int(fields[19]) if fields else 0
+
+
+def _environment(pid: str) -> bytes:
+    """The environment `pid` started with, NUL-separated with a NUL before the first entry
+    too; empty when it cannot be read (another user's process)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return b"\0" + f.read()
+    except OSError:
+        return b""
 
 
 @functools.cache
@@ -865,8 +1034,8 @@ def _register_atexit() -> None:
 
 
 def kill_live_groups() -> None:
+    """Kill every command still running (a batch's Ctrl-C, the interpreter's exit)."""
     with _live_lock:
-        groups = list(_live_groups) if hasattr(os, "killpg") else []
-    for pgid in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
+        live = list(_live.values())
+    for command in live:
+        kill_command(command)

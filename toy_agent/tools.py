@@ -62,6 +62,7 @@ from toy_agent.messages import ToolOutput, ToolSpec, path_from_shown, shown_path
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
     GitGuard,
+    bwrap_problem,
     resolve_sandbox,
     sandbox_note,
     sandbox_policy,
@@ -136,6 +137,10 @@ class CodeRepositoryTools:
         # run_command's sandbox: "auto" resolves to "bwrap" or "off" here (SandboxUnavailable
         # when "bwrap" is asked for and does not work); see toy_agent.sandbox.
         self.sandbox = resolve_sandbox(sandbox, warn=allow_commands)
+        # Why `auto` found no working sandbox: commands then ask (see Permissions.for_tools).
+        self.sandbox_missing = (
+            bwrap_problem() if (sandbox, self.sandbox) == ("auto", "off") else None
+        )
         self.sandbox_network = sandbox_network
         # Where git would later run code or read config, and what a sandboxed command sees,
         # decided now, before any tool could change the repository (a `.git` file a command

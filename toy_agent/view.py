@@ -496,16 +496,34 @@ def run_banner(
         model = PROVIDERS[provider].default_model
     count = len(RouteTable.build(OfferedTools.of(tools, permissions)).specs)
     commands = tools.allow_commands and not permissions.read_only
+    where = _commands_part(tools) if commands else "no commands"
+    unsandboxed = commands and tools.sandbox == "off"  # said first: a narrow terminal cuts
     parts = [
         "toy-agent",
+        *([where] if unsandboxed else []),
         f"{provider} {model}".strip(),
         _short_path(repo),
         *([instructions] if instructions else []),
         f"{count} tools" + (" + MCP" if mcp else ""),
-        f"sandbox {tools.sandbox}" if commands else "no commands",
+        *([] if unsandboxed else [where]),
         *([permissions.mode] if permissions.mode != "auto" else []),
     ]
     return visible(" · ".join(parts))
+
+
+def _commands_part(tools: CodeRepositoryTools) -> str:
+    if tools.sandbox != "off":
+        return f"sandbox {tools.sandbox}"
+    return "commands: NOT sandboxed" + (", each asks" if tools.sandbox_missing else "")
+
+
+def sandbox_summary(tools: CodeRepositoryTools) -> str:
+    """The summary's `sandbox:` value; with commands outside any sandbox, it says so and why:
+    `off · commands: NOT sandboxed (--sandbox off)`."""
+    if tools.sandbox != "off" or not tools.allow_commands:
+        return tools.sandbox
+    why = "no working bubblewrap, so each asks first" if tools.sandbox_missing else "--sandbox off"
+    return f"off · commands: NOT sandboxed ({why})"
 
 
 def _short_path(path: Path) -> str:
