@@ -360,21 +360,26 @@ repo, ran = Path(sys.argv[1]), sys.argv[2]
 git = lambda *a, cwd=repo: subprocess.run(["git", *a], cwd=cwd, check=True, capture_output=True)
 git("init", "-q")
 git("init", "-q", "vendor")
+(repo / "private").mkdir(mode=0)  # yours, unreadable: left as it is
 tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="bwrap")
 print(tools.run_command(
     f"id -u; mkdir -p .husky/_; git -C vendor config core.fsmonitor 'touch {ran}/vendor; false';"
-    f" mv vendor x; git init -q pkg && git -C pkg config core.fsmonitor 'touch {ran}/pkg; false'"
+    f" mv vendor x; git init -q pkg && git -C pkg config core.fsmonitor 'touch {ran}/pkg; false';"
+    " git init -q hide/in && chmod 0 hide"
 ))
 for where in (repo, repo / "vendor", repo / "pkg" if (repo / "pkg").exists() else repo):
     subprocess.run(["git", "status"], cwd=where, capture_output=True)
 print("marks:", sorted(os.listdir(ran)))
+print("modes:", oct((repo / "private").stat().st_mode & 0o777), os.listdir(repo / "hide"))
 """
 
 
 @needs_bwrap
 def test_as_an_unprivileged_user_the_same_paths_hold(user_config: Path) -> None:
-    """CI runs as root; a user does not: bwrap then makes its own user namespace. The same
-    attacks, staged by and against an unprivileged user's files, run nothing."""
+    """CI runs as root; a user does not: bwrap then makes its own user namespace, and
+    permission bits bind the sweep. The same attacks, staged by and against an unprivileged
+    user's files, run nothing; a repository hidden in a folder the command made unreadable is
+    found and removed, while a folder that was unreadable before the run is left so."""
     with nobody_folder() as shared:
         for name in ("repo", "ran"):
             (shared / name).mkdir()
@@ -389,4 +394,5 @@ def test_as_an_unprivileged_user_the_same_paths_hold(user_config: Path) -> None:
     assert "\n65534\n" in done.stdout and "marks: []" in done.stdout
     assert "cannot create directory ‘.husky/_’: Read-only file system" in done.stdout
     assert "could not lock config file" in done.stdout and "Device or resource busy" in done.stdout
-    assert "removed pkg/.git" in done.stdout
+    assert "removed hide/in/.git, pkg/.git" in done.stdout  # made unreadable to hide it
+    assert "modes: 0o0 ['in']" in done.stdout

@@ -492,6 +492,7 @@ class _Scan:
     read_ns: int  # when it was read: a folder changed within _RACY_NS of it is read again
     folders: tuple[str, ...]  # the sub-folders to walk on
     git: tuple[str, ...]  # entries named .git (any case), or "." when the folder is a git dir
+    locked: bool = False  # not readable
 
 
 class GitGuard:
@@ -521,7 +522,9 @@ class GitGuard:
         self._scans: dict[str, _Scan] = {}  # by folder
         self._mount_points: set[Path] = set()  # made by bwrap for absent paths: see mounts()
         self._accepted: set[Path] = set()  # made by the user since: see accept()
+        self._locked: set[str] | None = None  # folders unreadable at the start: left so
         self.found = self._walk()  # the .git entries before any command
+        self._locked = {folder for folder, scan in self._scans.items() if scan.locked}
         self._known_dirs = {f.identity for f in self.found.values() if f.kind == "dir"}
         wanted: dict[Path, bool] = {}  # path -> is a folder
         outside: list[Path] = []
@@ -664,7 +667,9 @@ class GitGuard:
                 or scan.ctime_ns != st.st_ctime_ns
                 or (scan.read_ns - st.st_ctime_ns < _RACY_NS)
             ):
-                scan = self._scans[folder] = _scan(folder, folder == top, st.st_ctime_ns)
+                unlock = self._locked is not None and folder not in self._locked
+                scan = _scan(folder, folder == top, st.st_ctime_ns, unlock)
+                self._scans[folder] = scan
             for name in scan.git:
                 path = Path(folder if name == "." else os.path.join(folder, name))
                 found[path] = _found(path)
@@ -672,16 +677,20 @@ class GitGuard:
         return found
 
 
-def _scan(folder: str, is_repo: bool, ctime_ns: int) -> _Scan:
+def _scan(folder: str, is_repo: bool, ctime_ns: int, unlock: bool) -> _Scan:
+    """What the walk needs of `folder`. `unlock`: a folder a command made unreadable, to hide
+    what it holds, is made readable to its owner again (never one that was so at the start)."""
     read_ns = time.time_ns()
     try:
         kinds = _kinds(folder)
-    except PermissionError:  # made unreadable by a command, to hide what it holds
+    except PermissionError:
         try:
+            if not unlock:
+                raise
             os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) | stat.S_IRWXU)
             kinds = _kinds(folder)
         except OSError:
-            return _Scan(ctime_ns, read_ns, (), ())
+            return _Scan(ctime_ns, read_ns, (), (), locked=True)
     except OSError:
         return _Scan(ctime_ns, read_ns, (), ())
     git = tuple(name for name in kinds if name.lower() == ".git")
