@@ -396,3 +396,20 @@ def test_as_an_unprivileged_user_the_same_paths_hold(user_config: Path) -> None:
     assert "could not lock config file" in done.stdout and "Device or resource busy" in done.stdout
     assert "removed hide/in/.git, pkg/.git" in done.stdout  # made unreadable to hide it
     assert "modes: 0o0 ['in']" in done.stdout
+
+
+@needs_bwrap
+def test_a_config_file_your_global_config_includes_from_a_plain_folder_stays_read_only(
+    tmp_path: Path, repo: Path, user_config: Path, ran: Path
+) -> None:
+    """A folder without git (a downloaded tarball of your dotfiles, say) that holds a file your
+    global config includes: a line appended there would run in every repository you use."""
+    plain = folder(tmp_path / "dotfiles", {"git/extra.conf": "[alias]\n\tst = status\n"})
+    with user_config.open("a") as f:
+        f.write(f"[include]\n\tpath = {plain}/git/extra.conf\n")
+    out = tools_for(plain).run_command(
+        f"printf '[core]\\n\\tfsmonitor = touch {ran}/global; false\\n' >> git/extra.conf"
+    )
+    git("status", "--short", cwd=repo)  # any repository of yours
+    assert marks(ran) == []
+    assert "Read-only file system" in out

@@ -532,6 +532,8 @@ class GitGuard:
         trees = {path.parent for path in self.found if path.name.lower() == ".git"}
         for tree in sorted({*trees, *([top] if top else [])}):
             wanted.update(_configured_paths(tree, self.repo))
+        if not trees and top is None:  # no repository: the system and global settings still
+            wanted.update(_configured_paths(self.repo, self.repo, work_tree=False))  # include
         for path, found in self.found.items():
             if found.kind in ("dir", "file"):
                 wanted[path] = found.kind == "dir"
@@ -770,17 +772,26 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 def _git_top(repo: Path) -> Path | None:
     """The top of the work tree holding `repo` (the enclosing repository's when `repo` is a
-    folder inside one), or None."""
+    folder inside one), or None. git is asked only when a folder on the way up holds a `.git`
+    or is a git folder itself: elsewhere it would find none either."""
+    if not any(
+        os.path.lexists(folder / ".git") or all(os.path.lexists(folder / name) for name in
+                                                 _GIT_DIR_NAMES)
+        for folder in (repo, *repo.parents)
+    ):  # fmt: skip
+        return None
     out = _git(["rev-parse", "--show-toplevel"], repo)
     return Path(out.strip()).resolve() if out and out.strip() else None
 
 
-def _configured_paths(top: Path, repo: Path) -> dict[Path, bool]:
+def _configured_paths(top: Path, repo: Path, *, work_tree: bool = True) -> dict[Path, bool]:
     """What the configuration git reads in work tree `top` names (path -> is a folder): the
     core.hooksPath folders, every file include.path and includeIf.*.path name (followed
     through the included files, the ones whose condition is false today too), and the
-    programs _GIT_PROGRAM_KEYS name by a path."""
+    programs _GIT_PROGRAM_KEYS name by a path. Outside a work tree (`work_tree` False: the
+    system and global settings alone), a relative hooks folder or program names nothing."""
     paths: dict[Path, bool] = {}
+    tree = top if work_tree else None
     listing = ["config", "--list", "--show-origin", "-z"]
     # Where git refuses the repository (owned by another user: "dubious ownership"), your
     # system and global settings still apply the day you mark it safe.
@@ -802,14 +813,14 @@ def _configured_paths(top: Path, repo: Path) -> dict[Path, bool]:
                             "--show-origin", "-z"], top)  # fmt: skip
                 entries += _config_entries(out, top)
         elif key == "core.hookspath":
-            hooks = _config_path(value, top)
+            hooks = _config_path(value, tree)
             if hooks == repo:
                 paths.update({hooks / name: False for name in _HOOK_NAMES})
             elif hooks is not None:
                 paths[hooks] = True
         elif any(fnmatch.fnmatchcase(key, pattern) for pattern in _GIT_PROGRAM_KEYS):
             words = value.lstrip("!").split()
-            if words and "/" in words[0] and (program := _config_path(words[0], top)):
+            if words and "/" in words[0] and (program := _config_path(words[0], tree)):
                 paths[program] = False
     return {p: is_dir for p, is_dir in paths.items() if p.is_relative_to(repo)}
 
