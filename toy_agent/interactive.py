@@ -48,6 +48,8 @@ COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-comma
     "/undo": "revert the file changes of the last task (refused if a file changed since)",
     "/cost": "the tokens and money this session used so far",
     "/model NAME": "switch the model for the next tasks (without NAME: show it)",
+    "/check CMD": "run CMD when the model calls task_complete; the task is done when it passes "
+    "(without CMD: show it; /check off: none)",
     "/compact": "replace the older steps by a summary the model writes, to save tokens",
     "/sessions": "the recent sessions (toy-agent --resume ID continues one)",
     "/clear": "start a new conversation",
@@ -130,6 +132,8 @@ class Repl:
             self._model(argument)
         elif name == "/compact":
             self._compact()
+        elif name == "/check":
+            self._check(argument)
         elif name == "/sessions":
             found = recent_sessions(self.sessions.store, limit=10)
             self._say(format_sessions(found) if found else "no saved sessions yet")
@@ -149,6 +153,16 @@ class Repl:
             known = ", ".join(command.split()[0] for command in COMMANDS)
             self._say(f"unknown command {visible(name)}: the commands are {known}")
         return ""
+
+    def _check(self, command: str) -> None:
+        """/check CMD: the next tasks are done when CMD passes (see ReactAgent's check)."""
+        if command.lower() == "off":
+            self.agent.check = None
+        elif command:
+            self.agent.check = command
+        check = self.agent.check
+        self._say(f"check: {visible(check)} (run when the model calls task_complete)"
+                  if check else "no check: a task is done when the model says so")  # fmt: skip
 
     def _cost(self) -> None:
         session = self.sessions.session
