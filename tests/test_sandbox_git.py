@@ -413,3 +413,14 @@ def test_a_config_file_your_global_config_includes_from_a_plain_folder_stays_rea
     git("status", "--short", cwd=repo)  # any repository of yours
     assert marks(ran) == []
     assert "Read-only file system" in out
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_repository_the_users_check_makes_is_removed_too(
+    repo: Path, sandbox: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`--check` runs the project's own tests, which are the repository's code: what they
+    leave is swept like a command's, and the user is warned."""
+    result = tools_for(repo, sandbox).run_check("git init -q build/fixture", 30)
+    assert result.ok and not (repo / "build" / "fixture" / ".git").exists()
+    assert any("removed build/fixture/.git" in r.getMessage() for r in caplog.records)
