@@ -245,8 +245,8 @@ def build_parser() -> _Parser:
         action="append",
         default=[],
         metavar="PATH",
-        help="a folder sandboxed commands may read (repeatable); your home is hidden except the "
-        "install folders of the programs on your PATH",
+        help="a folder or file sandboxed commands may read (repeatable); your home is hidden "
+        "except what the programs on your PATH need to run",
     )
     add(
         "--sandbox-network",
