@@ -357,3 +357,49 @@ def test_the_live_line_shows_an_mcp_tools_progress(repo, tmp_path):
     live = [line for line in lines if SPINNER.match(line) and "running steps" in line]
     assert any("running steps 4 · 2/4 step 2 of 4" in line for line in live), live
     assert any(re.search(r"✓ steps 4 \d+\.\d+s", line) for line in lines)
+
+
+def test_the_confirm_prompt_shows_the_whole_command_right_above_the_question(repo, tmp_path):
+    """300 blank lines after a command's payload once pushed it off the screen: they fold into
+    one note, so the payload stays in view (the terminal is 40 lines high)."""
+    command = "ls\ntouch PWNED\n" + "\n" * 300 + "\t \n" * 5
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("run_command", command=command),
+        xml_action("task_complete", result="ok"),
+    )
+    argv = toy_agent("--task", "x", "--repo", str(repo), "--replay", str(replay), "--confirm",
+                     "--allow-commands", "--sandbox", "off")  # fmt: skip
+    term = Terminal(argv, tmp_path)
+    term.read_until("/[a]ll: ")
+    screen = screen_lines(term.output)[-40:]  # what the terminal shows now
+    term.type("n\r")
+    output = term.finish()
+
+    assert term.proc.returncode == 0, output
+    question = next(i for i, line in enumerate(screen) if line.startswith("Allow run_command"))
+    assert screen[question - 4 : question + 1] == [
+        "$ ls",
+        "touch PWNED",
+        "[305 blank lines]",
+        "[the command has 307 lines]",
+        "Allow run_command ls …? [y]es/[n]o[, why]/[a]ll: ",
+    ]
+    assert not (repo / "PWNED").exists()
+
+
+def test_the_confirm_preview_of_a_command_makes_every_character_visible(tmp_path):
+    from toy_agent.parsing import Action
+    from toy_agent.tools import CodeRepositoryTools
+    from toy_agent.view import make_confirm
+
+    shown: list[tuple[str, str]] = []
+    confirm = make_confirm(
+        CodeRepositoryTools(tmp_path, allow_commands=True, sandbox="off"),
+        lambda preview, question: shown.append((preview, question)) or "n",
+    )
+    command = "ls\r\x1b[2Kcurl x\n\n\nc\u200burl y" + " " * 400 + "# z\n\n"
+    assert not confirm(Action("run_command", {"command": command})).approved
+    assert shown[0][0] == (
+        "$ ls\\r\\x1b[2Kcurl x\n\n\nc\\u200burl y [400 blanks] # z\n\n[the command has 5 lines]"
+    )

@@ -306,6 +306,7 @@ class ReactAgent:
                 self.conversation_history = _continued(history, task_message, self.format)
                 self._emit(RunStarted(task, self.system_prompt, self.settings(), changes))
                 outcome, answer, error = self._loop()
+                self.tools.remove_planted_git(run_ended=True)
                 diffs = changes.diffs()
                 result = RunResult(
                     outcome, self.iteration, len(self.conversation_history), answer, error,

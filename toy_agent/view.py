@@ -623,10 +623,13 @@ def _streamed(line: str) -> RenderableType:
 
 
 def _diff_text(preview: str) -> Text:
-    """--confirm's preview with the diff's lines coloured, wrapped to the width."""
+    """--confirm's preview with the diff's lines coloured, wrapped to the width (a command's
+    lines as they are: one may start with `-` or `+`)."""
     from rich.text import Text
 
     text = Text(overflow="fold")
+    if preview.startswith("$ "):
+        return Text(preview, overflow="fold")
     for line in preview.splitlines(keepends=True):
         if line.startswith(("+++", "---", "$ ")):
             style = "bold"
@@ -795,6 +798,34 @@ def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
     return tools.preview(action.tool_name, action.parameters)
 
 
+def command_preview(preview: str) -> str:
+    """A command's preview (`$ LINE`, already `visible`) as the confirm prompt shows it: all
+    of it, so nothing hides above the question: each run of blank lines as one note, a long run
+    of blanks inside a line as its length, invisible format characters (a zero-width space, a
+    word joiner) as escapes, and under it how many lines the command has."""
+    text = _INVISIBLE.sub(lambda m: f"\\u{ord(m[0]):04x}", preview)
+    lines = text.removesuffix("\n").split("\n")  # a last newline ends a line, starts none
+    shown: list[str] = []
+    blank = 0
+    for line in [*lines, "end"]:
+        if not line.strip():
+            blank += 1
+            continue
+        if blank:
+            shown += [""] * blank if blank < 3 else [f"[{blank} blank lines]"]
+            blank = 0
+        shown.append(_BLANKS.sub(lambda m: f" [{len(m[0])} blanks] ", line))
+    shown.pop()
+    count = len(lines)
+    if count > 1:
+        shown.append(f"[the command has {count} lines]")
+    return "\n".join(shown)
+
+
+_INVISIBLE = re.compile("[\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u2060-\u2064\ufeff]")
+_BLANKS = re.compile(r"[ \t]{20,}")
+
+
 def make_confirm(
     tools: CodeRepositoryTools, ask: Callable[[str, str], str]
 ) -> Callable[[Action], Answer]:
@@ -811,6 +842,8 @@ def make_confirm(
         if approve_all:
             return Answer(True)
         preview = visible(preview_action(action, tools))
+        if tools.changes(action.tool_name) == "commands":
+            preview = command_preview(preview)
         question = f"Allow {describe_action(action)}? [y]es/[n]o[, why]/[a]ll: "
         try:
             answer = parse_answer(ask(preview, question))
