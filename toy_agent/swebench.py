@@ -9,6 +9,7 @@ import fnmatch
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import threading
 import xml.etree.ElementTree as ElementTree
@@ -262,7 +263,7 @@ def grade(copy: Copy, instance: Instance, tools: Any, timeout: float, scratch: P
             statuses = junit_statuses(eval_folder / "junit.xml")
     finally:
         reset_files(copy, files)
-        _remove_tree(eval_folder)
+        shutil.rmtree(eval_folder, ignore_errors=True)
     tests = {
         "FAIL_TO_PASS": {t: status_of(t, statuses) for t in instance.fail_to_pass},
         "PASS_TO_PASS": {t: status_of(t, statuses) for t in instance.pass_to_pass},
@@ -278,12 +279,6 @@ def grade(copy: Copy, instance: Instance, tools: Any, timeout: float, scratch: P
     if result is not None and result.sandbox_note:
         check["sandbox_note"] = result.sandbox_note
     return Grade(check, log)
-
-
-def _remove_tree(folder: Path) -> None:
-    import shutil
-
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def junit_statuses(report: Path) -> dict[tuple[str, str], str]:
@@ -421,8 +416,10 @@ def _recorded_model(out: Path, record: Mapping[str, Any]) -> str | None:
         data = json.loads((out / record["trajectory"]).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    meta = data.get("metadata") or data.get("run") or {} if isinstance(data, dict) else {}
-    model, provider = meta.get("model"), meta.get("provider")
+    settings = data.get("settings") if isinstance(data, dict) else None
+    if not isinstance(settings, dict):
+        return None
+    model, provider = settings.get("model"), settings.get("provider")
     return f"{provider}/{model}" if model and provider else model
 
 
