@@ -30,6 +30,8 @@ from toy_agent.sessions import (
     format_sessions,
     format_usage,
     recent_sessions,
+    rewind_points,
+    rewind_to,
     session_diff,
     state_dir,
     undo_last_run,
@@ -46,6 +48,7 @@ EXIT_INTERRUPTED = 130
 COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-command line say so
     "/diff": "the changes this session made so far",
     "/undo": "revert the file changes of the last task (refused if a file changed since)",
+    "/rewind [N]": "list the steps; files and conversation back to how step N left them",
     "/cost": "the tokens and money this session used so far",
     "/model NAME": "switch the model for the next tasks (without NAME: show it)",
     "/compact": "replace the older steps by a summary the model writes, to save tokens",
@@ -145,10 +148,39 @@ class Repl:
                                   .describe()))  # fmt: skip
             except SessionError as exc:
                 self._say(visible(str(exc)))
+        elif name == "/rewind":
+            self._rewind(argument)
         else:
             known = ", ".join(command.split()[0] for command in COMMANDS)
             self._say(f"unknown command {visible(name)}: the commands are {known}")
         return ""
+
+    def _rewind(self, argument: str) -> None:
+        """/rewind: the steps so far; the one picked is where files and conversation go back to."""
+        points = rewind_points(self.sessions.session)
+        if not points:
+            self._say("nothing to rewind: no step of this conversation yet")
+            return
+        if not argument:
+            self._say("\n".join(visible(p.describe()) for p in points))
+            assert self.read is not None
+            try:
+                argument = self.read(f"rewind to which step? 1-{len(points)} (Enter: none): ")
+            except EOFError:
+                argument = ""
+            if not argument.strip():
+                self._say("not rewound")
+                return
+        if not argument.strip().isdigit() or not 1 <= int(argument) <= len(points):
+            self._say(f"/rewind: give a step number from 1 to {len(points)}")
+            return
+        try:
+            rewound = rewind_to(self.sessions.store, self.sessions.session,
+                                points[int(argument) - 1])  # fmt: skip
+        except SessionError as exc:
+            self._say(visible(str(exc)))
+            return
+        self._say(visible(rewound.describe()))
 
     def _cost(self) -> None:
         session = self.sessions.session
