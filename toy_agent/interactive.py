@@ -23,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
+from toy_agent.config import INSTRUCTIONS_FILE
 from toy_agent.sessions import (
     SessionError,
     SessionRecorder,
@@ -51,6 +52,7 @@ COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-comma
     "/rewind [N]": "list the steps; files and conversation back to how step N left them",
     "/cost": "the tokens and money this session used so far",
     "/model NAME": "switch the model for the next tasks (without NAME: show it)",
+    "/init": "the model explores the repository (read-only) and drafts an AGENTS.md for you",
     "/compact": "replace the older steps by a summary the model writes, to save tokens",
     "/sessions": "the recent sessions (toy-agent --resume ID continues one)",
     "/clear": "start a new conversation",
@@ -63,6 +65,12 @@ HELP = (
     "tasks. Ctrl-C cancels a running task, or clears the line. Commands:\n"
     + "\n".join(f"  {name:<13} {what}" for name, what in COMMANDS.items())
 )
+INIT_TASK = f"""\
+Explore this repository (you can only read) and draft an {INSTRUCTIONS_FILE} for coding agents \
+that will work in it: what the project is, its layout, how to set it up, build, test and lint \
+it (the exact commands), its conventions, and what to be careful with. Be concise and concrete; \
+keep to what you saw. Finish with task_complete, its result the whole file as Markdown and \
+nothing else."""
 _COMMAND = re.compile(r"/\w*(\s|$)")  # "/usr/bin/env fails" is a task, not a command
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
 ModelClients = Callable[[str, str], "LlmClient"]  # (model name, current provider) -> client
@@ -148,12 +156,45 @@ class Repl:
                                   .describe()))  # fmt: skip
             except SessionError as exc:
                 self._say(visible(str(exc)))
+        elif name == "/init":
+            self._init()
         elif name == "/rewind":
             self._rewind(argument)
         else:
             known = ", ".join(command.split()[0] for command in COMMANDS)
             self._say(f"unknown command {visible(name)}: the commands are {known}")
         return ""
+
+    def _init(self) -> None:
+        """/init: a read-only run drafts AGENTS.md; it is written only when you say yes."""
+        from dataclasses import replace
+
+        tools = self.agent.tools
+        if (tools.repo_path / INSTRUCTIONS_FILE).exists():
+            self._say(f"/init: {INSTRUCTIONS_FILE} exists already; edit it yourself")
+            return
+        saved = self.agent.permissions
+        self.agent.permissions = replace(saved, mode="read-only")
+        try:
+            result = self.agent.run_result(INIT_TASK, history=self.sessions.conversation())
+        finally:
+            self.agent.permissions = saved
+        self._close_view()
+        draft = result.result.strip()
+        if result.outcome != "completed" or not draft:
+            self._say(f"/init: no draft ({result.outcome}); {INSTRUCTIONS_FILE} not written")
+            return
+        self._say(f"--- the draft of {INSTRUCTIONS_FILE} ---\n{visible(draft)}\n---")
+        assert self.read is not None
+        try:
+            answer = self.read(f"write {INSTRUCTIONS_FILE}? [y/N]: ").strip().lower()
+        except EOFError:
+            answer = ""
+        if answer not in ("y", "yes"):
+            self._say(f"{INSTRUCTIONS_FILE} not written")
+            return
+        outcome = tools.execute("write_file", {"path": INSTRUCTIONS_FILE, "content": draft + "\n"})
+        self._say(visible(str(outcome)))
 
     def _rewind(self, argument: str) -> None:
         """/rewind: the steps so far; the one picked is where files and conversation go back to."""
