@@ -53,6 +53,8 @@ COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-comma
     "/cost": "the tokens and money this session used so far",
     "/model NAME": "switch the model for the next tasks (without NAME: show it)",
     "/init": "the model explores the repository (read-only) and drafts an AGENTS.md for you",
+    "/check CMD": "run CMD when the model calls task_complete; the task is done when it passes "
+    "(without CMD: show it; /check off: none)",
     "/compact": "replace the older steps by a summary the model writes, to save tokens",
     "/sessions": "the recent sessions (toy-agent --resume ID continues one)",
     "/clear": "start a new conversation",
@@ -141,6 +143,8 @@ class Repl:
             self._model(argument)
         elif name == "/compact":
             self._compact()
+        elif name == "/check":
+            self._check(argument)
         elif name == "/sessions":
             found = recent_sessions(self.sessions.store, limit=10)
             self._say(format_sessions(found) if found else "no saved sessions yet")
@@ -222,6 +226,16 @@ class Repl:
             self._say(visible(str(exc)))
             return
         self._say(visible(rewound.describe()))
+
+    def _check(self, command: str) -> None:
+        """/check CMD: the next tasks are done when CMD passes (see ReactAgent's check)."""
+        if command.lower() == "off":
+            self.agent.check = None
+        elif command:
+            self.agent.check = command
+        check = self.agent.check
+        self._say(f"check: {visible(check)} (run when the model calls task_complete)"
+                  if check else "no check: a task is done when the model says so")  # fmt: skip
 
     def _cost(self) -> None:
         session = self.sessions.session
