@@ -179,3 +179,32 @@ def test_rewind_to_step_two_of_five_in_a_terminal(home, repo, tmp_path, terminal
     assert not any("three.txt" in t for t in texts)  # step 3 left the conversation too
     assert any("two.txt" in t for t in texts)
     assert [r["task"] for r in session["runs"]] == ["make five steps", "go on"]
+
+
+def test_without_git_undo_still_reverts_what_the_file_tools_changed(home, repo, tmp_path, capsys):
+    no_git = {"PATH": str(folder(tmp_path / "bin", {}))}
+    replay = write_replay(tmp_path / "r.json", xml_action("write_file", path="hello.py",
+                                                          content="print('hello')\n"),
+                          xml_action("task_complete", result="ok"))  # fmt: skip
+    run = run_main(capsys, "--task", "fix", "--repo", str(repo), "--replay", str(replay),
+                   env=no_git)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert not (sessions_dir(home) / "checkpoints").exists()
+
+    assert run_main(capsys, "--undo", "--repo", str(repo), env=no_git).returncode == 0
+    assert (repo / "hello.py").read_text() == "print('helo')\n"
+
+
+def test_old_sessions_are_pruned_with_their_snapshots(home, project, tmp_path, capsys):
+    command_run(capsys, project, tmp_path)
+    [old] = sessions_dir(home).glob("*.json")
+    snapshots = sessions_dir(home) / "checkpoints" / old.stem
+    assert snapshots.is_dir()
+    for path in (old, snapshots):
+        os.utime(path, (1, 1))
+
+    replay = write_replay(tmp_path / "next.json", xml_action("task_complete", result="ok"))
+    run = run_main(capsys, "--task", "next", "--repo", str(project), "--replay", str(replay),
+                   "--sessions-keep", "0")  # its first save prunes what is 30 days old
+    assert run.returncode == 0, run.stderr
+    assert not old.exists() and not snapshots.exists()

@@ -353,6 +353,7 @@ class SessionRecorder:
         self.store, self.session, self.tools = store, session, tools
         self.history, self.redact = history, redact
         self.error: str | None = None
+        self._checkpoint_error: str | None = None  # the run's, said after it
         self._undo = store.undo_data(session)
         self._changes: ChangeTracker | None = None  # the current run's
         self._own_tracker = False  # a run without an agent's tracker gets one of ours
@@ -367,7 +368,7 @@ class SessionRecorder:
                                           "outcome": "running"})  # fmt: skip
                 self._own_tracker = event.changes is None
                 self._changes = event.changes or ChangeTracker(self.tools)
-                self._snapped = -1
+                self._snapped, self._checkpoint_error = -1, None
             case ToolStarted():
                 if self.tools.changes(event.action.tool_name) != "nothing":
                     self._snapshot_before(event.iteration)
@@ -415,7 +416,7 @@ class SessionRecorder:
         try:
             changed = [c.path for c in checkpoints.changes(first, snapshot)]
         except CheckpointError as exc:
-            self.error = f"no checkpoint of this run: {exc}"
+            self._checkpoint_error = f"no checkpoint of this run: {exc}"
             return
         run["changed"] = changed + checkpoints.big_changes(first, snapshot)
 
@@ -426,7 +427,7 @@ class SessionRecorder:
         try:
             return checkpoints.snapshot()
         except CheckpointError as exc:
-            self.error = f"no checkpoint of this step: {exc}"
+            self._checkpoint_error = f"no checkpoint of this step: {exc}"
             return None
 
     def _redacted(self, history: Sequence[Message]) -> list[dict[str, Any]]:
@@ -496,7 +497,7 @@ class SessionRecorder:
         except OSError as exc:
             self.error = f"cannot save the session to {self.store.root}: {exc.strerror or exc}"
         else:
-            self.error = None
+            self.error = self._checkpoint_error
 
 
 # --- finding sessions again ---------------------------------------------------------------
@@ -952,11 +953,14 @@ def rewind_to(store: SessionStore, session: Session, point: StepPoint) -> Rewoun
     target = _snapshot_after(session, point)
     expected = Snapshot.from_dict(session.checkpoint)
     checkpoints = store.checkpoints(session)
+    if checkpoints is None and any(r.get("changed") or r.get("files_changed")
+                                   for r in session.runs[point.run :]):  # fmt: skip
+        raise UndoRefused("cannot rewind: git is needed to put the files back")
     written: list[str] = []
     removed: list[str] = []
     if target is not None and expected is not None:
         if checkpoints is None:
-            raise UndoRefused("cannot rewind: git is needed to restore the snapshots")
+            raise UndoRefused("cannot rewind: git is needed to put the files back")
         try:
             restored = checkpoints.restore(target, expected, "rewind")
         except CheckpointError as exc:
