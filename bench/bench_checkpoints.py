@@ -1,7 +1,8 @@
 """Time the snapshot taken before each step that may change files (toy_agent.checkpoints) on a
 repository of many files: the first one (every file hashed into the private store), one of an
 unchanged tree (the index's stat cache: nothing is read again), one after a step changed a few
-files, and a restore of those files.
+files, a restore of those files, and the first snapshot of a new session of the same repository
+(seeded from the last store).
 
     python bench/bench_checkpoints.py                 # 10,000 files, 20 snapshots each
     python bench/bench_checkpoints.py --files 1000 --runs 3
@@ -52,8 +53,12 @@ def main() -> None:
             start = time.perf_counter()
             store.restore(first, after)
             restored.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        Checkpoints(Path(tmp) / "next", repo, seed=Path(tmp) / "store").snapshot()
+        seeded_seconds = time.perf_counter() - start
     print(f"files:                          {args.files:,}")
     print(f"first snapshot:                 {first_seconds * 1000:8.1f} ms")
+    print(f"first, a new session (seeded):  {seeded_seconds * 1000:8.1f} ms")
     print(f"snapshot, tree unchanged:       {statistics.median(unchanged) * 1000:8.1f} ms")
     print(f"snapshot, 3 files changed:      {statistics.median(changed) * 1000:8.1f} ms")
     print(f"restore of those 3 files:       {statistics.median(restored) * 1000:8.1f} ms")

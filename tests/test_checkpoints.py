@@ -208,3 +208,19 @@ def test_old_sessions_are_pruned_with_their_snapshots(home, project, tmp_path, c
                    "--sessions-keep", "0")  # its first save prunes what is 30 days old
     assert run.returncode == 0, run.stderr
     assert not old.exists() and not snapshots.exists()
+
+
+def test_a_new_session_starts_from_the_last_store_and_still_sees_every_change(
+    home, project, tmp_path, capsys
+):
+    command_run(capsys, project, tmp_path)
+    (project / "gone.txt").write_bytes(ORIGINAL["gone.txt"])  # by hand, between the runs
+    (project / "a.txt").write_bytes(b"by hand\n")
+    command_run(capsys, project, tmp_path)  # a new session: rewrites a.txt, deletes gone.txt
+    stores = sorted((sessions_dir(home) / "checkpoints").iterdir())
+    assert len(stores) == 2 and all((s / "toy-agent-repo").read_text() == str(project)
+                                    for s in stores)  # fmt: skip
+
+    assert run_main(capsys, "--undo", "--repo", str(project)).returncode == 0
+    assert (project / "a.txt").read_bytes() == b"by hand\n"
+    assert (project / "gone.txt").read_bytes() == ORIGINAL["gone.txt"]

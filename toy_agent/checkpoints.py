@@ -13,9 +13,13 @@ A snapshot is `git ls-files` of what changed since the store's index last saw th
 index's stat cache: an unchanged file is not read again), `git update-index` of those paths,
 then `git write-tree`. `core.bigFileThreshold=1` sends every new blob into one pack per
 snapshot (git's bulk check-in) instead of a loose file each: the first snapshot of 10,000
-files takes about a second instead of many (see bench/bench_checkpoints.py). What is left out: files the repository's `.gitignore` files ignore,
-files over MAX_SNAPSHOT_BYTES (their size and time are kept, so undo can say it cannot
-restore them), nested git repositories and empty folders. Restoring writes the bytes back
+files takes about a second instead of many (see bench/bench_checkpoints.py). A new session's
+store starts from the latest store of the same repository (its packs hard-linked, its index
+copied), so its first snapshot too reads only what changed.
+
+What is left out: files the repository's `.gitignore` files ignore, files over
+MAX_SNAPSHOT_BYTES (their size and time are kept, so undo can say it cannot restore them),
+nested git repositories and empty folders. Restoring writes the bytes back
 itself (fd-relative, as write_file does) and sets the executable bit as the snapshot had it.
 """
 
@@ -36,6 +40,7 @@ from toy_agent.files import DIFF_MAX_BYTES, ToolError, write_at
 MAX_SNAPSHOT_BYTES = DIFF_MAX_BYTES  # a larger file is not snapshotted (8 MB)
 _NO_CONVERSION = "* -text -eol -filter -ident -working-tree-encoding\n"
 _ZERO = "0" * 40
+REPO_FILE = "toy-agent-repo"  # in a store: the repository it snapshots
 
 
 class CheckpointError(Exception):
@@ -83,8 +88,11 @@ def git_available() -> bool:
 class Checkpoints:
     """The private store of one session for one repository."""
 
-    def __init__(self, store: Path, repo: Path):
-        self.store, self.repo = store, repo
+    def __init__(self, store: Path, repo: Path, seed: Path | None = None):
+        """`seed`: another session's store of the same repository, whose objects (hard
+        links: they never change) and index (the stat cache) a new store starts from, so its
+        first snapshot reads only what changed since."""
+        self.store, self.repo, self.seed = store, repo, seed
 
     def _env(self) -> dict[str, str]:
         return {
@@ -125,9 +133,25 @@ class Checkpoints:
         self._git("init", "-q", "--bare", str(self.store), tree=False)
         (self.store / "info").mkdir(exist_ok=True)
         (self.store / "info" / "attributes").write_text(_NO_CONVERSION)
-        for key, value in (("core.bare", "false"), ("core.untrackedCache", "true"),
-                           ("gc.auto", "0")):  # fmt: skip
+        for key, value in (("core.bare", "false"), ("gc.auto", "0")):
             self._git("config", key, value)
+        (self.store / REPO_FILE).write_text(str(self.repo))
+        if self.seed is not None:
+            self._seeded(self.seed)
+
+    def _seeded(self, seed: Path) -> None:
+        """Start from `seed`'s objects and index; on any failure, from nothing."""
+        try:
+            for folder, _, files in os.walk(seed / "objects"):
+                inside = Path(folder).relative_to(seed)
+                (self.store / inside).mkdir(parents=True, exist_ok=True)
+                for name in files:
+                    with contextlib.suppress(FileExistsError):
+                        os.link(Path(folder) / name, self.store / inside / name)
+            shutil.copy2(seed / "index", self.store / "index")  # its time: racy entries stay
+        except OSError:
+            with contextlib.suppress(OSError):
+                (self.store / "index").unlink()
 
     def snapshot(self) -> Snapshot:
         """The work tree now. Raises CheckpointError."""

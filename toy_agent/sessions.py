@@ -41,7 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from toy_agent.checkpoints import CheckpointError, Checkpoints, Snapshot, git_available
+from toy_agent.checkpoints import (
+    REPO_FILE,
+    CheckpointError,
+    Checkpoints,
+    Snapshot,
+    git_available,
+)
 from toy_agent.context import CHARS_PER_TOKEN, cap_text, estimate_tokens
 from toy_agent.events import (
     TRAJECTORY_FORMAT,
@@ -214,7 +220,18 @@ class SessionStore:
         """The session's private snapshot store (None without git)."""
         if not git_available() or not session.repo:
             return None
-        return Checkpoints(self.root / "checkpoints" / session.id, Path(session.repo))
+        store = self.root / "checkpoints" / session.id
+        seed = None if store.exists() else self._latest_store(session.repo)
+        return Checkpoints(store, Path(session.repo), seed)
+
+    def _latest_store(self, repo: str) -> Path | None:
+        """The snapshot store of this repository's latest session, if any."""
+        found = []
+        for marker in (self.root / "checkpoints").glob(f"*/{REPO_FILE}"):
+            with contextlib.suppress(OSError):
+                if marker.read_text() == repo:
+                    found.append((os.stat(marker.parent / "index").st_mtime_ns, marker.parent))
+        return max(found)[1] if found else None
 
     def delete(self, session_id: str) -> bool:
         """Remove a session, its undo data and its snapshots; False when there was none of
