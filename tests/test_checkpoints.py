@@ -204,8 +204,9 @@ def test_old_sessions_are_pruned_with_their_snapshots(home, project, tmp_path, c
         os.utime(path, (1, 1))
 
     replay = write_replay(tmp_path / "next.json", xml_action("task_complete", result="ok"))
+    # its first save prunes what is 30 days old
     run = run_main(capsys, "--task", "next", "--repo", str(project), "--replay", str(replay),
-                   "--sessions-keep", "0")  # its first save prunes what is 30 days old
+                   "--sessions-keep", "0")  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert not old.exists() and not snapshots.exists()
 

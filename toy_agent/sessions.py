@@ -316,7 +316,7 @@ class SessionStore:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SessionError(f"{path} is not a toy_agent session or trajectory: {exc}") from None
         if not in_store:
-            session.runs = []
+            session.runs, session.checkpoint = [], None
         return session
 
 
@@ -617,7 +617,7 @@ def sessions_command(argv: Sequence[str], out: TextIO | None = None) -> int:
     show = commands.add_parser("show", help="one session: its tasks, outcomes, tokens, cost")
     show.add_argument("id", metavar="ID")
     show.add_argument("--json", action="store_true", help="the whole session file")
-    delete = commands.add_parser("delete", help="remove sessions and their undo data")
+    delete = commands.add_parser("delete", help="remove sessions, their undo data and snapshots")
     delete.add_argument("ids", nargs="+", metavar="ID")
     store = SessionStore()
     try:
