@@ -44,7 +44,7 @@ def test_instructions_from_all_three_places_come_in_the_documented_order(home, t
     order = [system.index(text) for text in ("GLOBAL", "ROOT", "SERVICES", "API")]
     assert order == sorted(order)
     assert "OTHER" not in system
-    assert "~/config/toy-agent/AGENTS.md" in system and "services/api/AGENTS.md" in system
+    assert "(~/config/toy-agent/AGENTS.md)" in system and "(../../AGENTS.md)" in system
 
 
 def test_claude_md_is_read_where_there_is_no_agents_md(home, repo, tmp_path, capsys):
@@ -61,7 +61,7 @@ def test_a_nested_repo_folder_reads_its_own_file_after_the_roots(home, tmp_path)
     top = folder(tmp_path / "w", {"AGENTS.md": "root rules\n", "pkg/CLAUDE.md": "pkg rules\n"})
     (top / ".git").mkdir()
     instructions = load_instructions(CodeRepositoryTools(top / "pkg"))
-    assert instructions.source == "AGENTS.md + pkg/CLAUDE.md"
+    assert instructions.source == "../AGENTS.md + CLAUDE.md"  # named from --repo
     assert instructions.text.index("root rules") < instructions.text.index("pkg rules")
 
 
@@ -71,7 +71,7 @@ def test_the_size_cap_covers_all_files_and_names_those_left_out(home, tmp_path):
     (top / ".git").mkdir()
     instructions = load_instructions(CodeRepositoryTools(top / "pkg"))
     assert "pkg rules" not in instructions.text
-    assert "Left out, over the 32 KB of instructions: pkg/AGENTS.md" in instructions.text
+    assert "Left out, over the 32 KB of instructions: AGENTS.md" in instructions.text
 
 
 def test_a_link_above_the_repo_folder_is_not_followed(home, tmp_path):

@@ -272,7 +272,7 @@ def instruction_files(
             inside = (top / folder).is_relative_to(repo)
             read = _read_in_repo(tools, name) if inside else _read_above(top, folder / name)
             if read is not None:
-                shown = str(folder / name) if str(folder) != "." else name
+                shown = os.path.relpath(top / folder / name, repo)  # "../AGENTS.md" above it
                 found.append(InstructionsFile(shown, *read, readable=name if inside else None))
                 break
     return found
