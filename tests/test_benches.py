@@ -49,3 +49,8 @@ def test_bench_checkpoints_times_snapshots_and_a_restore() -> None:
     out = run_bench("bench_checkpoints.py", "--files", "50", "--runs", "2")
     assert re.search(r"^snapshot, tree unchanged:\s+[\d.]+ ms$", out, re.MULTILINE), out
     assert re.search(r"^restore of those 3 files:\s+[\d.]+ ms$", out, re.MULTILINE), out
+
+
+def test_bench_sandbox_policy_builds_the_policy_on_a_generated_home() -> None:
+    out = run_bench("bench_sandbox_policy.py", "--programs", "10", "--runs", "1")
+    assert re.search(r"^this\s+[\d.]+ ms\s+\d+\s+", out, re.MULTILINE), out

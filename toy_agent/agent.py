@@ -335,6 +335,7 @@ class ReactAgent:
             "allow_commands": self.tools.allow_commands,
             "sandbox": self.tools.sandbox,
             "sandbox_policy": policy.describe() if (policy := self.tools.sandbox_policy) else None,
+            "command_env": sorted(self.tools.command_env),  # names only: values may be secrets
             "permission_mode": self.permissions.mode,
             "command_rules": self.permissions.rules.to_dict(),
             "tools": self._routes.names,
