@@ -34,6 +34,12 @@ def test_bench_tokens_counts_six_requests_in_each_format() -> None:
     assert rows == [("xml", "6"), ("react", "6"), ("native", "6")], out
 
 
+def test_bench_git_guard_times_a_sweep_that_removes_what_it_planted() -> None:
+    out = run_bench("bench_git_guard.py", "30", "1")
+    assert re.search(r"^30 folders, [\d,]+ entries", out, re.MULTILINE), out
+    assert "sweep, one .git planted:" in out
+
+
 def test_bench_lint_times_checked_and_unchecked_edits() -> None:
     out = run_bench("bench_lint.py", "--lines", "200", "--edits", "2")
     assert re.search(r"^edit_file \+ check\s+[\d.]+\s+[\d.]+$", out, re.MULTILINE), out
@@ -49,6 +55,15 @@ def test_bench_checkpoints_times_snapshots_and_a_restore() -> None:
     out = run_bench("bench_checkpoints.py", "--files", "50", "--runs", "2")
     assert re.search(r"^snapshot, tree unchanged:\s+[\d.]+ ms$", out, re.MULTILINE), out
     assert re.search(r"^restore of those 3 files:\s+[\d.]+ ms$", out, re.MULTILINE), out
+
+
+@pytest.mark.skipif(
+    not (BENCH.parent / ".git").exists(), reason="compares with the scanner in git history"
+)
+def test_bench_rules_times_the_parser_and_the_old_scanner() -> None:
+    out = run_bench("bench_rules.py", "--rounds", "2")
+    assert re.search(r"^median\s+\d+µs\s+\d+µs$", out, re.MULTILINE), out
+    assert re.search(r"^first check in a fresh process .*: [\d.]+ ms$", out, re.MULTILINE), out
 
 
 def test_bench_sandbox_policy_builds_the_policy_on_a_generated_home() -> None:
