@@ -39,6 +39,7 @@ from toy_agent.modes import (
 )
 
 if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
+    from toy_agent.hooks import Hooks
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_tools import McpTools
     from toy_agent.permissions import Permissions
@@ -112,6 +113,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> _Parser:
     from toy_agent.context import DEFAULT_CONTEXT_BUDGET
+    from toy_agent.hooks import DEFAULT_HOOK_TIMEOUT
     from toy_agent.parsing import FORMAT_NAMES
     from toy_agent.permissions import PERMISSION_MODES
     from toy_agent.sandbox import SANDBOX_MODES
@@ -252,6 +254,28 @@ def build_parser() -> _Parser:
         metavar="PATTERN",
         help="refuse any run_command line with a command matching PATTERN; wins over "
         "--allow-command (repeatable)",
+    )
+    add = parser.add_argument_group(
+        "hooks",
+        "your own commands at points of a run (docs/hooks.md); only from the command "
+        "line, your environment or your config file, never from the repository",
+    ).add_argument
+    add(
+        "--hook",
+        action="append",
+        default=[],
+        metavar="EVENT[:MATCHER]=COMMAND",
+        help="run COMMAND (sh, outside the sandbox, the event as JSON on stdin) at EVENT: "
+        "pre_tool, post_tool, prompt, run_start or run_stop; MATCHER: tool names, globs "
+        "joined by | (repeatable); exit 2 refuses, stdout is a note for the model",
+    )
+    add(
+        "--hook-timeout",
+        type=_positive_float,
+        default=DEFAULT_HOOK_TIMEOUT,
+        metavar="SECONDS",
+        help=f"limit for each hook; one that takes longer is killed and ignored "
+        f"(default: {DEFAULT_HOOK_TIMEOUT:g})",
     )
     add = parser.add_argument_group("MCP", "MCP servers whose tools are offered too").add_argument
     add(
@@ -462,6 +486,7 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
         print(f"toy-agent: warning: {visible(warning)}", file=sys.stderr)
     args = settings.args
     args.permissions = _permissions(args, settings.given)
+    args.hooks = _hooks(args)
     if args.demo:
         _use_demo(args)
     if args.task_text is not None:
@@ -514,6 +539,15 @@ def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Permissions
         print("toy-agent: warning: --allow-command and --deny-command apply to run_command, "
               "which is off: add --allow-commands to offer it", file=sys.stderr)  # fmt: skip
     return Permissions(mode or DEFAULT_MODE, rules)
+
+
+def _hooks(args: argparse.Namespace) -> Hooks:
+    from toy_agent.hooks import HookError, Hooks
+
+    try:
+        return Hooks.parse(args.hook, args.hook_timeout)
+    except HookError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _pick_session(args: argparse.Namespace, given: frozenset[str]) -> str:

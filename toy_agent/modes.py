@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ OUTCOME_EXIT_CODES = {
     "cancelled": EXIT_INTERRUPTED,
     "replay_diverged": EXIT_NOT_COMPLETED,
     "cost_limit": EXIT_NOT_COMPLETED,
+    "hook_refused": EXIT_NOT_COMPLETED,
 }
 
 
@@ -132,6 +134,7 @@ def _run_agent(
         instructions=instructions,
         cost=_cost_meter(args, llm),
         permissions=permissions,
+        hooks=replace(args.hooks, session=lambda: sessions.session.id),
     )
     lines.session = sessions.session.id
     if task is None:
@@ -296,7 +299,7 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         mcp_servers=(*args.mcp_server, *config),
         mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
-        permissions=args.permissions,
+        permissions=args.permissions, hooks=args.hooks,
     )  # fmt: skip
     try:
         summary = run_batch(
@@ -348,6 +351,11 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
         print(visible(f"    {description.splitlines()[0] if description else ''}"))
     policy = tools.sandbox_policy
     print(f"sandbox: {policy.describe() if policy else sandbox_summary(tools)}")
+    hooks = args.hooks.describe()
+    print(f"hooks: {len(hooks) or 'none'}" + (" (run outside the sandbox, in the repository)"
+                                              if hooks else ""))  # fmt: skip
+    for hook in hooks:
+        print(visible(f"    {hook}"))
     return EXIT_COMPLETED
 
 

@@ -39,7 +39,7 @@ READ_ONLY_PROMPT = (
 )
 
 Verdict = Literal["run", "ask", "deny"]
-RefusedBy = Literal["user", "rule", "mode"]
+RefusedBy = Literal["user", "rule", "mode", "hook"]
 
 
 @dataclass(frozen=True)

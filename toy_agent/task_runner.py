@@ -24,6 +24,7 @@ from toy_agent.agent import ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.copies import GitError, collect_patch, prepare_copy, remove_copy
 from toy_agent.events import TrajectoryRecorder
+from toy_agent.hooks import Hooks
 from toy_agent.llm import LlmClient, LlmConfigError, client_for
 from toy_agent.mcp_config import McpError, McpServerConfig
 from toy_agent.mcp_tools import McpTools
@@ -89,6 +90,7 @@ class RunSettings:
     price_output: float | None = None
     # What would ask is refused (no one is there to answer), the model told why.
     permissions: Permissions | None = None
+    hooks: Hooks | None = None  # the user's --hook commands, run in each task's copy
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -238,7 +240,7 @@ def _run_agent(
             llm, tools=tools, max_iterations=task.max_iterations or settings.max_iterations,
             mcp_tools=mcp, tool_format=settings.tool_format,
             context_budget=settings.context_budget, redactor=redactor, cost=cost,
-            permissions=settings.permissions,
+            permissions=settings.permissions, hooks=settings.hooks,
             on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
                       lambda event: agent.cancel() if stop and stop.is_set() else None],
         )  # fmt: skip

@@ -345,7 +345,12 @@ class TerminalView:
         from rich.text import Text
 
         mark = Text("  ⊘ ", style="yellow")
-        who = {"user": "declined by you", "rule": "refused", "mode": "not run"}[by]
+        who = {
+            "user": "declined by you",
+            "rule": "refused",
+            "mode": "not run",
+            "hook": "refused by your hook",
+        }[by]
         after = f" {who}" + (f": {visible(reason)}" if reason else "")
         self._print_line(self._fitted(describe_action(action), head=mark, after=after))
 
