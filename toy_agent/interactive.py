@@ -49,6 +49,7 @@ COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-comma
     "/cost": "the tokens and money this session used so far",
     "/model NAME": "switch the model for the next tasks (without NAME: show it)",
     "/compact": "replace the older steps by a summary the model writes, to save tokens",
+    "/plan TASK": "plan TASK read-only, then carry the plan out in the mode you pick",
     "/sessions": "the recent sessions (toy-agent --resume ID continues one)",
     "/clear": "start a new conversation",
     "/help": "this help",
@@ -57,7 +58,8 @@ COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-comma
 HELP = (
     "Type a task and press Enter; each task continues the conversation. Alt-Enter (or Esc,\n"
     "Enter) or a line ending in \\ starts a new line; a paste is one task; Up recalls earlier\n"
-    "tasks. Ctrl-C cancels a running task, or clears the line. Commands:\n"
+    "tasks. Ctrl-C cancels a running task, or clears the line. !COMMAND runs a shell command\n"
+    "as run_command would (same sandbox and rules), not as a task. Commands:\n"
     + "\n".join(f"  {name:<13} {what}" for name, what in COMMANDS.items())
 )
 _COMMAND = re.compile(r"/\w*(\s|$)")  # "/usr/bin/env fails" is a task, not a command
@@ -109,6 +111,8 @@ class Repl:
                     if _COMMAND.match(line):
                         if self.command(line) == "exit":
                             return 0
+                    elif line.startswith("!"):
+                        self._shell(line[1:].strip())
                     elif line and not self._task(line):
                         return EXIT_INTERRUPTED
                 except KeyboardInterrupt:  # Ctrl-C during a command, or the summary
@@ -149,6 +153,48 @@ class Repl:
             known = ", ".join(command.split()[0] for command in COMMANDS)
             self._say(f"unknown command {visible(name)}: the commands are {known}")
         return ""
+
+    def _shell(self, command: str) -> None:
+        """!COMMAND: run by run_command under the session's rules (deny rules, permission
+        mode, the question where no sandbox works), never sent to the model as a task; its
+        output is added to the next task if the user says so."""
+        from toy_agent.parsing import Action
+        from toy_agent.permissions import Answer
+        from toy_agent.tools import ToolError
+
+        tools = self.agent.tools
+        if not command:
+            self._say("!COMMAND runs COMMAND in the repository, as run_command would")
+            return
+        if not tools.allow_commands:
+            self._say("!: commands are off in this session (start it with --allow-commands)")
+            return
+        decision = self.agent.permissions.decide("run_command", {"command": command}, "commands")
+        if decision.verdict == "deny":
+            self._say(f"! refused: {visible(decision.reason)}")
+            return
+        if decision.verdict == "ask":
+            answer = self.agent.confirm(Action("run_command", {"command": command})) if (
+                self.agent.confirm) else Answer(False)  # fmt: skip
+            if not (answer.approved if isinstance(answer, Answer) else answer):
+                self._say("not run")
+                return
+        try:
+            output = tools.run_command(command)
+        except ToolError as exc:
+            output = f"$ {command}\n{exc}"
+        self._say(visible(output.rstrip("\n")))
+        read = self.read or input
+        try:
+            keep = read("add this to the conversation for the next task? [y/N] ")
+        except EOFError:
+            keep = ""
+        if keep.strip().lower() in ("y", "yes"):
+            shown = self.agent.redactor.redact(output.rstrip("\n"))
+            note = f"(The user ran a shell command; what it printed:)\n{shown}"
+            session = self.sessions.session
+            session.note = f"{session.note}\n\n{note}" if session.note else note
+            self._say("added: the next task comes with it")
 
     def _cost(self) -> None:
         session = self.sessions.session
