@@ -67,6 +67,7 @@ from toy_agent.parsing import (
     nesting_depth,
 )
 from toy_agent.permissions import (
+    PLAN_PROMPT,
     READ_ONLY_PROMPT,
     Answer,
     OfferedTools,
@@ -353,7 +354,8 @@ class ReactAgent:
     def _build_system_prompt(self) -> str:
         intro = SYSTEM_PROMPT_INTRO
         if self.permissions.read_only:
-            intro = f"{intro}\n{READ_ONLY_PROMPT}"
+            rule = PLAN_PROMPT if self.permissions.mode == "plan" else READ_ONLY_PROMPT
+            intro = f"{intro}\n{rule}"
         prompt = f"{intro}\n\n{self.format.prompt_section(self._routes.specs)}"
         return f"{prompt}\n\n{self.instructions}" if self.instructions else prompt
 

@@ -235,7 +235,8 @@ def build_parser() -> _Parser:
     add(
         "--permission-mode",
         choices=PERMISSION_MODES,
-        help="read-only: only tools that change nothing; ask: confirm every change and "
+        help="read-only: only tools that change nothing; plan: read-only, ending with a plan "
+        "you approve, then carried out in the mode you pick; ask: confirm every change and "
         "command; edits: file changes run, commands ask; auto: everything the sandbox allows "
         "runs (default: auto, or ask with --confirm)",
     )

@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
@@ -109,8 +110,11 @@ class Repl:
                     continue
                 try:
                     if _COMMAND.match(line):
-                        if self.command(line) == "exit":
+                        done = self.command(line)
+                        if done == "exit":
                             return 0
+                        if done == "stopped":
+                            return EXIT_INTERRUPTED
                     elif line.startswith("!"):
                         self._shell(line[1:].strip())
                     elif line and not self._task(line):
@@ -134,6 +138,8 @@ class Repl:
             self._model(argument)
         elif name == "/compact":
             self._compact()
+        elif name == "/plan":
+            return "" if self._plan(argument) else "stopped"
         elif name == "/sessions":
             found = recent_sessions(self.sessions.store, limit=10)
             self._say(format_sessions(found) if found else "no saved sessions yet")
@@ -283,7 +289,43 @@ class Repl:
         self._summary(result)
         if self.sessions.error:
             self._say(f"toy-agent: warning: {self.sessions.error}")
-        return result.outcome != "cancelled" or self._was_ctrl_c()
+        if result.outcome == "cancelled":
+            return self._was_ctrl_c()
+        if result.success and self.agent.permissions.mode == "plan":
+            return self._carry_out(result.result)
+        return True
+
+    def _plan(self, task: str) -> bool:
+        """/plan TASK: TASK in plan mode; the session keeps the mode the plan is carried out
+        in, or goes back to its own. False when a stop signal ended it."""
+        if not task:
+            self._say("/plan TASK: plans TASK read-only, then asks how to carry the plan out")
+            return True
+        previous = self.agent.permissions
+        self.agent.permissions = replace(previous, mode="plan")
+        try:
+            return self._task(task)
+        finally:
+            if self.agent.permissions.mode == "plan":
+                self.agent.permissions = previous
+
+    def _carry_out(self, plan: str) -> bool:
+        """The plan is saved and shown; carried out, on approval, in the mode the user picks."""
+        from toy_agent.plans import QUESTION, carry_out_task, chosen_mode, save_plan
+
+        path = save_plan(plan, self.sessions.session.id)
+        self._say(f"The plan is saved in {visible(str(path))}.")
+        read = self.read or input
+        try:
+            mode = chosen_mode(read(QUESTION))
+        except EOFError:
+            mode = None
+        if mode is None:
+            self._say(f"not carried out; the plan stays in {visible(str(path))}")
+            return True
+        self.agent.permissions = replace(self.agent.permissions, mode=mode)
+        self._say(f"carrying out the plan in {mode} mode (the session stays in it)")
+        return self._task(carry_out_task(plan, path))
 
     def _summary(self, outcome: RunResult) -> None:
         redact = self.agent.redactor.redact_obj
