@@ -385,11 +385,10 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
         print(visible(f"    {description.splitlines()[0] if description else ''}"))
     policy = tools.sandbox_policy
     print(f"sandbox: {policy.describe() if policy else sandbox_summary(tools)}")
-    hooks = args.hooks.describe()
-    print(f"hooks: {len(hooks) or 'none'}" + (" (run outside the sandbox, in the repository)"
-                                              if hooks else ""))  # fmt: skip
-    for hook in hooks:
-        print(visible(f"    {hook}"))
+    if hooks := args.hooks.describe():
+        print(f"hooks: {len(hooks)} (run outside the sandbox, in the repository)")
+        for hook in hooks:
+            print(visible(f"    {hook}"))
     return EXIT_COMPLETED
 
 
