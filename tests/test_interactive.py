@@ -350,6 +350,36 @@ def test_a_bang_line_runs_as_run_command_would_and_its_output_can_join_the_next_
     assert run["task"] == task
 
 
+def test_plan_plans_read_only_then_carries_the_plan_out_in_the_mode_picked(home, repo, terminal):
+    plan = "1. fix helo in hello.py"
+    with FakeProvider() as server:
+        server.enqueue(
+            openai_reply(xml_action("write_file", path="hello.py", content="x")),
+            quick_done(plan),
+            openai_reply(
+                xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello")
+            ),  # fmt: skip
+            quick_done("Fixed."),
+        )
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
+        term.prompt()
+        term.enter("/plan fix the greeting")
+        term.expect("Carry out this plan? edits, auto or ask")
+        assert (repo / "hello.py").read_text() == "print('helo')\n"  # planning changed nothing
+        term.enter("edits")
+        term.expect("Fixed.")
+        assert term.end() == 0
+
+    assert (repo / "hello.py").read_text() == "print('hello')\n"
+    assert "this run is read-only (--permission-mode plan)" in json.dumps(
+        server.requests[1].body["messages"]
+    )
+    [plan_file] = (home / "state" / "toy-agent" / "plans").glob("*.md")
+    assert plan_file.read_text() == plan + "\n"
+    carry_out = server.requests[2].body["messages"][-1]["content"]
+    assert f"The user approved your plan (saved in {plan_file})" in carry_out
+
+
 def test_cost_adds_up_the_tokens_and_dollars_of_the_session(home, repo, terminal):
     usage = Usage(1000, 200)
     with FakeProvider() as server:
