@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,7 @@ def test_every_event_gets_its_json_on_stdin_in_the_repository(tmp_path, repo):
     hooks = Hooks.parse([f"{event}=cat >> {log}; echo >> {log}; pwd >> {tmp_path / 'cwd'}"
                          for event in ("prompt", "run_start", "pre_tool", "post_tool",
                                        "run_stop")])  # fmt: skip
-    hooks.session = lambda: "s-1"
+    hooks = replace(hooks, session=lambda: "s-1")
     llm = ScriptedLlm(xml_action("read_file", path="hello.py"),
                       xml_action("task_complete", result="read"))  # fmt: skip
     ReactAgent(llm, repo, hooks=hooks).run("read hello.py")
@@ -313,6 +314,22 @@ def test_hooks_a_repository_ships_anywhere_never_run_and_the_users_own_do(home, 
     done = run_main(capsys, *args, cwd=repo)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in repo.parent.glob("ran*")) == ["ran-dot-toy-agent"]
+
+
+@pytest.mark.slow
+def test_a_hook_in_a_dotenv_never_runs_even_in_the_users_own_folder(home, repo, tmp_path, capsys):
+    own = folder(tmp_path / "own", {".env": f"TOY_AGENT_HOOK=run_start=touch {tmp_path}/ran\n"
+                                            "TOY_AGENT_MAX_ITERATIONS=3\n"})  # fmt: skip
+    replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="done"))
+    done = run_main(capsys, "--repo", str(repo), "--replay", str(replay), "--trajectory",
+                    str(tmp_path / "run.json"), "--task", "x", cwd=own)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "ran").exists()
+    assert f"ignoring TOY_AGENT_HOOK from {own / '.env'}: hooks come only from --hook" in (
+        done.stderr
+    )
+    settings = json.loads((tmp_path / "run.json").read_text())["settings"]
+    assert settings["max_iterations"] == 3 and settings["hooks"] == []  # the rest of it counts
 
 
 def test_list_tools_shows_the_hooks(home, repo, capsys):

@@ -647,7 +647,7 @@ def _collector_paused(pause: bool) -> Iterator[Callable[[], None]]:
 
 
 def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -> int:
-    from toy_agent.config import load_instructions
+    from toy_agent.config import HOOK_VARIABLES, load_instructions
     from toy_agent.environment import load_dotenv_file
     from toy_agent.llm import preload_sdk
     from toy_agent.view import TerminalView, run_banner
@@ -662,6 +662,8 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     redactor, handlers = _setup_logging(args, live or batch, view, batch=batch)
     keys = providers.key_variables()
     for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():
+        if name.startswith(HOOK_VARIABLES):
+            continue  # never from a .env (toy_agent.config says why), nor for what it starts
         os.environ[name] = value
         if name in keys:
             redactor.add_secret(value)

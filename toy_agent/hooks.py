@@ -118,7 +118,7 @@ class HookOutcome:
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Hooks:
     """The run's hooks and how to run them. `session` says the session id to report (it may
     change: /clear starts a new session)."""

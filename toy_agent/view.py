@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from toy_agent.events import (
     Event,
+    HookAnswered,
     LlmResponded,
     LlmRetrying,
     RunFinished,
@@ -250,6 +251,8 @@ class TerminalView:
                 self._live.refresh()
             case ToolRefused(action=action, by=by, reason=reason):
                 self._refused = (action, by, reason)
+            case HookAnswered(event=hook_event, blocked=False, text=text):
+                self._show_note(f"your {hook_event} hook noted: {_first_line(visible(text))}")
             case ToolFinished(observation=obs, seconds=seconds):
                 self._status = None
                 if self._refused is not None and self._refused[0] is obs.action:
