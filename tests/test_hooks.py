@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from cli_helpers import ROOT, run_main
+from cli_helpers import ROOT, run_main, toy_agent
 from fakes import ScriptedLlm, folder, write_replay, xml_action
 
 from toy_agent import ReactAgent
@@ -330,6 +330,28 @@ def test_a_hook_in_a_dotenv_never_runs_even_in_the_users_own_folder(home, repo, 
     )
     settings = json.loads((tmp_path / "run.json").read_text())["settings"]
     assert settings["max_iterations"] == 3 and settings["hooks"] == []  # the rest of it counts
+
+
+@pytest.mark.slow
+def test_the_live_view_shows_a_hooks_refusal_and_note(repo, tmp_path):
+    from test_view import CSI, Terminal
+
+    recording = write_replay(
+        tmp_path / "r.json",
+        xml_action("run_command", command="make deploy"),
+        xml_action("read_file", path="hello.py"),
+        xml_action("task_complete", result="ok"),
+    )
+    term = Terminal(toy_agent("--task", "go", "--repo", str(repo), "--replay", str(recording),
+                              "--allow-commands", "--sandbox", "off",
+                              "--hook", "pre_tool:run_command=echo 'no deploys' >&2; exit 2",
+                              "--hook", "post_tool:read_file=echo 'read it all'"),
+                    tmp_path, columns=200)  # fmt: skip
+    screen = CSI.sub("", term.finish())
+    assert term.proc.returncode == 0, screen
+    assert "⊘ run_command make deploy refused by your hook: no deploys" in screen
+    assert "· your post_tool hook noted: read it all" in screen
+    assert "✓ read_file hello.py" in screen
 
 
 def test_list_tools_shows_the_hooks(home, repo, capsys):
