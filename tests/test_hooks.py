@@ -265,6 +265,26 @@ def test_the_documented_format_hook_formats_each_python_file_the_agent_writes(ho
     assert observations[2].endswith("Note from the user's post_tool hook: 1 file reformatted")
 
 
+@pytest.mark.slow
+def test_in_a_batch_hooks_run_in_each_tasks_copy(tmp_path):
+    from toy_agent import run_batch
+    from toy_agent.task_runner import RunSettings
+
+    source = folder(tmp_path / "source", {"notes.txt": "original\n"})
+    log = tmp_path / "hooks.log"
+    hooks = Hooks.parse([f"post_tool:write_file=cat notes.txt >> {log}; pwd >> {log}"])
+    tasks = [{"id": f"t{i}", "repo": str(source), "task": "write"} for i in range(2)]
+    summary = run_batch(tasks, tmp_path / "out", RunSettings(
+        make_llm=lambda: ScriptedLlm(xml_action("write_file", path="notes.txt", content="new\n"),
+                                     xml_action("task_complete", result="done")),
+        sandbox="off", hooks=hooks))  # fmt: skip
+    assert summary.exit_code == 0
+    lines = log.read_text().splitlines()
+    assert lines[0::2] == ["new", "new"]  # the hook saw each task's own write
+    assert len(set(lines[1::2])) == 2 and str(source) not in lines[1::2]
+    assert (source / "notes.txt").read_text() == "original\n"
+
+
 # --- from the user only ----------------------------------------------------------------------
 
 
