@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_main
+from cli_helpers import run_main, toy_agent
 from fakes import write_replay, xml_action
 
 from toy_agent.plans import chosen_mode
@@ -83,3 +83,21 @@ def test_in_scripts_plan_mode_returns_the_plan_and_its_file(home, repo, capsys):
     assert result["result"] == PLAN and result["permission_mode"] == "plan"
     assert Path(result["plan_file"]).read_text() == PLAN + "\n"
     assert (repo / "hello.py").read_text() == "print('helo')\n"  # nothing asked, nothing done
+
+
+@pytest.mark.slow
+def test_on_a_terminal_the_plan_is_shown_and_approved_at_the_views_prompt(home, repo, tmp_path):
+    from test_view import CSI, Terminal
+
+    recording = planned_then_done(tmp_path / "r.json")
+    term = Terminal(toy_agent("--task", "fix the greeting", "--repo", str(repo), "--replay",
+                              str(recording), "--permission-mode", "plan"), tmp_path,
+                    env={"XDG_STATE_HOME": str(home / "state")}, columns=200)  # fmt: skip
+    term.read_until("Carry out this plan? edits, auto or ask (the mode to run it in), or no: ")
+    assert (repo / "hello.py").read_text() == "print('helo')\n"
+    term.type("auto\r")
+    screen = CSI.sub("", term.finish())
+    assert term.proc.returncode == 0, screen
+    assert "In hello.py, fix the greeting" in screen and "The plan is saved in " in screen
+    assert "Fixed the greeting." in screen
+    assert (repo / "hello.py").read_text() == "print('hello')\n"
