@@ -11,17 +11,32 @@ The real SDKs talk to these over 127.0.0.1, so tests exercise the same code path
 
 Replies are served in order; when the queue is empty the server answers 501 (not retryable),
 so a test that sends more requests than it scripted fails fast instead of hanging.
+
+The servers hold a request to the rules today's models hold it to, and refuse it with the real
+APIs' 400 bodies (see `refusal`): Claude's thinking blocks come signed and must come back
+unaltered, and a turn of the tool loop in progress that thought must start with its thinking;
+Gemini signs the first function call of each turn (thoughtSignature) and refuses a history
+whose current turn lacks or alters one; Claude Sonnet 5 and later refuse sampling parameters.
+Signatures are a MAC of what they sign, so an altered block is caught without any state;
+`FakeProvider.signed` remembers which of Claude's tool calls came in a turn that thought.
+Sources (2026-11): platform.claude.com/docs build-with-claude/extended-thinking (thinking
+with tool use, signatures, redacted_thinking, streaming thinking_delta/signature_delta) and
+adaptive-thinking; ai.google.dev/gemini-api/docs/thought-signatures and thinking
+(thoughtSignature on parts, thought parts, thinkingConfig, thoughtsTokenCount); OpenAI's
+Chat Completions reference (usage.completion_tokens_details.reasoning_tokens).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,11 +49,15 @@ __all__ = [
     "RecordedRequest",
     "Reply",
     "anthropic_reply",
+    "claude_signature",
     "cut_stream",
     "disconnect",
     "error_reply",
     "gemini_reply",
+    "gemini_signature",
     "openai_reply",
+    "refusal",
+    "responses_reply",
     "sse_reply",
 ]
 
@@ -55,6 +74,7 @@ class Reply:
     cut_after: int | None = None  # send only this many body bytes, then hang up
     trickle: float = 0.0  # send the body one byte at a time, this many seconds apart
     chunked: bool = False  # Transfer-Encoding: chunked, one SSE event a chunk, as proxies relay
+    signed: tuple[str, ...] = ()  # Claude's tool call ids that came in a turn that thought
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -84,6 +104,7 @@ class FakeProvider:
     def __init__(self, *, serves: str = "/") -> None:
         self.serves = serves
         self.requests: list[RecordedRequest] = []
+        self.signed: set[str] = set()  # Claude tool call ids whose turn must keep its thinking
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._server = _QuietServer(("127.0.0.1", 0), _handler_for(self))
@@ -119,8 +140,12 @@ class FakeProvider:
             self.requests.append(request)
             if not request.path.startswith(self.serves):
                 return error_reply(404, f"fake proxy: only {self.serves} is served")
+            if (refused := refusal(request, self.signed)) is not None:
+                return refused
             if self._replies:
-                return self._replies.popleft()
+                reply = self._replies.popleft()
+                self.signed.update(reply.signed)
+                return reply
         return error_reply(501, f"fake provider: no reply queued for {request.path}")
 
     def __enter__(self) -> FakeProvider:
@@ -221,6 +246,190 @@ def disconnect() -> Reply:
     return Reply(drop=True)
 
 
+# --- what today's APIs refuse ------------------------------------------------------------------
+
+_MAC_KEY = b"fake-provider-signing-key"
+
+
+def _mac(kind: str, text: str) -> bytes:
+    return hashlib.sha256(_MAC_KEY + kind.encode() + b"\0" + text.encode()).digest()
+
+
+def claude_signature(thinking: str) -> str:
+    """The signature this server gives a thinking block with `thinking` as its text."""
+    return "Eq" + base64.b64encode(_mac("thinking", thinking)).decode()
+
+
+def _redacted_data(n: int) -> str:
+    nonce = f"redacted-{n}"
+    return base64.b64encode(nonce.encode()).decode() + "." + claude_signature(nonce)
+
+
+def _redacted_data_valid(data: Any) -> bool:
+    head, _, mac = str(data).partition(".")
+    try:
+        return mac == claude_signature(base64.b64decode(head, validate=True).decode())
+    except ValueError:
+        return False
+
+
+def _base64_mac(kind: str, text: str) -> str:
+    return base64.b64encode(_mac(kind, text)).decode()
+
+
+def gemini_signature(name: str, args: dict[str, Any]) -> str:
+    """The thoughtSignature this server puts on a function call (base64 on the wire)."""
+    return _base64_mac("call", name + json.dumps(args, sort_keys=True))
+
+
+def _same_base64(a: Any, b: str) -> bool:
+    try:  # either alphabet: google-genai may write URL-safe base64
+        return base64.urlsafe_b64decode(str(a)) == base64.urlsafe_b64decode(b)
+    except ValueError:
+        return False
+
+
+def refusal(request: RecordedRequest, signed: Collection[str] = ()) -> Reply | None:
+    """The 400 today's API would answer `request` with, or None when it takes it."""
+    body = request.body if isinstance(request.body, dict) else {}
+    if request.path.rstrip("/").endswith("/messages"):
+        message = _claude_refusal(body, signed)
+        return None if message is None else anthropic_error(400, message)
+    if request.path.rstrip("/").endswith("/responses"):
+        message = _responses_refusal(body, signed)
+        return None if message is None else openai_error(400, message)
+    if ":generateContent" in request.path or ":streamGenerateContent" in request.path:
+        message = _gemini_refusal(body)
+        return None if message is None else gemini_error(400, message)
+    return None
+
+
+_CLAUDE_FIXED_SAMPLING = re.compile(r"claude-(sonnet|opus|haiku)-([5-9]|\d\d)")
+_THINKING_FIRST = (
+    "messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
+    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+    "recommend you include thinking blocks from previous turns. To avoid this requirement, "
+    "disable `thinking`. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+)
+
+
+def _claude_refusal(body: dict[str, Any], signed: Collection[str]) -> str | None:
+    if _CLAUDE_FIXED_SAMPLING.match(str(body.get("model") or "")):
+        for key in ("temperature", "top_p", "top_k"):
+            if key in body:
+                return f"`{key}` is deprecated for this model."
+    messages = body.get("messages") or []
+    loop_starts = 0  # the tool loop in progress starts after the last user text
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        if message.get("role") == "user" and any(b.get("type") == "text" for b in blocks):
+            loop_starts = i + 1
+        if message.get("role") != "assistant":
+            continue
+        for j, block in enumerate(blocks):
+            kind = block.get("type")
+            if kind == "thinking" and block.get("signature") != claude_signature(
+                str(block.get("thinking", ""))
+            ):
+                return f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+            if kind == "redacted_thinking" and not _redacted_data_valid(block.get("data")):
+                return f"messages.{i}.content.{j}: Invalid `data` in `redacted_thinking` block"
+    for i in range(loop_starts, len(messages)):
+        content = messages[i].get("content")
+        if messages[i].get("role") != "assistant" or not isinstance(content, list):
+            continue
+        ids = {b.get("id") for b in content if b.get("type") == "tool_use"}
+        first = content[0].get("type") if content else "nothing"
+        if ids & set(signed) and first not in ("thinking", "redacted_thinking"):
+            return _THINKING_FIRST.format(i=i, found=first)
+    return None
+
+
+# The placeholders Gemini takes on a call it did not sign (a history from elsewhere).
+_NO_SIGNATURE = (b"skip_thought_signature_validator", b"context_engineering_is_the_way_to_go")
+
+
+def _gemini_refusal(body: dict[str, Any]) -> str | None:
+    contents = body.get("contents") or []
+    turn_starts = 0  # the current turn starts at the last user text (not at function results)
+    for i, content in enumerate(contents):
+        if content.get("role") == "user" and any("text" in p for p in content.get("parts", ())):
+            turn_starts = i
+    for content in contents[turn_starts:]:
+        if content.get("role") != "model":
+            continue
+        parts = content.get("parts") or []
+        calls = [(j, p) for j, p in enumerate(parts) if "functionCall" in p]
+        if not calls:
+            continue
+        position, part = calls[0]  # parallel calls: the first one carries the signature
+        call = part["functionCall"]
+        if "thoughtSignature" not in part:
+            return (
+                "Function call is missing a thought_signature in functionCall parts. This is "
+                "required for tools to work correctly, and missing thought_signature may lead "
+                "to degraded model performance. Additional data, function call "
+                f"`default_api:{call.get('name')}` , position {position + 1}. Please refer to "
+                "https://ai.google.dev/gemini-api/docs/thought-signatures for more details."
+            )
+        expected = gemini_signature(str(call.get("name")), call.get("args") or {})
+        placeholder = any(_same_base64(part["thoughtSignature"], base64.b64encode(p).decode())
+                          for p in _NO_SIGNATURE)  # fmt: skip
+        if not placeholder and not _same_base64(part["thoughtSignature"], expected):
+            return "Corrupted thought signature."
+    return None
+
+
+def _responses_refusal(body: dict[str, Any], signed: Collection[str]) -> str | None:
+    """OpenAI's Responses API: a reasoning item must be one it encrypted and be followed by
+    its output; a function call of a turn that reasoned must come after its reasoning item."""
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    seen: set[str] = set()
+    for n, item in enumerate(items):
+        kind, item_id = item.get("type"), str(item.get("id") or "")
+        if kind == "reasoning":
+            if item.get("encrypted_content") != _base64_mac("reasoning", item_id):
+                return f"The encrypted content for item {item_id} could not be verified."
+            following = items[n + 1] if n + 1 < len(items) else {}
+            if following.get("type") not in ("message", "function_call"):
+                return (
+                    f"Item '{item_id}' of type 'reasoning' was provided without its required "
+                    "following item."
+                )
+            seen.add(item_id)
+        if kind == "function_call" and item_id in signed:
+            reasoning = "rs_" + item_id.removeprefix("fc_")
+            if reasoning not in seen:
+                return (
+                    f"Item '{item_id}' of type 'function_call' was provided without its "
+                    f"required 'reasoning' item: '{reasoning}'."
+                )
+    return None
+
+
+def openai_error(status: int, message: str) -> Reply:
+    """An error as OpenAI's APIs write it."""
+    error = {"message": message, "type": "invalid_request_error", "param": "input", "code": None}
+    return Reply(status, {"error": error})
+
+
+def anthropic_error(status: int, message: str) -> Reply:
+    """An error as the Messages API writes it."""
+    kind = "invalid_request_error" if status == 400 else "api_error"
+    body = {"type": "error", "error": {"type": kind, "message": message},
+            "request_id": "req_fake"}  # fmt: skip
+    return Reply(status, body)
+
+
+def gemini_error(status: int, message: str) -> Reply:
+    """An error as the Gemini API writes it."""
+    state = "INVALID_ARGUMENT" if status == 400 else "INTERNAL"
+    return Reply(status, {"error": {"code": status, "message": message, "status": state}})
+
+
 def sse_reply(events: Sequence[tuple[str | None, Any]]) -> Reply:
     """A text/event-stream body from (event name or None, JSON data or raw string) pairs."""
     lines = []
@@ -245,21 +454,39 @@ def anthropic_reply(
     usage: Usage = DEFAULT_USAGE,
     model: str = "claude-test",
     stream: bool = False,
+    thinking: str | bool = True,
+    redacted: bool = False,
 ) -> Reply:
-    """A Messages API answer; a list of strings becomes the text deltas when streaming."""
+    """A Messages API answer; a list of strings becomes the text deltas when streaming.
+
+    `thinking`: True, as Claude Sonnet 5.5 answers by default, is a signed thinking block with
+    its text omitted when the reply calls tools (a plain answer has none); a string is a
+    thinking block with that text (a summary, as asked with display "summarized"); False
+    none. `redacted` adds a redacted_thinking block."""
     usage_body = {
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
         "cache_read_input_tokens": usage.cached_tokens,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
     }
     content: list[dict[str, Any]] = []
+    if isinstance(thinking, str):
+        thought: str | None = thinking
+    else:
+        thought = "" if thinking and tool_calls else None
+    if thought is not None:
+        content.append(
+            {"type": "thinking", "thinking": thought, "signature": claude_signature(thought)}
+        )
+    if redacted:
+        content.append({"type": "redacted_thinking", "data": _redacted_data(len(tool_calls))})
     if text:
         content.append({"type": "text", "text": "".join(_chunks(text))})
     content += [
         {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in tool_calls
     ]
     message = {"id": "msg_1", "type": "message", "role": "assistant", "model": model}
+    thought_ids = tuple(c.id for c in tool_calls) if thought is not None or redacted else ()
     if not stream:
         return Reply(
             200,
@@ -270,6 +497,7 @@ def anthropic_reply(
                 "stop_sequence": None,
                 "usage": usage_body,
             },
+            signed=thought_ids,
         )
     events: list[tuple[str | None, Any]] = [
         (
@@ -287,16 +515,24 @@ def anthropic_reply(
         )
     ]
     for index, block in enumerate(content):
-        start = {**block, "text": ""} if block["type"] == "text" else {**block, "input": {}}
+        empty = {"text": {"text": ""}, "tool_use": {"input": {}}, "redacted_thinking": {},
+                 "thinking": {"thinking": "", "signature": ""}}[block["type"]]  # fmt: skip
+        start = {**block, **empty}
         events.append(
             (
                 "content_block_start",
                 {"type": "content_block_start", "index": index, "content_block": start},
             )
         )
+        deltas: list[dict[str, Any]] = []
         if block["type"] == "text":
             deltas = [{"type": "text_delta", "text": t} for t in _chunks(text)]
-        else:
+        elif block["type"] == "thinking":  # the text in two pieces, then the signature
+            half = len(block["thinking"]) // 2
+            pieces = [block["thinking"][:half], block["thinking"][half:]]
+            deltas = [{"type": "thinking_delta", "thinking": t} for t in pieces if t]
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        elif block["type"] == "tool_use":
             deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
         for delta in deltas:
             events.append(
@@ -317,7 +553,7 @@ def anthropic_reply(
         )
     )
     events.append(("message_stop", {"type": "message_stop"}))
-    return sse_reply(events)
+    return replace(sse_reply(events), signed=thought_ids)
 
 
 def openai_reply(
@@ -336,6 +572,7 @@ def openai_reply(
         "completion_tokens": usage.output_tokens,
         "total_tokens": usage.input_tokens + usage.output_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
     calls = [
         {
@@ -389,6 +626,61 @@ def openai_reply(
     return sse_reply(events)
 
 
+def responses_reply(
+    text: str = "",
+    *,
+    tool_calls: Sequence[ToolCall] = (),
+    reasoning: str | None = "",
+    usage: Usage = DEFAULT_USAGE,
+    model: str = "gpt-test",
+    stream: bool = False,
+    turn: int = 1,
+) -> Reply:
+    """A Responses API answer, as a reasoning model gives it: a reasoning item first (its
+    summary `reasoning`, its encrypted_content), then the message and function calls; `None`
+    for no reasoning item. `turn` numbers the items' ids (rs_N, msg_N, fc_N_i)."""
+    output: list[dict[str, Any]] = []
+    if reasoning is not None:
+        summary = [{"type": "summary_text", "text": reasoning}] if reasoning else []
+        output.append({"id": f"rs_{turn}", "type": "reasoning", "summary": summary,
+                       "encrypted_content": _base64_mac("reasoning", f"rs_{turn}")})  # fmt: skip
+    if text:
+        output.append({"id": f"msg_{turn}", "type": "message", "role": "assistant",
+                       "status": "completed", "content": [
+                           {"type": "output_text", "text": text, "annotations": []}]})  # fmt: skip
+    calls = [{"id": f"fc_{turn}" if i == 0 else f"fc_{turn}_{i}", "type": "function_call",
+              "call_id": c.id, "name": c.name, "arguments": json.dumps(c.arguments),
+              "status": "completed"} for i, c in enumerate(tool_calls)]  # fmt: skip
+    output += calls
+    usage_body = {
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }
+    response = {"id": f"resp_{turn}", "object": "response", "created_at": 0, "model": model,
+                "status": "completed", "output": output, "usage": usage_body,
+                "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}  # fmt: skip
+    signed = (calls[0]["id"],) if calls and reasoning is not None else ()
+    if not stream:
+        return Reply(200, response, signed=signed)
+    events: list[tuple[str | None, Any]] = [
+        ("response.created", {"type": "response.created", "sequence_number": 0,
+                              "response": {**response, "status": "in_progress", "output": []}}),
+    ]  # fmt: skip
+    if text:
+        half = len(text) // 2
+        for piece in (text[:half], text[half:]):
+            events.append(("response.output_text.delta",
+                           {"type": "response.output_text.delta", "sequence_number": len(events),
+                            "item_id": f"msg_{turn}", "output_index": 0, "content_index": 0,
+                            "delta": piece, "logprobs": []}))  # fmt: skip
+    done = {"type": "response.completed", "sequence_number": len(events), "response": response}
+    events.append(("response.completed", done))
+    return replace(sse_reply(events), signed=signed)
+
+
 def gemini_reply(
     text: str | Sequence[str] = "",
     *,
@@ -397,14 +689,23 @@ def gemini_reply(
     usage: Usage = DEFAULT_USAGE,
     block_reason: str | None = None,
     stream: bool = False,
+    thought: str = "",
+    signed: bool = True,
 ) -> Reply:
-    """A generateContent answer; `block_reason` gives a prompt-blocked reply (no candidates)."""
+    """A generateContent answer; `block_reason` gives a prompt-blocked reply (no candidates).
+
+    As Gemini 3 answers: the first function call carries a thoughtSignature (`signed`), or,
+    without calls, the last part does; `thought` is a thought summary part (thought: true), as
+    includeThoughts asks for. `usage.reasoning_tokens` is thoughtsTokenCount, counted apart
+    from candidatesTokenCount."""
     usage_body = {
         "promptTokenCount": usage.input_tokens,
-        "candidatesTokenCount": usage.output_tokens,
+        "candidatesTokenCount": usage.output_tokens - usage.reasoning_tokens,
         "cachedContentTokenCount": usage.cached_tokens,
         "totalTokenCount": usage.input_tokens + usage.output_tokens,
     }
+    if usage.reasoning_tokens:
+        usage_body["thoughtsTokenCount"] = usage.reasoning_tokens
     head = {"usageMetadata": usage_body, "modelVersion": "gemini-test"}
     if block_reason:
         body = {**head, "promptFeedback": {"blockReason": block_reason}}
@@ -413,6 +714,10 @@ def gemini_reply(
     for call, spec in zip(calls, tool_calls, strict=True):
         if spec.id:  # the Gemini API usually sends no ids; give one only when the test does
             call["functionCall"]["id"] = spec.id
+    if calls and signed:
+        calls[0]["thoughtSignature"] = gemini_signature(tool_calls[0].name, tool_calls[0].arguments)
+    thoughts = [{"text": thought, "thought": True}] if thought else []
+    text_signature = {"thoughtSignature": _base64_mac("text", str(text))} if signed else {}
 
     def candidate(parts: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
         return {
@@ -422,9 +727,14 @@ def gemini_reply(
         }
 
     if not stream:
-        parts = ([{"text": "".join(_chunks(text))}] if text else []) + calls
+        parts = thoughts + ([{"text": "".join(_chunks(text))}] if text else []) + calls
+        if parts and not calls:
+            parts[-1] = {**parts[-1], **text_signature}
         return Reply(200, {**head, "candidates": [candidate(parts, finish_reason)]})
     pieces = [[{"text": t}] for t in _chunks(text)] if text else []
+    if pieces and not calls:
+        pieces[-1] = [{**pieces[-1][0], **text_signature}]
+    pieces = ([thoughts] if thoughts else []) + pieces
     if calls:
         pieces.append(calls)
     pieces = pieces or [[]]

@@ -272,7 +272,7 @@ def test_usage_is_summed_over_the_run(repo):
     )
     result = ReactAgent(llm, repo).run("task")
 
-    assert result["usage"] == {"input_tokens": 250, "output_tokens": 15, "cached_tokens": 90}
+    assert result["usage"] == Usage(250, 15, 90).to_dict()
 
 
 def test_a_recorded_trajectory_replays_the_same_run(repo, tmp_path):

@@ -39,7 +39,7 @@ from toy_agent.batch import RECORD_KEYS, BatchError, RunSettings
 from toy_agent.cli import main
 from toy_agent.copies import prepare_copy, remove_copy
 from toy_agent.llm import LlmError
-from toy_agent.messages import LlmResponse
+from toy_agent.messages import LlmResponse, Usage
 from toy_agent.task_runner import Credentials, run_task
 from toy_agent.tasks import Task as BatchTask
 
@@ -197,7 +197,7 @@ def test_a_batch_over_a_git_repo_and_a_plain_folder_records_patches_checks_and_t
     assert alpha["outcome"] == "completed" and alpha["success"] is True
     assert alpha["check"] == {"passed": True, "exit_code": 0, "output_tail": ""}
     assert alpha["iterations"] == 3 and alpha["usage"]["input_tokens"] == 30
-    assert alpha["cost_usd"] == pytest.approx(0.000315)  # 30 in x $3/M + 15 out x $15/M
+    assert alpha["cost_usd"] == pytest.approx(0.00021)  # 30 in x $2/M + 15 out x $10/M
     assert alpha["files_changed"] == [{"path": "docs/new.txt", "added": 1, "removed": 0},
                                       {"path": "hello.py", "added": 1, "removed": 1}]  # fmt: skip
     assert alpha["base_commit"] == git("rev-parse", "HEAD", cwd=sources["repo"]).strip()
@@ -395,6 +395,26 @@ def test_on_a_terminal_a_task_warning_names_its_task_above_the_progress_line(
 
 
 # ------------------------------------------------------------------------------- Python API
+def test_a_tasks_own_effort_wins_over_the_batchs(
+    sources: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toy_agent import run_batch
+
+    done = openai_reply(xml_action("task_complete", result="ok"))
+    with FakeProvider() as server:
+        server.enqueue(done, done)
+        for name, value in server.env("openai").items():
+            monkeypatch.setenv(name, value)
+        tasks = [{"id": "own", "repo": str(sources["plain"]), "task": "t", "effort": "high"},
+                 {"id": "batch", "repo": str(sources["plain"]), "task": "t"}]  # fmt: skip
+        settings = RunSettings(provider="openai", model="gpt-5-mini", effort="low",
+                               sandbox="off", max_retries=0)  # fmt: skip
+        summary = run_batch(tasks, sources["plain"].parent / "effort-out", settings, workers=1)
+
+    assert summary.passed == 2
+    assert sorted(r.body["reasoning_effort"] for r in server.requests) == ["high", "low"]
+
+
 def test_run_batch_from_python_with_any_llm_client(sources: dict[str, Path]) -> None:
     from toy_agent import run_batch
 
@@ -409,8 +429,7 @@ def test_run_batch_from_python_with_any_llm_client(sources: dict[str, Path]) -> 
     assert (summary.exit_code, summary.passed, summary.failed, summary.ran) == (0, 3, 0, 3)
     assert [r["files_changed"] for r in summary.records] == [
         [{"path": "out.txt", "added": 1, "removed": 0}]] * 3  # fmt: skip
-    assert summary.to_dict()["usage"] == {"input_tokens": 0, "output_tokens": 0,
-                                          "cached_tokens": 0}  # fmt: skip
+    assert summary.to_dict()["usage"] == Usage().to_dict()
     with pytest.raises(BatchError, match="tasks line 2: duplicate id 't0'"):
         run_batch([tasks[0], tasks[0]], out, RunSettings(make_llm=scripted))
 

@@ -39,9 +39,9 @@ def test_every_default_model_has_a_price():
 @pytest.mark.parametrize(
     ("model", "expected"),
     [
-        ("claude-sonnet-4-5-20250929", Price(3.00, 15.00, 0.30)),
-        ("claude-opus-4-5", Price(5.00, 25.00, 0.50)),
-        ("claude-opus-4-1-20250805", Price(15.00, 75.00, 1.50)),
+        ("claude-sonnet-4-5-20250929", Price(3.00, 15.00, 0.30, 3.75)),
+        ("claude-opus-4-5", Price(5.00, 25.00, 0.50, 6.25)),
+        ("claude-opus-4-1-20250805", Price(15.00, 75.00, 1.50, 18.75)),
         ("gpt-4o-2024-08-06", Price(2.50, 10.00, 1.25)),
         ("gpt-4o-2024-05-13", Price(5.00, 15.00)),
         ("gpt-5-mini-2025-08-07", Price(0.25, 2.00, 0.025)),
@@ -96,7 +96,7 @@ def test_the_agent_reports_cost_for_known_models_and_none_otherwise(tmp_path):
 
 @pytest.mark.slow
 def test_max_cost_stops_a_run_whose_calls_report_large_usage(env, capsys, monkeypatch):
-    big = Usage(200_000, 10_000)  # claude-sonnet-5-5: $0.60 + $0.15 = $0.75 a call
+    big = Usage(200_000, 10_000)  # claude-sonnet-5-5: $0.40 + $0.10 = $0.50 a call
     trajectory = env / "run.json"
     with FakeProvider() as server:
         server.enqueue(
@@ -106,20 +106,20 @@ def test_max_cost_stops_a_run_whose_calls_report_large_usage(env, capsys, monkey
         )
         for name, value in server.env("claude").items():
             monkeypatch.setenv(name, value)
-        code = main(["--task", "look", "--repo", "repo", "--output", "json", "--max-cost", "2",
+        code = main(["--task", "look", "--repo", "repo", "--output", "json", "--max-cost", "1.2",
                      "--trajectory", str(trajectory)])  # fmt: skip
 
     result = json.loads(capsys.readouterr().out)
     assert code == 1
-    assert result["outcome"] == "cost_limit" and "cost limit of $2" in result["error"]
-    assert len(server.requests) == 2  # a third ($0.75 more, to $2.25) was never sent
-    assert result["cost_usd"] == pytest.approx(1.50) and result["cost_usd"] <= 2
+    assert result["outcome"] == "cost_limit" and "cost limit of $1.2" in result["error"]
+    assert len(server.requests) == 2  # a third ($0.50 more, to $1.50) was never sent
+    assert result["cost_usd"] == pytest.approx(1.00) and result["cost_usd"] <= 1.2
     assert result["iterations"] == 2
     recorded = json.loads(trajectory.read_text())["result"]
-    assert recorded["outcome"] == "cost_limit" and recorded["cost_usd"] == pytest.approx(1.50)
+    assert recorded["outcome"] == "cost_limit" and recorded["cost_usd"] == pytest.approx(1.00)
     [session] = (env / "state" / "toy-agent" / "sessions").glob("*.json")
     saved = json.loads(session.read_text())
-    assert saved["cost_usd"] == pytest.approx(1.50)
+    assert saved["cost_usd"] == pytest.approx(1.00)
     assert saved["runs"][0]["outcome"] == "cost_limit"
 
 
@@ -160,4 +160,4 @@ def test_the_text_summary_shows_the_cost(env, capsys, monkeypatch):
         for name, value in server.env("claude").items():
             monkeypatch.setenv(name, value)
         assert main(["--task", "x", "--repo", "repo"]) == 0
-    assert "cost $3.0000" in capsys.readouterr().out
+    assert "cost $2.0000" in capsys.readouterr().out  # claude-sonnet-5-5: $2 a million in

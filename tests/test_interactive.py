@@ -473,7 +473,7 @@ def test_compact_replaces_the_older_steps_by_the_models_summary(home, repo, term
     assert record["messages_before"] == 8 and record["messages_after"] == 6
     saved = record["tokens_before"] - record["tokens_after"]
     assert saved > 1000 and f"{saved:,} saved" in screen
-    assert record["usage"] == {"input_tokens": 10, "output_tokens": 5, "cached_tokens": 0}
+    assert record["usage"] == Usage(10, 5).to_dict()
     assert session["usage"]["input_tokens"] == 6 * 10  # the summary's call counts too
 
 
@@ -660,4 +660,4 @@ def test_a_summary_no_shorter_is_dropped_but_its_call_is_recorded(tmp_path, repo
     assert saved["messages"] == [m.to_dict() for m in messages]  # unchanged
     [record] = saved["compactions"]
     assert record["applied"] is False and record["usage"]["output_tokens"] == 900
-    assert saved["usage"] == {"input_tokens": 700, "output_tokens": 900, "cached_tokens": 0}
+    assert saved["usage"] == Usage(700, 900).to_dict()

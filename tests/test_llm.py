@@ -11,6 +11,7 @@ import time
 import pytest
 
 from toy_agent.llm import (
+    GEMINI_NO_SIGNATURE,
     MAX_RETRY_WAIT,
     ClaudeLlmClient,
     GeminiLlmClient,
@@ -33,7 +34,7 @@ from toy_agent.llm import (
     to_openai_messages,
     to_openai_tools,
 )
-from toy_agent.messages import Message, ToolCall, ToolResult
+from toy_agent.messages import Message, ToolCall, ToolResult, Usage
 from toy_agent.providers import PROVIDERS
 
 READ_FILE = {
@@ -251,9 +252,13 @@ def test_gemini_tools_are_function_declarations_with_raw_json_schema():
 def test_gemini_contents_use_model_role_and_function_parts():
     user, model, results = to_gemini_contents(NATIVE_TURNS)
     assert (user["role"], model["role"], results["role"]) == ("user", "model", "user")
+    # A turn that is not the model's own (no signed turn kept) carries Gemini's placeholder on
+    # its first call, which Gemini 3 takes in place of a signature.
     assert model["parts"][1] == {
-        "function_call": {"id": "c1", "name": "read_file", "args": {"path": "a.py"}}
+        "function_call": {"id": "c1", "name": "read_file", "args": {"path": "a.py"}},
+        "thought_signature": GEMINI_NO_SIGNATURE,
     }
+    assert "thought_signature" not in model["parts"][2]
     assert [p["function_response"]["response"] for p in results["parts"]] == [
         {"output": "print(1)"},
         {"error": "no"},
@@ -306,7 +311,8 @@ def test_gemini_thoughts_are_not_answer_text_but_are_billed():
     }
     response = from_gemini_response(data)
     assert response.text == "answer"
-    assert response.usage.to_dict() == {"input_tokens": 9, "output_tokens": 7, "cached_tokens": 4}
+    assert response.thinking == "hmm"  # shown as the step's thinking, not as its text
+    assert response.usage == Usage(9, 7, 4, reasoning_tokens=5)
 
 
 def test_gemini_stream_chunks_merge_into_one_response():

@@ -311,9 +311,12 @@ def test_native_calls_left_open_by_a_finished_task_are_answered_when_it_continue
     agent.run_result("first task")
     agent.run_result("second task", history=agent.conversation_history)
 
-    last = llm.requests[1]["messages"][-1]
-    assert last.content == "second task"
-    assert [r.call_id for r in last.tool_results] == ["call_0"]
+    # The old call gets its result, and an assistant turn closes that loop before the new task:
+    # a result travelling with the new task would keep the old loop open.
+    answer, closing, task = llm.requests[1]["messages"][-3:]
+    assert [r.call_id for r in answer.tool_results] == ["call_0"] and not answer.content
+    assert closing.role == "assistant" and not closing.tool_calls
+    assert task.content == "second task" and not task.tool_results
 
 
 @pytest.mark.parametrize(

@@ -232,6 +232,25 @@ def test_stream_shows_the_thought_text_without_the_protocol(tool_format, chunks,
     assert "✓ list_files ." in plain
 
 
+def test_the_live_view_asks_for_the_thinking_and_shows_it_before_the_thought(repo, tmp_path):
+    summary = "The greeting is misspelt.\nhello.py prints it."
+    done = xml_action("task_complete", result="ok", thought="All done.")
+    with FakeProvider() as server:
+        server.enqueue(anthropic_reply(done, thinking=summary))
+        term = Terminal(toy_agent("--task", "x", "--repo", str(repo)), tmp_path,
+                        server.env("claude"))  # fmt: skip
+        output = term.finish()
+
+    assert term.proc.returncode == 0, output
+    # The default model omits its thinking unless asked for a summary: the view asks
+    assert server.requests[0].body["thinking"] == {"type": "adaptive", "display": "summarized"}
+    plain = [line.strip() for line in screen_lines(output)]
+    first, second = plain.index("thinking: The greeting is misspelt."), plain.index(
+        "hello.py prints it.")  # fmt: skip
+    thought = next(i for i, line in enumerate(plain) if line.startswith("thought ("))
+    assert first < second < thought and "All done." in plain[thought]
+
+
 @pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {"TERM": "dumb"}])
 def test_no_color_and_a_dumb_terminal_get_no_colour(env, repo, tmp_path):
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="ok"))

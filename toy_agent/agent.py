@@ -124,6 +124,7 @@ Outcome = Literal[
     "hook_refused",
 ]
 UNANSWERED_CALL = "(the previous task ended here)"
+LOOP_CLOSED = "(The previous task ended here. A new task follows.)"
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,8 @@ class ReactAgent:
         return {
             "provider": getattr(self.llm_client, "provider", type(self.llm_client).__name__),
             "model": getattr(self.llm_client, "model", ""),
+            "effort": getattr(self.llm_client, "effort", None),
+            "model_options": dict(getattr(self.llm_client, "model_options", None) or {}),
             "repo": str(self.repo_path),
             "max_iterations": self.max_iterations,
             "tool_format": self.format.name,
@@ -381,9 +384,7 @@ class ReactAgent:
                            seconds=time.monotonic() - started)  # fmt: skip
         self.usage += response.usage
         self.cost.add(response.usage)
-        self.conversation_history.append(
-            Message("assistant", response.text, tool_calls=response.tool_calls)
-        )
+        self.conversation_history.append(response.message())
         self._emit(LlmResponded(self.iteration, response, response.seconds))
         return response
 
@@ -678,17 +679,25 @@ class ReactAgent:
 
 def _continued(history: Sequence[Message], task: Message, fmt: ActionFormat) -> list[Message]:
     """The earlier conversation, then the new task. Native tool calls the last run left
-    unanswered (its task_complete, a call Ctrl-C stopped) get a result in the task's message:
-    providers reject a tool call without one. In a text format, native calls and results of
-    an earlier run (in --tool-format native) are rewritten as this format's text: providers
-    reject tool calls in a request that offers no tools, and the model reads one format."""
+    unanswered (its task_complete, a call Ctrl-C stopped) get a result, and an assistant turn
+    closes that tool loop before the task: providers reject a tool call without a result, and
+    a result travelling with the new task would keep the old loop open (Claude then wants its
+    thinking back on the old turn, Gemini its signatures). In a text format, native calls and
+    results of an earlier run (in --tool-format native) are rewritten as this format's text:
+    providers reject tool calls in a request that offers no tools, and the model reads one
+    format."""
     if not fmt.native_tools:
         return [*(_as_text(message, fmt) for message in history), task]
     answered = {r.call_id for m in history for r in m.tool_results}
     last = next((m for m in reversed(history) if m.role == "assistant"), None)
     open_calls = [c for c in (last.tool_calls if last else ()) if c.id not in answered]
-    results = tuple(ToolResult(c.id, c.name, UNANSWERED_CALL) for c in open_calls)
-    return [*history, replace(task, tool_results=results)]
+    messages = list(history)
+    if open_calls:
+        results = tuple(ToolResult(c.id, c.name, UNANSWERED_CALL) for c in open_calls)
+        messages.append(Message("user", "", tool_results=results))
+    if messages and messages[-1].tool_results:  # the loop ended on results: close it
+        messages.append(Message("assistant", LOOP_CLOSED))
+    return [*messages, task]
 
 
 def _as_text(message: Message, fmt: ActionFormat) -> Message:

@@ -412,9 +412,7 @@ def _tokens(record: dict[str, Any]) -> int:
 def _total_usage(records: Iterable[dict[str, Any]]) -> Usage:
     total = Usage()
     for r in records:
-        usage = r.get("usage") or {}
-        total += Usage(usage.get("input_tokens", 0), usage.get("output_tokens", 0),
-                       usage.get("cached_tokens", 0))  # fmt: skip
+        total += Usage.from_dict(r.get("usage"))
     return total
 
 

@@ -186,6 +186,34 @@ def build_parser() -> _Parser:
         metavar="SECONDS",
         help="seconds for one whole LLM response, streaming included (default: 120)",
     )
+    add(
+        "--effort",
+        choices=providers.EFFORTS,
+        help="how hard the model thinks: Claude's effort (or thinking budget), Gemini's "
+        "thinking level (or budget), OpenAI's reasoning_effort (default: the model's own)",
+    )
+    add(
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a request field for the provider, e.g. temperature=0.2 or max_tokens=16000 "
+        "(the value as JSON if it reads as JSON); repeatable",
+    )
+    add(
+        "--openai-api",
+        choices=("chat", "responses"),
+        default="chat",
+        help="the API of --llm-provider openai: chat (Chat Completions, the default; what local "
+        "servers speak) or responses (OpenAI's Responses API: reasoning kept between turns)",
+    )
+    add(
+        "--show-thinking",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="ask for the model's thinking (summarised) where it is hidden by default "
+        "(default auto: on with the live view)",
+    )
     add = parser.add_argument_group("tools", "the tools and how actions are written").add_argument
     add(
         "--tool-format",
@@ -659,6 +687,8 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     live = args.output == "text" and not args.quiet and sys.stdout.isatty()
     batch = args.tasks_file is not None or args.out is not None
     view = TerminalView(sys.stdout) if live and not (batch or args.list_tools) else None
+    if args.show_thinking == "auto":  # the thinking is asked for where someone will see it
+        args.show_thinking = "on" if view is not None else "off"
     redactor, handlers = _setup_logging(args, live or batch, view, batch=batch)
     keys = providers.key_variables()
     for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():
@@ -718,9 +748,12 @@ def _model_client(args: argparse.Namespace) -> Callable[[str, str], LlmClient]:
     def make(name: str, current: str) -> LlmClient:
         row = providers.provider_for_model(name)
         provider = row.name if row else current
+        settings = _model_settings(args)
+        if provider != "openai":  # --openai-api is the openai provider's
+            settings["openai_api"] = "chat"
         return client_for(provider, model=name, max_retries=args.max_retries,
                           base_url=args.base_url if provider == current else None,
-                          timeout=args.timeout)  # fmt: skip
+                          timeout=args.timeout, **settings)  # fmt: skip
 
     return make
 
@@ -753,6 +786,15 @@ def _local_tools(args: argparse.Namespace, repo: Path, redactor: Redactor) -> Co
         raise UsageError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from exc
 
 
+def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """--effort, --model-option and --show-thinking as the client takes them (`show_thinking`
+    in args is resolved by _run: auto is on with the live view). Raises LlmConfigError."""
+    from toy_agent.llm import parse_model_options
+
+    return {"effort": args.effort, "model_options": parse_model_options(args.model_option),
+            "show_thinking": args.show_thinking == "on", "openai_api": args.openai_api}  # fmt: skip
+
+
 def _llm_client(args: argparse.Namespace) -> LlmClient:
     from toy_agent.llm import LlmConfigError, client_for
 
@@ -760,7 +802,7 @@ def _llm_client(args: argparse.Namespace) -> LlmClient:
         return client_for(
             args.llm_provider, model=args.model, base_url=args.base_url, replay=args.replay,
             replay_lenient=args.replay_lenient, max_retries=args.max_retries,
-            timeout=args.timeout,
+            timeout=args.timeout, **_model_settings(args),
         )  # fmt: skip
     except LlmConfigError as exc:
         raise UsageError(str(exc)) from exc

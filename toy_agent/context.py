@@ -75,6 +75,7 @@ def _message_chars(message: Message) -> int:
     images = [*message.images, *(i for r in message.tool_results for i in r.images)]
     return (
         len(message.content)
+        + len(message.thinking)
         + sum(len(r.content) for r in message.tool_results)
         + sum(len(str(c.arguments)) for c in message.tool_calls)
         + IMAGE_CHARS * sum(bool(i.data) for i in images)
@@ -82,6 +83,10 @@ def _message_chars(message: Message) -> int:
 
 
 def _elide(message: Message) -> Message:
+    """The message with its bulk cut to stubs; a signed turn stays whole (its provider refuses
+    it altered), its tool results are what shrink."""
+    if message.turn is not None:
+        return message
     content = _stub(message.content)
     results = tuple(
         replace(r, content=_stub(r.content), images=_stubbed(r.images))

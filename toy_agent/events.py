@@ -287,7 +287,8 @@ def log_event(event: Event) -> None:
 @dataclass
 class JsonLinesWriter:
     """`--output stream-json`: one JSON object per line as the run goes, flushed per line so
-    `| jq` follows it live. Every line has a "type": run_started, step_started, llm_response,
+    `| jq` follows it live. Every line has a "type": run_started, step_started, thinking (the
+    model's reasoning when the provider shows it, before its llm_response), llm_response,
     tool_started, tool_refused, tool_progress, hook, tool_finished, step_finished (every step, an
     unparsable reply too); the caller writes the last, run_finished, with the result. The
     schema: docs/cli.md.
@@ -305,7 +306,11 @@ class JsonLinesWriter:
             case StepStarted(iteration=i, max_iterations=n):
                 self.write({"type": "step_started", "iteration": i, "max_iterations": n})
             case LlmResponded(iteration=i, response=response, seconds=seconds):
-                line = {"type": "llm_response", "iteration": i, **response.to_dict()}
+                if response.thinking:  # the model's reasoning, as the provider shows it
+                    self.write({"type": "thinking", "iteration": i, "text": response.thinking})
+                reply = {k: v for k, v in response.to_dict().items()
+                         if k not in ("thinking", "turn")}  # fmt: skip
+                line = {"type": "llm_response", "iteration": i, **reply}
                 if response.attempts:  # the failed attempts before it
                     line["attempts"] = [asdict(a) for a in response.attempts]
                 self.write({**line, "seconds": round(seconds, 3)})

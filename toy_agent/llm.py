@@ -33,13 +33,14 @@ from toy_agent.messages import (
     LlmResponse,
     Message,
     RetryCallback,
+    SignedTurn,
     StopReason,
     TextCallback,
     ToolCall,
     ToolSpec,
     Usage,
 )
-from toy_agent.providers import GEMINI, PROVIDERS, Provider, image_types
+from toy_agent.providers import EFFORTS, GEMINI, PROVIDERS, Provider, image_types
 from toy_agent.redaction import mask_key
 
 logger = logging.getLogger(__name__)
@@ -248,6 +249,29 @@ def _recorded_observations(step: dict[str, Any]) -> list[str]:
 
 # --- settings -------------------------------------------------------------------------------
 
+
+def parse_model_options(pairs: Iterable[str]) -> dict[str, Any]:
+    """--model-option KEY=VALUE pairs as the request's fields: a value that reads as JSON
+    (0.2, true, {"a": 1}) is that JSON, anything else the string. Raises LlmConfigError."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise LlmConfigError(f"--model-option {pair!r}: expected KEY=VALUE (temperature=0.2)")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+def check_effort(effort: str | None) -> str | None:
+    if effort is not None and effort not in EFFORTS:
+        raise LlmConfigError(f"effort {effort!r}: use one of {', '.join(EFFORTS)}")
+    return effort
+
+
 # Local OpenAI-compatible servers (Ollama, vLLM, llama.cpp) ignore the key but the SDK wants one.
 LOCAL_SERVER_KEY = "not-needed"
 # Transient statuses: request timeout, rate limit, server errors, Anthropic's 529 "overloaded".
@@ -286,6 +310,10 @@ def client_for(
     max_retries: int = 4,
     timeout: float = 120.0,
     environ: Mapping[str, str] = os.environ,
+    effort: str | None = None,
+    model_options: Mapping[str, Any] | None = None,
+    show_thinking: bool = False,
+    openai_api: str = "chat",
 ) -> LlmClient:
     """The client the command-line settings ask for: the replay of a recording, or a real
     provider (keys and base URLs from `environ`). Mistakes raise LlmConfigError."""
@@ -302,6 +330,10 @@ def client_for(
         max_retries=max_retries,
         timeout=timeout,
         environ=environ,
+        effort=effort,
+        model_options=model_options,
+        show_thinking=show_thinking,
+        openai_api=openai_api,
     )
 
 
@@ -313,16 +345,27 @@ def create_llm_client(
     max_retries: int = 4,
     timeout: float = 120.0,
     environ: Mapping[str, str] = os.environ,
+    effort: str | None = None,
+    model_options: Mapping[str, Any] | None = None,
+    show_thinking: bool = False,
+    openai_api: str = "chat",
 ) -> LlmClient:
-    """Build the client for a real provider, reading keys and base URLs from `environ` only."""
+    """Build the client for a real provider, reading keys and base URLs from `environ` only.
+    `openai_api` "responses" picks OpenAI's Responses API over Chat Completions."""
     if provider not in PROVIDERS:
         names = ", ".join(PROVIDERS)
         raise LlmConfigError(f"unknown LLM provider {provider!r}: use one of {names}")
     key, url = resolve_settings(provider, None, base_url, environ)
     cls = PROVIDERS[provider].client_class()
+    if openai_api == "responses":
+        if provider != "openai":
+            raise LlmConfigError(f"--openai-api responses is for --llm-provider openai, not "
+                                 f"{provider}")  # fmt: skip
+        cls = OpenAIResponsesLlmClient
     client: LlmClient = cls(
-        key, model, base_url=url, max_retries=max_retries, timeout=timeout, environ=environ
-    )
+        key, model, base_url=url, max_retries=max_retries, timeout=timeout, environ=environ,
+        effort=effort, model_options=model_options, show_thinking=show_thinking,
+    )  # fmt: skip
     return client
 
 
@@ -506,6 +549,9 @@ class _ProviderClient(LlmClient):
         timeout: float = 120.0,
         max_tokens: int = 8192,
         environ: Mapping[str, str] | None = None,
+        effort: str | None = None,
+        model_options: Mapping[str, Any] | None = None,
+        show_thinking: bool = False,
     ):
         self._environ = os.environ if environ is None else environ
         self._api_key, self.base_url = resolve_settings(
@@ -513,7 +559,17 @@ class _ProviderClient(LlmClient):
         )
         self.model = model or self.row.default_model
         self.max_retries, self.timeout, self.max_tokens = max(0, max_retries), timeout, max_tokens
+        # --effort, --model-option (max_tokens among them sets max_tokens) and whether to ask
+        # for the model's thinking (summarised) where it is not shown by default.
+        self.effort, self.show_thinking = check_effort(effort), show_thinking
+        self.model_options = dict(model_options or {})
+        if "max_tokens" in self.model_options:
+            self.max_tokens = int(self.model_options.pop("max_tokens"))
+        self._check_options()
         self._sdk = self._make_sdk()
+
+    def _check_options(self) -> None:
+        """Raise LlmConfigError for a --model-option the model is known to refuse."""
 
     @property
     def row(self) -> Provider:
@@ -558,6 +614,8 @@ class _ProviderClient(LlmClient):
             raise LlmError(
                 self.provider, f"malformed response from {self.base_url} ({problem})"
             ) from exc
+        if response.turn is not None:  # the turn goes back only to this very model
+            response = replace(response, turn=replace(response.turn, model=self.model))
         u = response.usage
         logger.info(
             "%s %s: %d input tokens (%d cached), %d output, stop=%s, %.1fs",
@@ -661,6 +719,10 @@ class _ProviderClient(LlmClient):
         message = failure.message
         if failure.retryable and not failure.hint:  # the provider's trouble, not the settings'
             hints.setdefault(failure.status or 0, "try again later, or raise --max-retries")
+        if failure.status == 400 and (named := [k for k in self.model_options if k in message]):
+            return LlmError(self.provider, self._redact(
+                f"{self.model} refused --model-option {named[0]} ({message})"
+            ), failure.status)  # fmt: skip
         if hint := failure.hint or hints.get(failure.status or 0):
             message += f" — {hint}"
         if retries:
@@ -700,6 +762,11 @@ class _StainlessClient(_ProviderClient):
     @abstractmethod
     def _body(self, request: _Request) -> dict[str, Any]:
         """The request's keyword arguments for the SDK call."""
+
+    def _with_options(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`body` with the --model-option fields, which the SDK sends as they are (a field it
+        has no argument for too) and which win over ours."""
+        return {**body, "extra_body": self.model_options} if self.model_options else body
 
     @abstractmethod
     def _call(self, body: dict[str, Any], *, stream: bool) -> Any:
@@ -767,7 +834,29 @@ def _anthropic_result(content: str, images: Sequence[Image]) -> str | list[dict[
     return [{"type": "text", "text": content or _EMPTY}, *map(_anthropic_image, images)]
 
 
-def _anthropic_blocks(message: Message) -> list[dict[str, Any]]:
+# The fields of each block Claude sends that go back with the turn (citations and the like
+# do not).
+_ANTHROPIC_ECHOED = {
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
+    "text": ("type", "text"),
+    "tool_use": ("type", "id", "name", "input"),
+}
+_ANTHROPIC_SIGNED = ("thinking", "redacted_thinking")
+
+
+def _anthropic_echo(turn: SignedTurn) -> list[dict[str, Any]]:
+    """The turn's blocks as Claude sent them; a thinking block whose signature is gone (its
+    text held a secret and was redacted in the saved session) is left out: the API takes a
+    turn without it once its tool loop is closed, never one with a broken signature."""
+    kept = [b for b in turn.blocks if b.get("type") not in _ANTHROPIC_SIGNED or b.get("signature")
+            or b.get("data")]  # fmt: skip
+    return [dict(b) for b in kept]
+
+
+def _anthropic_blocks(message: Message, model: str = "") -> list[dict[str, Any]]:
+    if message.turn is not None and message.turn.fits("claude", model):
+        return _anthropic_echo(message.turn)
     blocks: list[dict[str, Any]] = [
         {"type": "tool_result", "tool_use_id": r.call_id}
         | {"content": _anthropic_result(r.content, r.images), "is_error": r.is_error}
@@ -781,15 +870,17 @@ def _anthropic_blocks(message: Message) -> list[dict[str, Any]]:
     return blocks or [{"type": "text", "text": _EMPTY}]
 
 
-def to_anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def to_anthropic_messages(messages: Sequence[Message], model: str = "") -> list[dict[str, Any]]:
     """Alternating user/assistant turns starting with user, the last user block cached.
+    `model`'s own turns go back as Claude sent them (thinking blocks and signatures); any
+    other model's are rebuilt from their text and tool calls.
 
     With the breakpoint on the system prompt, the one on the newest user block lets every call
     of a long run read the whole earlier conversation from the prompt cache (2 of 4 allowed).
     """
     out: list[dict[str, Any]] = []
     for message in messages:
-        blocks = _anthropic_blocks(message)
+        blocks = _anthropic_blocks(message, model)
         if out and out[-1]["role"] == message.role:
             out[-1]["content"] += blocks
         else:
@@ -804,6 +895,9 @@ def to_anthropic_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
 
 
 def from_anthropic_response(data: dict[str, Any]) -> LlmResponse:
+    """The reply; when it thought (thinking or redacted_thinking blocks), the whole turn as
+    sent, to go back with the next request, and the thinking text as shown (a summary, or
+    nothing when the model omits it). Claude does not count thinking tokens apart."""
     blocks, usage = data["content"], data["usage"]
     calls = tuple(
         ToolCall(b["name"], dict(b.get("input") or {}), b["id"])
@@ -813,10 +907,61 @@ def from_anthropic_response(data: dict[str, Any]) -> LlmResponse:
     cached = usage.get("cache_read_input_tokens") or 0
     written = usage.get("cache_creation_input_tokens") or 0
     # input counts every prompt token, as OpenAI and Gemini do; cached is the part read
-    tokens = Usage(usage["input_tokens"] + cached + written, usage["output_tokens"], cached)
+    tokens = Usage(usage["input_tokens"] + cached + written, usage["output_tokens"], cached,
+                   cache_write_tokens=written)  # fmt: skip
     text = "".join(b["text"] for b in blocks if b["type"] == "text")
     stop = _stop_reason(_ANTHROPIC_STOPS, data.get("stop_reason"), calls)
-    return LlmResponse(text, calls, tokens, stop, data.get("model") or "")
+    thinking = "\n\n".join(b["thinking"] for b in blocks
+                            if b["type"] == "thinking" and b.get("thinking"))  # fmt: skip
+    turn = None
+    if any(b["type"] in _ANTHROPIC_SIGNED for b in blocks):
+        echoed = tuple(
+            {k: b[k] for k in _ANTHROPIC_ECHOED[b["type"]] if k in b}
+            for b in blocks
+            if b["type"] in _ANTHROPIC_ECHOED
+        )
+        turn = SignedTurn("claude", data.get("model") or "", echoed)
+    return LlmResponse(text, calls, tokens, stop, data.get("model") or "", thinking=thinking,
+                       turn=turn)  # fmt: skip
+
+
+# Claude's thinking controls by generation (platform.claude.com/docs, build-with-claude/
+# adaptive-thinking and effort, 2026-11): these think adaptively by default, take
+# output_config.effort, and fix their sampling (temperature, top_p, top_k are refused) ...
+_CLAUDE_ADAPTIVE_BY_DEFAULT = re.compile(
+    r"claude-(?:(?:sonnet|opus|haiku|fable|mythos)-(?:[5-9]|\d\d)|opus-4-[7-9]|mythos|fable)"
+)
+# ... these think adaptively when asked (thinking.type adaptive) and take effort ...
+_CLAUDE_ADAPTIVE = re.compile(r"claude-(?:sonnet|opus)-4-6")
+# ... and these think with a budget of tokens when asked (thinking.type enabled); a dated
+# snapshot (claude-opus-4-20250514) is its model.
+_CLAUDE_BUDGETED = re.compile(
+    r"claude-(?:3-7-sonnet|sonnet-4-5|opus-4-5|opus-4-1|haiku-4-5"
+    r"|(?:sonnet|opus)-4(?:-0)?(?!-\d(?!\d)))"
+)
+# Claude 5 and later refuse sampling parameters.
+_CLAUDE_FIXED_SAMPLING = re.compile(r"claude-(?:sonnet|opus|haiku|fable|mythos)-(?:[5-9]|\d\d)")
+CLAUDE_BUDGETS = {"low": 2048, "medium": 8192, "high": 24576}  # --effort as budget_tokens
+_SAMPLING = ("temperature", "top_p", "top_k")
+
+
+def claude_thinking(model: str, effort: str | None, show: bool) -> dict[str, Any]:
+    """The request fields that carry --effort and the wish to see the thinking, for `model`'s
+    generation: {} when there is nothing to ask (the model's defaults apply)."""
+    name = model.lower()
+    default = bool(_CLAUDE_ADAPTIVE_BY_DEFAULT.match(name))
+    if default or (_CLAUDE_ADAPTIVE.match(name) and (effort or show)):
+        fields: dict[str, Any] = {}
+        if show:  # the newest omit the thinking text unless asked for a summary
+            fields["thinking"] = {"type": "adaptive", "display": "summarized"}
+        elif not default:
+            fields["thinking"] = {"type": "adaptive"}
+        if effort:
+            fields["output_config"] = {"effort": effort}
+        return fields
+    if effort and _CLAUDE_BUDGETED.match(name):
+        return {"thinking": {"type": "enabled", "budget_tokens": CLAUDE_BUDGETS[effort]}}
+    return {}
 
 
 class ClaudeLlmClient(_StainlessClient):
@@ -826,16 +971,27 @@ class ClaudeLlmClient(_StainlessClient):
     sdk_client = "anthropic:Anthropic"
     _parse = staticmethod(from_anthropic_response)
 
+    def _check_options(self) -> None:
+        fixed = [k for k in _SAMPLING if k in self.model_options]
+        if fixed and _CLAUDE_FIXED_SAMPLING.match(self.model.lower()):
+            raise LlmConfigError(
+                f"--model-option {fixed[0]}: {self.model} does not take {fixed[0]} (its "
+                "sampling is fixed; use --effort instead): remove the option"
+            )
+
     def _body(self, request: _Request) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
-        body["messages"] = to_anthropic_messages(request.messages)
+        body |= claude_thinking(self.model, self.effort, self.show_thinking)
+        if budget := body.get("thinking", {}).get("budget_tokens"):  # it counts in max_tokens
+            body["max_tokens"] = max(self.max_tokens, budget + 4096)
+        body["messages"] = to_anthropic_messages(request.messages, self.model)
         if request.system_prompt:
             body["system"] = [
                 {"type": "text", "text": request.system_prompt} | {"cache_control": _EPHEMERAL}
             ]
         if request.tools:
             body["tools"] = to_anthropic_tools(request.tools)
-        return body
+        return self._with_options(body)
 
     def _call(self, body: dict[str, Any], *, stream: bool) -> Any:
         messages = self._sdk.messages  # .stream: the SDK's helper that accumulates the events
@@ -872,24 +1028,51 @@ def _gemini_image(image: Image) -> dict[str, Any]:
     return {"inline_data": {"mime_type": image.mime_type, "data": base64.b64decode(image.data)}}
 
 
-def to_gemini_contents(messages: Sequence[Message]) -> list[dict[str, Any]]:
+# What a rebuilt function call (another model's, or a record's without its signature) carries:
+# the placeholder Gemini's thought-signature FAQ gives for calls it did not sign, which skips
+# the check (ai.google.dev/gemini-api/docs/thought-signatures, 2026-11).
+GEMINI_NO_SIGNATURE = b"skip_thought_signature_validator"
+
+
+def _gemini_echo(turn: SignedTurn) -> list[dict[str, Any]]:
+    """The turn's parts as Gemini sent them: thought parts and thought signatures on the parts
+    that carried them (base64 in the record; the SDK takes bytes)."""
+    parts = []
+    for part in turn.blocks:
+        part = dict(part)
+        if isinstance(part.get("thought_signature"), str):
+            part["thought_signature"] = base64.urlsafe_b64decode(part["thought_signature"])
+        parts.append(part)
+    return parts
+
+
+def to_gemini_contents(messages: Sequence[Message], model: str = "") -> list[dict[str, Any]]:
     """Gemini contents: assistant is role "model"; tool results are function_response parts,
-    the images they returned inline_data parts beside them in the same turn."""
+    the images they returned inline_data parts beside them in the same turn. `model`'s own
+    turns go back as sent (thought signatures on their parts); others are rebuilt."""
     out: list[dict[str, Any]] = []
+    unnamed: set[str] = set()  # our ids of echoed calls Gemini sent without one
     for message in messages:
         role = "model" if message.role == "assistant" else "user"
+        if message.turn is not None and message.turn.fits("gemini", model):
+            out.append({"role": role, "parts": _gemini_echo(message.turn)})
+            calls = [p["function_call"] for p in message.turn.blocks if p.get("function_call")]
+            unnamed.update(c.id for c, f in zip(message.tool_calls, calls, strict=False)
+                           if not f.get("id"))  # fmt: skip
+            continue
         parts: list[dict[str, Any]] = []
-        for r in message.tool_results:
+        for r in message.tool_results:  # an answer names its call as the call named itself
             response = {"error" if r.is_error else "output": r.content}
-            parts.append(
-                {"function_response": {"id": r.call_id, "name": r.name} | {"response": response}}
-            )
+            named = {} if r.call_id in unnamed else {"id": r.call_id}
+            parts.append({"function_response": named | {"name": r.name, "response": response}})
         parts += (_gemini_image(i) for r in message.tool_results for i in r.images)
         if message.content.strip():
             parts.append({"text": message.content})
         parts += map(_gemini_image, message.images)
-        for c in message.tool_calls:
+        for n, c in enumerate(message.tool_calls):
             parts.append({"function_call": {"id": c.id, "name": c.name, "args": c.arguments}})
+            if n == 0:  # a turn not the model's own: Gemini 3 wants a signature all the same
+                parts[-1]["thought_signature"] = GEMINI_NO_SIGNATURE
         parts = parts or [{"text": _EMPTY}]
         if out and out[-1]["role"] == role:
             out[-1]["parts"] += parts
@@ -936,12 +1119,16 @@ def merge_gemini_chunks(
 
 
 def from_gemini_response(data: dict[str, Any]) -> LlmResponse:
-    """A response dict as google-genai dumps it (snake_case)."""
+    """A response dict as google-genai dumps it (snake_case). Thought parts (thought: true)
+    are the thinking, shown, not the reply's text; when a part is signed (thought_signature)
+    or a thought, the parts as sent are kept to go back with the next request."""
     meta = data.get("usage_metadata") or {}
-    output = (meta.get("candidates_token_count") or 0) + (meta.get("thoughts_token_count") or 0)
+    thoughts = meta.get("thoughts_token_count") or 0
+    output = (meta.get("candidates_token_count") or 0) + thoughts
     usage = Usage(
-        meta.get("prompt_token_count") or 0, output, meta.get("cached_content_token_count") or 0
-    )
+        meta.get("prompt_token_count") or 0, output, meta.get("cached_content_token_count") or 0,
+        reasoning_tokens=thoughts,
+    )  # fmt: skip
     model = data.get("model_version") or ""
     if not data.get("candidates"):
         if (data.get("prompt_feedback") or {}).get("block_reason"):
@@ -954,8 +1141,27 @@ def from_gemini_response(data: dict[str, Any]) -> LlmResponse:
         for i, f in enumerate(functions)
     )
     text = "".join(p["text"] for p in parts if p.get("text") and not p.get("thought"))
+    thinking = "".join(p["text"] for p in parts if p.get("text") and p.get("thought"))
+    signed = any(p.get("thought_signature") or p.get("thought") for p in parts)
+    turn = SignedTurn("gemini", model, tuple(parts)) if signed else None
     stop = _stop_reason(_GEMINI_STOPS, data["candidates"][0].get("finish_reason"), calls)
-    return LlmResponse(text, calls, usage, stop, model)
+    return LlmResponse(text, calls, usage, stop, model, thinking=thinking, turn=turn)
+
+
+# Gemini's thinking controls by generation (ai.google.dev/gemini-api/docs/thinking, 2026-11):
+# Gemini 3 and later take a thinking level, 2.5 a budget of tokens.
+_GEMINI_LEVELS = re.compile(r"gemini-(?:[3-9]|\d\d)")
+GEMINI_BUDGETS = {"low": 1024, "medium": 8192, "high": 24576}  # --effort on Gemini 2.5
+
+
+def gemini_thinking(model: str, effort: str | None, show: bool) -> dict[str, Any]:
+    """The thinking_config that carries --effort and the wish to see thought summaries."""
+    config: dict[str, Any] = {"include_thoughts": True} if show else {}
+    if effort and _GEMINI_LEVELS.search(model.lower()):
+        config["thinking_level"] = effort
+    elif effort:
+        config["thinking_budget"] = GEMINI_BUDGETS[effort]
+    return config
 
 
 def _dump_gemini(response: Any) -> dict[str, Any]:
@@ -986,7 +1192,10 @@ class GeminiLlmClient(_ProviderClient):
             config["system_instruction"] = request.system_prompt
         if request.tools:
             config["tools"] = to_gemini_tools(request.tools)
-        contents = to_gemini_contents(request.messages)
+        if thinking := gemini_thinking(self.model, self.effort, self.show_thinking):
+            config["thinking_config"] = thinking
+        config |= self.model_options  # Gemini's options live in the config (temperature, ...)
+        contents = to_gemini_contents(request.messages, self.model)
         body = {"model": self.model, "contents": contents, "config": config}
         if request.on_text is None:
             return _dump_gemini(self._sdk.models.generate_content(**body))
@@ -996,6 +1205,16 @@ class GeminiLlmClient(_ProviderClient):
         if not candidates[0].get("finish_reason") and not data.get("prompt_feedback"):
             raise _StreamCut("the stream ended without a finish reason")
         return data
+
+    def _check_options(self) -> None:
+        from google.genai import types
+
+        known = types.GenerateContentConfig.model_fields
+        if unknown := [k for k in self.model_options if k not in known]:
+            raise LlmConfigError(
+                f"--model-option {unknown[0]}: Gemini's generation config has no such field "
+                "(temperature, top_p, top_k, seed, max_output_tokens, ...)"
+            )
 
     def _failure(self, exc: Exception) -> _Failure | None:
         from google.genai import errors
@@ -1123,7 +1342,9 @@ def from_openai_response(data: dict[str, Any]) -> LlmResponse:
     message, usage = choice["message"], data.get("usage") or {}
     calls = tuple(_openai_tool_call(i, c) for i, c in enumerate(message.get("tool_calls") or []))
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-    tokens = Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0, cached)
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    tokens = Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0, cached,
+                   reasoning_tokens=reasoning)  # fmt: skip
     stop = _stop_reason(_OPENAI_STOPS, choice.get("finish_reason"), calls)
     return LlmResponse(message.get("content") or "", calls, tokens, stop, data.get("model") or "")
 
@@ -1140,10 +1361,12 @@ class OpenAICompatibleLlmClient(_StainlessClient):
         # local servers know max_tokens.
         limit = "max_completion_tokens" if "api.openai.com" in self.base_url else "max_tokens"
         body: dict[str, Any] = {"model": self.model, limit: self.max_tokens}
+        if self.effort:  # reasoning models only; a server that knows no such field ignores it
+            body["reasoning_effort"] = self.effort
         body["messages"] = to_openai_messages(request.system_prompt, request.messages)
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
-        return body
+        return self._with_options(body)
 
     def _call(self, body: dict[str, Any], *, stream: bool) -> Any:
         if stream:  # a stream tells the usage only when asked to, in its last chunk
@@ -1155,6 +1378,116 @@ class OpenAICompatibleLlmClient(_StainlessClient):
         if data["choices"][0]["finish_reason"] is None:
             raise _StreamCut("the stream ended without a finish_reason")
         return data
+
+
+# --- OpenAI Responses API (--openai-api responses) ------------------------------------------
+
+_RESPONSES_STOPS: dict[str | None, StopReason] = {
+    "max_output_tokens": "max_tokens",
+    "content_filter": "safety",
+}
+
+
+def to_responses_input(messages: Sequence[Message], model: str = "") -> list[dict[str, Any]]:
+    """Responses API input items. `model`'s own turns go back as they came (reasoning items
+    with their encrypted_content, then its messages and function calls); others are rebuilt;
+    tool results are function_call_output items, images an input_image beside them."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "assistant":
+            if message.turn is not None and message.turn.fits("openai", model):
+                out += [dict(item) for item in message.turn.blocks]
+                continue
+            if message.content:
+                out.append({"role": "assistant", "content": message.content})
+            out += [
+                {"type": "function_call", "call_id": c.id, "name": c.name}
+                | {"arguments": json.dumps(c.arguments)}
+                for c in message.tool_calls
+            ]
+            continue
+        out += [{"type": "function_call_output", "call_id": r.call_id, "output": r.content}
+                for r in message.tool_results]  # fmt: skip
+        images = [i for r in message.tool_results for i in r.images] + list(message.images)
+        if images:
+            text = message.content or "The images the tool calls above returned:"
+            parts = [{"type": "input_text", "text": text}, *map(_responses_image, images)]
+            out.append({"role": "user", "content": parts})
+        elif message.content or not message.tool_results:
+            out.append({"role": "user", "content": message.content})
+    return out
+
+
+def _responses_image(image: Image) -> dict[str, Any]:
+    if not image.data:
+        return {"type": "input_text", "text": image.stub()}
+    return {"type": "input_image", "image_url": f"data:{image.mime_type};base64,{image.data}"}
+
+
+def from_responses_response(data: dict[str, Any]) -> LlmResponse:
+    """A Responses API response: its messages' text, its function calls, the reasoning
+    summaries as the thinking, and, when it reasoned, its output items to go back."""
+    output = data["output"]
+    text = "".join(part.get("text") or "" for item in output if item.get("type") == "message"
+                   for part in item.get("content") or ()
+                   if part.get("type") == "output_text")  # fmt: skip
+    functions = [item for item in output if item.get("type") == "function_call"]
+    calls = tuple(_openai_tool_call(i, {"id": f.get("call_id"), "function": f})
+                  for i, f in enumerate(functions))  # fmt: skip
+    thinking = "\n\n".join(summary.get("text") or "" for item in output
+                            if item.get("type") == "reasoning"
+                            for summary in item.get("summary") or ())  # fmt: skip
+    usage = data.get("usage") or {}
+    tokens = Usage(
+        usage.get("input_tokens") or 0, usage.get("output_tokens") or 0,
+        (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0,
+        reasoning_tokens=(usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0,
+    )  # fmt: skip
+    reason = (data.get("incomplete_details") or {}).get("reason")
+    stop = _RESPONSES_STOPS.get(reason, "other") if data.get("status") == "incomplete" else "end"
+    stop = "tool_use" if calls and stop == "end" else stop
+    model = data.get("model") or ""
+    reasoned = any(item.get("type") == "reasoning" for item in output)
+    turn = SignedTurn("openai", model, tuple(output)) if reasoned else None
+    return LlmResponse(text, calls, tokens, stop, model, thinking=thinking, turn=turn)
+
+
+class OpenAIResponsesLlmClient(OpenAICompatibleLlmClient):
+    """OpenAI's Responses API (`--openai-api responses`): the reasoning of its reasoning
+    models goes back between turns as encrypted reasoning items (nothing is stored at
+    OpenAI: store is false). Chat Completions stays the default: local servers speak only it."""
+
+    _parse = staticmethod(from_responses_response)
+
+    def _body(self, request: _Request) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "max_output_tokens": self.max_tokens}
+        body |= {"store": False, "include": ["reasoning.encrypted_content"]}
+        if request.system_prompt:
+            body["instructions"] = request.system_prompt
+        body["input"] = to_responses_input(request.messages, self.model)
+        if request.tools:
+            declarations = _declarations(request.tools, "parameters")
+            body["tools"] = [{"type": "function"} | d for d in declarations]
+        reasoning = {"effort": self.effort} if self.effort else {}
+        if self.show_thinking:
+            reasoning["summary"] = "auto"
+        if reasoning:
+            body["reasoning"] = reasoning
+        return self._with_options(body)
+
+    def _call(self, body: dict[str, Any], *, stream: bool) -> Any:
+        return self._sdk.responses.create(**body, **({"stream": True} if stream else {}))
+
+    def _merge(self, stream: Any, on_text: TextCallback) -> dict[str, Any]:
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                on_text(event.delta)
+            elif event.type in ("response.completed", "response.incomplete"):
+                data: dict[str, Any] = event.response.to_dict()
+                return data
+            elif event.type in ("response.failed", "error"):
+                raise _StreamCut(f"the stream reported {event.type}")
+        raise _StreamCut("the stream ended before response.completed")
 
 
 def preload_sdk(provider: str) -> None:

@@ -8,7 +8,7 @@ import binascii
 import hashlib
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field, fields
 from typing import Any, Literal
 
 
@@ -73,21 +73,76 @@ TextCallback = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens one call (or a whole run, once summed) consumed."""
+    """Tokens one call (or a whole run, once summed) consumed. `input_tokens` counts every
+    prompt token: `cached_tokens` of them were read from the prompt cache, `cache_write_tokens`
+    written to it (Anthropic bills those apart). `output_tokens` counts every token the model
+    wrote, its thinking included: `reasoning_tokens` of them were thinking (when the provider
+    says; billed as output)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cached_tokens + other.cached_tokens,
-        )
+        return Usage(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Usage:
+        """The counts a record holds (a count it lacks, or that is not a number, is 0)."""
+        data = data if isinstance(data, dict) else {}
+        return cls(*(_count(data.get(f.name)) for f in fields(cls)))
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+# The fields of a signed turn that must travel back byte for byte: never redacted, never cut.
+# Claude's thinking `signature` and `redacted_thinking` `data`, Gemini's `thought_signature`,
+# OpenAI Responses' `encrypted_content`.
+OPAQUE_KEYS = frozenset({"signature", "thought_signature", "encrypted_content"})
+
+
+def opaque_fields(block: dict[str, Any]) -> frozenset[str]:
+    """The keys of `block` (one block or part of a signed turn) whose values are opaque."""
+    keys = OPAQUE_KEYS & block.keys()
+    return keys | {"data"} if block.get("type") == "redacted_thinking" else keys
+
+
+@dataclass(frozen=True)
+class SignedTurn:
+    """The model's turn exactly as its provider sent it, for the next request to send back:
+    Claude's content blocks (thinking and redacted_thinking with their signatures among
+    them), Gemini's parts (thought_signature, base64, on the parts that carried one). Only
+    `provider`'s API with the same `model` takes it back; any other rebuilds the turn from
+    the message's text and tool calls. Kept only when the turn has something signed."""
+
+    provider: str
+    model: str
+    blocks: tuple[dict[str, Any], ...]
+
+    def fits(self, provider: str, model: str) -> bool:
+        return self.provider == provider and self.model == model
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"provider": self.provider, "model": self.model, "blocks": list(self.blocks)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SignedTurn | None:
+        """The turn a record holds; None when there is none or it is not one."""
+        if not isinstance(data, dict) or not isinstance(data.get("blocks"), list):
+            return None
+        blocks = tuple(b for b in data["blocks"] if isinstance(b, dict))
+        return cls(str(data.get("provider") or ""), str(data.get("model") or ""), blocks)
+
+
+def _turn_dict(thinking: str, turn: SignedTurn | None) -> dict[str, Any]:
+    return ({"thinking": thinking} if thinking else {}) | ({"turn": turn.to_dict()} if turn else {})
 
 
 @dataclass(frozen=True)
@@ -190,6 +245,8 @@ class Message:
     `tool_calls` only appear on assistant turns and `tool_results` only on user turns, and
     only in native tool-calling mode; in the text formats both stay empty. `images` (user
     turns) go beside the text: the text formats' observations carry their images here.
+    `thinking` (assistant turns) is the model's reasoning as the provider showed it (a
+    summary, or nothing), `turn` the turn as the provider sent it, to be sent back.
     """
 
     role: Literal["user", "assistant"]
@@ -197,6 +254,8 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     images: tuple[Image, ...] = ()
+    thinking: str = ""
+    turn: SignedTurn | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form; images as references only (see `Image`)."""
@@ -205,7 +264,7 @@ class Message:
             data["tool_calls"] = [asdict(c) for c in self.tool_calls]
         if self.tool_results:
             data["tool_results"] = [r.to_dict() for r in self.tool_results]
-        return data | _images_dict(self.images)
+        return data | _images_dict(self.images) | _turn_dict(self.thinking, self.turn)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Message:
@@ -215,6 +274,8 @@ class Message:
             tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls", ())),
             tool_results=tuple(ToolResult.from_dict(r) for r in data.get("tool_results", ())),
             images=_images_from(data),
+            thinking=str(data.get("thinking") or ""),
+            turn=SignedTurn.from_dict(data.get("turn")),
         )
 
 
@@ -242,6 +303,8 @@ class LlmResponse:
     model: str = ""
     seconds: float = 0.0  # how long the call took; set by the agent, not recorded
     attempts: tuple[FailedAttempt, ...] = ()  # the failed attempts before this reply
+    thinking: str = ""  # the model's reasoning as shown (a summary), not sent back as text
+    turn: SignedTurn | None = None  # the turn as sent, when it holds something signed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -250,17 +313,21 @@ class LlmResponse:
             "usage": self.usage.to_dict(),
             "stop_reason": self.stop_reason,
             "model": self.model,
-        }
+        } | _turn_dict(self.thinking, self.turn)
+
+    def message(self) -> Message:
+        """The assistant turn this reply is in the conversation."""
+        return Message("assistant", self.text, tool_calls=self.tool_calls,
+                       thinking=self.thinking, turn=self.turn)  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LlmResponse:
-        usage = data.get("usage") or {}
         return cls(
             text=data.get("text") or "",
             tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls") or ()),
-            usage=Usage(
-                *(usage.get(k, 0) for k in ("input_tokens", "output_tokens", "cached_tokens"))
-            ),  # fmt: skip
+            usage=Usage.from_dict(data.get("usage")),
             stop_reason=data.get("stop_reason") or "end",
             model=data.get("model") or "",
+            thinking=str(data.get("thinking") or ""),
+            turn=SignedTurn.from_dict(data.get("turn")),
         )

@@ -303,6 +303,7 @@ def _refuse_single_run_flags(args: argparse.Namespace) -> None:
 def _run_batch(args: argparse.Namespace, live: bool) -> int:
     """--tasks-file: toy_agent.batch runs every task in its own copy and writes --out."""
     from toy_agent.batch import BatchError, RunSettings, run_batch
+    from toy_agent.llm import LlmConfigError, parse_model_options
     from toy_agent.mcp_config import McpError, load_mcp_config
     from toy_agent.view import to_json
 
@@ -319,13 +320,15 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
                          "which a batch cannot give: use edits, auto or read-only")  # fmt: skip
     try:
         config = load_mcp_config(args.mcp_config) if args.mcp_config else []
-    except McpError as exc:
+        options = tuple(parse_model_options(args.model_option).items())
+    except (McpError, LlmConfigError) as exc:
         raise UsageError(str(exc)) from exc
     if args.max_total_cost is not None or args.max_cost is not None:
         _batch_prices(args)
     settings = RunSettings(
         provider=args.llm_provider, model=args.model, base_url=args.base_url,
         max_retries=args.max_retries, timeout=args.timeout, replay=args.replay,
+        effort=args.effort, model_options=options, openai_api=args.openai_api,
         replay_lenient=args.replay_lenient, max_iterations=args.max_iterations,
         tool_format=args.tool_format, context_budget=args.context_budget,
         allow_commands=args.allow_commands, sandbox=args.sandbox,

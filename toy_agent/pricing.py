@@ -1,15 +1,13 @@
 """What a run costs: a price table per model and the meter the agent consults before each call.
 
-The figures are USD per million tokens, in each provider's row (toy_agent.providers), as the
-providers' pricing pages gave them in November 2025. They were written down from those pages as
-known then and were NOT re-checked online from the machine this was written on (it has no
-network): check them before relying on a cost, and pass --price-input/--price-output to
-override them.
+The figures are USD per million tokens, in each provider's row (toy_agent.providers), each
+with its source and date in a comment: the providers' pricing pages of November 2025, and
+claude-sonnet-5-5's of November 2026. Check them before relying on a cost, and pass
+--price-input/--price-output to override them.
 
 Simplifications, all on the side of the standard tier:
-- Anthropic bills cache *writes* at 1.25x the input price; `Usage` has no separate count for
-  them (they are part of `input_tokens`), so they are priced as plain input: a slight
-  under-estimate on the first call of a long run.
+- Anthropic's cache writes are priced at the 5-minute cache's price (the row's `cache_write`),
+  the only cache toy_agent writes; thinking tokens are output tokens, priced as output.
 - Gemini 2.5 Pro charges more for prompts above 200k tokens; the table holds the <= 200k prices
   (the default --context-budget keeps prompts at about 100k tokens).
 - Batch and priority tiers, long-context tiers and cache storage fees are not modelled.

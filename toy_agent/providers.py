@@ -28,26 +28,33 @@ if TYPE_CHECKING:
     from toy_agent.messages import Usage
 
 DEFAULT_PROVIDER = "claude"  # --llm-provider's default, and the pick for a name no row claims
+EFFORTS = ("low", "medium", "high")  # --effort; each client maps it to its provider's control
 REPLAY = "replay"  # the offline provider: plays a recording back, has no row
 
 
 @dataclass(frozen=True)
 class Price:
     """USD per million tokens. `cached_input` is what a prompt token read from the cache costs
-    (None: no discount, the input price)."""
+    (None: no discount, the input price); `cache_write` what a prompt token written to the
+    cache costs (None: the input price; Anthropic's 5-minute cache writes cost more)."""
 
     input: float
     output: float
     cached_input: float | None = None
+    cache_write: float | None = None
 
     def cost(self, usage: Usage) -> float:
         """`usage.input_tokens` counts every prompt token, `cached_tokens` the part of them read
-        from the cache (toy_agent.messages.Usage)."""
+        from the cache, `cache_write_tokens` the part written to it; output tokens include
+        thinking (toy_agent.messages.Usage)."""
         cached = min(usage.cached_tokens, usage.input_tokens)
+        written = min(usage.cache_write_tokens, usage.input_tokens - cached)
         cached_price = self.input if self.cached_input is None else self.cached_input
+        write_price = self.input if self.cache_write is None else self.cache_write
         return (
-            (usage.input_tokens - cached) * self.input
+            (usage.input_tokens - cached - written) * self.input
             + cached * cached_price
+            + written * write_price
             + usage.output_tokens * self.output
         ) / 1_000_000
 
@@ -130,8 +137,11 @@ def _openai_images(model: str) -> frozenset[str]:
 
 # --- the built-in rows -------------------------------------------------------------------------
 
-_SONNET = Price(3.00, 15.00, 0.30)
-_OPUS_4 = Price(15.00, 75.00, 1.50)
+# Each entry: input, output, cache read[, 5-minute cache write] per million tokens, with where
+# and when it was read. A price change is one line.
+_ANTHROPIC_PRICING = "anthropic.com/pricing, 2025-11"
+_SONNET = Price(3.00, 15.00, 0.30, 3.75)  # _ANTHROPIC_PRICING
+_OPUS_4 = Price(15.00, 75.00, 1.50, 18.75)  # _ANTHROPIC_PRICING
 
 CLAUDE = Provider(
     name="claude",
@@ -143,19 +153,20 @@ CLAUDE = Provider(
     models=r"claude",
     aliases=("anthropic",),
     prices={
-        # The default, claude-sonnet-5-5, is not on the pricing page as known here: its price
-        # is ASSUMED to be the Sonnet family's (Sonnet 4 and 4.5: $3 / $15, cache reads $0.30).
-        "claude-sonnet-5-5": _SONNET,
-        "claude-sonnet-4-5": _SONNET,
-        "claude-sonnet-4": _SONNET,
-        "claude-sonnet-4-0": _SONNET,
-        "claude-3-7-sonnet": _SONNET,
-        "claude-opus-4-5": Price(5.00, 25.00, 0.50),
-        "claude-opus-4-1": _OPUS_4,
-        "claude-opus-4": _OPUS_4,
-        "claude-opus-4-0": _OPUS_4,
-        "claude-haiku-4-5": Price(1.00, 5.00, 0.10),
-        "claude-3-5-haiku": Price(0.80, 4.00, 0.08),
+        # The default: platform.claude.com/docs/en/about-claude/pricing and the Sonnet 5.5
+        # migration guide, 2026-11 ($2 / $10; cache writes $2.50, reads $0.10; the model's
+        # overview page still said $0.20 for reads then).
+        "claude-sonnet-5-5": Price(2.00, 10.00, 0.10, 2.50),
+        "claude-sonnet-4-5": _SONNET,  # _ANTHROPIC_PRICING
+        "claude-sonnet-4": _SONNET,  # _ANTHROPIC_PRICING
+        "claude-sonnet-4-0": _SONNET,  # _ANTHROPIC_PRICING
+        "claude-3-7-sonnet": _SONNET,  # _ANTHROPIC_PRICING
+        "claude-opus-4-5": Price(5.00, 25.00, 0.50, 6.25),  # _ANTHROPIC_PRICING
+        "claude-opus-4-1": _OPUS_4,  # _ANTHROPIC_PRICING
+        "claude-opus-4": _OPUS_4,  # _ANTHROPIC_PRICING
+        "claude-opus-4-0": _OPUS_4,  # _ANTHROPIC_PRICING
+        "claude-haiku-4-5": Price(1.00, 5.00, 0.10, 1.25),  # _ANTHROPIC_PRICING
+        "claude-3-5-haiku": Price(0.80, 4.00, 0.08, 1.00),  # _ANTHROPIC_PRICING
     },
     image_types=_claude_images,
     sdk_module="anthropic",
@@ -171,11 +182,11 @@ GEMINI = Provider(
     api_version_variable="GOOGLE_GENAI_API_VERSION",  # google-genai's own variable
     models=r"gemini",
     aliases=("google",),
-    prices={  # paid tier, text prompts of at most 200k tokens
-        "gemini-2.5-pro": Price(1.25, 10.00, 0.125),
-        "gemini-2.5-flash": Price(0.30, 2.50, 0.03),  # the default
-        "gemini-2.5-flash-lite": Price(0.10, 0.40, 0.01),
-        "gemini-2.0-flash": Price(0.10, 0.40, 0.025),
+    prices={  # paid tier, text prompts of at most 200k tokens; thinking billed as output
+        "gemini-2.5-pro": Price(1.25, 10.00, 0.125),  # ai.google.dev/pricing, 2025-11
+        "gemini-2.5-flash": Price(0.30, 2.50, 0.03),  # the default; same page, 2025-11
+        "gemini-2.5-flash-lite": Price(0.10, 0.40, 0.01),  # same page, 2025-11
+        "gemini-2.0-flash": Price(0.10, 0.40, 0.025),  # same page, 2025-11
     },
     image_types=_gemini_images,
     sdk_module="google.genai",
@@ -189,16 +200,16 @@ OPENAI = Provider(
     base_url_variable="OPENAI_BASE_URL",
     default_base_url="https://api.openai.com/v1",
     models=r"gpt-|chatgpt|codex|o\d(\b|-)",  # gpt-5, o3-mini, o4
-    prices={  # standard tier
-        "gpt-5": Price(1.25, 10.00, 0.125),
-        "gpt-5-mini": Price(0.25, 2.00, 0.025),  # the default
-        "gpt-5-nano": Price(0.05, 0.40, 0.005),
-        "gpt-4.1": Price(2.00, 8.00, 0.50),
-        "gpt-4.1-mini": Price(0.40, 1.60, 0.10),
-        "gpt-4.1-nano": Price(0.10, 0.40, 0.025),
-        "gpt-4o": Price(2.50, 10.00, 1.25),
-        "gpt-4o-2024-05-13": Price(5.00, 15.00),  # the first gpt-4o snapshot, priced higher
-        "gpt-4o-mini": Price(0.15, 0.60, 0.075),
+    prices={  # standard tier; reasoning tokens billed as output
+        "gpt-5": Price(1.25, 10.00, 0.125),  # openai.com/api/pricing, 2025-11
+        "gpt-5-mini": Price(0.25, 2.00, 0.025),  # the default; same page, 2025-11
+        "gpt-5-nano": Price(0.05, 0.40, 0.005),  # same page, 2025-11
+        "gpt-4.1": Price(2.00, 8.00, 0.50),  # same page, 2025-11
+        "gpt-4.1-mini": Price(0.40, 1.60, 0.10),  # same page, 2025-11
+        "gpt-4.1-nano": Price(0.10, 0.40, 0.025),  # same page, 2025-11
+        "gpt-4o": Price(2.50, 10.00, 1.25),  # same page, 2025-11
+        "gpt-4o-2024-05-13": Price(5.00, 15.00),  # the first snapshot, priced higher; 2025-11
+        "gpt-4o-mini": Price(0.15, 0.60, 0.075),  # same page, 2025-11
     },
     image_types=_openai_images,
     sdk_module="openai",

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toy_agent.cuts import MARK
+from toy_agent.messages import opaque_fields
 from toy_agent.providers import key_variables
 
 REDACTED = "[REDACTED]"
@@ -210,11 +211,20 @@ class Redactor:
         return "".join(parts) + text[done:] if parts else text
 
     def redact_obj(self, obj: Any) -> Any:
-        """Redact every string in a JSON-like structure (dicts, lists, tuples), keys included."""
+        """Redact every string in a JSON-like structure (dicts, lists, tuples), keys included,
+        but the opaque fields of a signed turn (a thinking block's signature, a thought
+        signature, encrypted reasoning: `messages.opaque_fields`), which go back to the provider
+        byte for byte and hold no text. A signed block whose text redaction changed loses them:
+        its signature no longer fits it, and a provider refuses a broken one."""
         if isinstance(obj, str):
             return self.redact(obj)
         if isinstance(obj, dict):
-            return {self.redact_obj(k): self.redact_obj(v) for k, v in obj.items()}
+            opaque = opaque_fields(obj)
+            out = {self.redact_obj(k): self.redact_obj(v) if k not in opaque else v
+                   for k, v in obj.items()}  # fmt: skip
+            if opaque and any(out.get(k) != v for k, v in obj.items() if k not in opaque):
+                return {k: v for k, v in out.items() if k not in opaque}
+            return out
         if isinstance(obj, (list, tuple)):
             return type(obj)(self.redact_obj(item) for item in obj)
         return obj

@@ -148,6 +148,7 @@ class StepView:
     input_tokens: int | None = None
     output_tokens: int | None = None
     warnings: tuple[Warn, ...] = ()
+    thinking: str = ""  # the model's reasoning as the provider showed it (a summary)
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,7 @@ class RunView:
     llm_seconds: float = 0.0
     tool_seconds: float = 0.0
     model: str = ""
+    effort: str = ""  # --effort ("" when the model's own)
     started_at: str = ""
     steps: tuple[StepView, ...] = ()
     diffs: tuple[FileDiff, ...] = ()
@@ -266,6 +268,12 @@ class BatchView:
     @property
     def outcomes(self) -> list[str]:
         return sorted({r.outcome for r in self.runs})
+
+    @property
+    def setup(self) -> str:
+        """The model and effort its runs used, so that two batches compare at a glance."""
+        used = {r.model + (f", effort {r.effort}" if r.effort else "") for r in self.runs}
+        return "; ".join(sorted(u for u in used if u))
 
 
 @dataclass(frozen=True)
@@ -617,6 +625,7 @@ def run_view(
         model=_clean(
             redactor, f"{settings.get('provider') or ''} {settings.get('model') or ''}".strip(), 200
         ),  # fmt: skip
+        effort=_clean(redactor, str(settings.get("effort") or ""), 20),
         started_at=_clean(redactor, str(data.get("started_at") or ""), 100),
         steps=steps,
         diffs=diffs,
@@ -659,6 +668,7 @@ def _step(data: dict[str, Any], number: int, redactor: Redacts, caps: Caps) -> S
         _int(usage.get("input_tokens"), 0) if usage else None,
         _int(usage.get("output_tokens"), 0) if usage else None,
         tuple(warnings),
+        _clean(redactor, str(response.get("thinking") or ""), caps.text),
     )
 
 
@@ -830,7 +840,7 @@ def _session_step(
         number, _clean(redactor, thought, caps.text), action_views, tuple(observations),
         _clean(redactor, parse_error, caps.text),
         _clean(redactor, message.content, caps.text) if parse_error or not actions else "",
-        warnings=tuple(warnings),
+        warnings=tuple(warnings), thinking=_clean(redactor, message.thinking, caps.text),
     )  # fmt: skip
 
 

@@ -290,7 +290,7 @@ def messages_from_trajectory(data: dict[str, Any]) -> list[Message]:
     messages = [Message("user", str(data["task"]))]
     for step in data["steps"]:
         response = LlmResponse.from_dict(step["response"])
-        messages.append(Message("assistant", response.text, tool_calls=response.tool_calls))
+        messages.append(response.message())
         actions = [Action(**a) for a in step.get("actions") or ()]
         if step.get("parse_error"):
             error = f"Error: {step['parse_error']}"

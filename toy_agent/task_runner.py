@@ -15,7 +15,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,9 @@ class RunSettings:
     base_url: str | None = None
     max_retries: int = 4
     timeout: float = 120.0
+    effort: str | None = None  # --effort; a task's own "effort" wins
+    model_options: tuple[tuple[str, Any], ...] = ()  # --model-option, parsed
+    openai_api: str = "chat"  # --openai-api
     replay: str | None = None
     replay_lenient: bool = False
     max_iterations: int = 10
@@ -226,7 +229,7 @@ def _run_agent(
     stop: StopSignal | None,
     credentials: Credentials | None,
 ) -> RunResult:
-    llm = build_llm(settings, credentials)
+    llm = build_llm(replace(settings, effort=task.effort or settings.effort), credentials)
     cost = meter_for(getattr(llm, "model", "") or "", settings.max_cost, settings.price_input,
                      settings.price_output)  # fmt: skip
     mcp_session = (
@@ -261,6 +264,8 @@ def build_llm(settings: RunSettings, credentials: Credentials | None = None) -> 
         replay=settings.replay, replay_lenient=settings.replay_lenient,
         max_retries=settings.max_retries, timeout=settings.timeout,
         environ=os.environ if credentials is None else credentials.environ(),
+        effort=settings.effort, model_options=dict(settings.model_options),
+        openai_api=settings.openai_api,
     )  # fmt: skip
 
 

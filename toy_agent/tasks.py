@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TASK_KEYS = ("id", "repo", "task", "rev", "check", "max_iterations")
+from toy_agent.providers import EFFORTS
+
+TASK_KEYS = ("id", "repo", "task", "rev", "check", "max_iterations", "effort")
 REQUIRED_KEYS = ("id", "repo", "task")
 TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # ids name files: patches/ID.diff
 
@@ -29,6 +31,7 @@ class Task:
     rev: str | None = None
     check: str | None = None
     max_iterations: int | None = None
+    effort: str | None = None  # low, medium or high: this task's --effort
 
 
 def load_tasks(path: str | os.PathLike[str]) -> list[Task]:
@@ -95,6 +98,9 @@ def task_from_dict(data: Any, *, base: Path, where: str) -> Task:
     limit = data.get("max_iterations")
     if limit is not None and (type(limit) is not int or limit < 1):
         raise BatchError(f"{where}: 'max_iterations' must be a whole number of at least 1")
+    effort = data.get("effort")
+    if effort is not None and effort not in EFFORTS:
+        raise BatchError(f"{where}: 'effort' must be one of {', '.join(EFFORTS)} or null")
     if (data.get("rev") or "").startswith("-"):  # git would read it as an option
         raise BatchError(f"{where}: 'rev' {data['rev']!r} cannot start with '-'")
     if not TASK_ID.fullmatch(data["id"]):
@@ -109,7 +115,8 @@ def task_from_dict(data: Any, *, base: Path, where: str) -> Task:
             raise BatchError(f"{where}: 'rev' needs a git repository, and {repo} is a plain "
                              "folder")  # fmt: skip
         repo = str(folder)
-    return Task(data["id"], repo, data["task"], data.get("rev"), data.get("check"), limit)
+    return Task(data["id"], repo, data["task"], data.get("rev"), data.get("check"), limit,
+                effort)  # fmt: skip
 
 
 def is_git_url(repo: str) -> bool:

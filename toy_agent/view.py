@@ -240,6 +240,8 @@ class TerminalView:
                 self._streamed = True
                 self._stream(self._thought.feed(text))
             case LlmResponded(response=response, seconds=seconds):
+                if response.thinking.strip():
+                    self._show_thinking(response.thinking)
                 self._show_thought(response.text, seconds)
             case ToolStarted(action=action):
                 self._tool = action
@@ -335,6 +337,17 @@ class TerminalView:
         thought = " ".join(word for word in thought.split() if not word.startswith("```"))
         head = Text(f"  thought ({seconds:.1f}s)" + (": " if thought else ""), style="dim")
         self._print_line(self._fitted(thought, head=head))
+
+    def _show_thinking(self, thinking: str) -> None:
+        """The model's thinking (as the provider shows it: a summary), dim, folded to its first
+        THINKING_LINES lines when long: the trajectory and the report keep all of it."""
+        lines = [line.rstrip() for line in visible(thinking.replace("\r\n", "\n")).split("\n")]
+        lines = [line for line in lines if line.strip()]
+        shown = lines[:THINKING_LINES]
+        if len(lines) > THINKING_LINES:
+            shown.append(f"… {len(lines) - THINKING_LINES} more lines (the trajectory keeps them)")
+        for number, line in enumerate(shown):
+            self.console.print(_streamed(("thinking: " if number == 0 else "") + line))
 
     def _show_tool(self, action: Action, content: str, is_error: bool, seconds: float) -> None:
         from rich.text import Text
@@ -451,6 +464,9 @@ def _cut(text: str, cells: int) -> str:
     if cell_len(text) <= cells:
         return text
     return set_cell_size(text, cells - 1) + "…" if cells > 0 else ""
+
+
+THINKING_LINES = 6  # the live view's fold of a long thinking
 
 
 def _streamed(line: str) -> RenderableType:
