@@ -1,7 +1,8 @@
 """The interactive mode: `toy-agent` on a terminal without a task.
 
 Each task typed runs in the same conversation as the ones before it (the session); input
-starting with `/` is a command. The prompt is prompt_toolkit's (imported only here, only on a
+starting with `/` is a command, and a line starting with `!` a shell command run as
+run_command would run it (never a task). The prompt is prompt_toolkit's (imported only here, only on a
 terminal): line editing, a paste is one task however many lines it has (bracketed paste),
 Alt-Enter or a trailing backslash starts a new line, Up recalls earlier tasks (kept in
 `$XDG_STATE_HOME/toy-agent/history`, mode 0600: it holds whatever was typed). Ctrl-C cancels
