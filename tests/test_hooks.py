@@ -106,13 +106,12 @@ def test_every_event_gets_its_json_on_stdin_in_the_repository(tmp_path, repo):
 @pytest.mark.slow
 def test_a_hook_gets_the_environment_commands_get_without_keys(tmp_path, repo, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-hook-never-sees-this")
-    monkeypatch.setenv("MY_SETTING", "kept")
     seen = tmp_path / "env"
     hooks = Hooks.parse([f"run_start=env > {seen}"])
     ReactAgent(ScriptedLlm(xml_action("task_complete", result="ok")), repo,
                hooks=hooks).run("x")  # fmt: skip
     env = seen.read_text()
-    assert "MY_SETTING=kept" in env
+    assert f"HOME={os.environ['HOME']}\n" in env and "\nPATH=" in f"\n{env}"
     assert "sk-ant-hook-never-sees-this" not in env and "ANTHROPIC_API_KEY" not in env
 
 
