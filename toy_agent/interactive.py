@@ -2,13 +2,13 @@
 
 Each task typed runs in the same conversation as the ones before it (the session); input
 starting with `/` is a command, and a line starting with `!` a shell command run as
-run_command would run it (never a task). The prompt is prompt_toolkit's (imported only here, only on a
-terminal): line editing, a paste is one task however many lines it has (bracketed paste),
-Alt-Enter or a trailing backslash starts a new line, Up recalls earlier tasks (kept in
-`$XDG_STATE_HOME/toy-agent/history`, mode 0600: it holds whatever was typed). Ctrl-C cancels
-the task in flight and comes back to the prompt (what was typed meanwhile waits there); at
-the prompt it clears the line. Ctrl-D or /exit ends the session. SIGTERM and SIGHUP still end
-it (the caller maps the return value to 143 or 129).
+run_command would run it (never a task). The prompt is prompt_toolkit's (imported only here,
+only on a terminal): line editing, a paste is one task however many lines it has (bracketed
+paste), Alt-Enter or a trailing backslash starts a new line, Up recalls earlier tasks (kept
+in `$XDG_STATE_HOME/toy-agent/history`, mode 0600: it holds whatever was typed). Ctrl-C
+cancels the task in flight and comes back to the prompt (what was typed meanwhile waits
+there); at the prompt it clears the line. Ctrl-D or /exit ends the session. SIGTERM and
+SIGHUP still end it (the caller maps the return value to 143 or 129).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class Repl:
         output is added to the next task if the user says so."""
         from toy_agent.parsing import Action
         from toy_agent.permissions import Answer
-        from toy_agent.tools import ToolError
+        from toy_agent.tools import COMMAND_MAX_TIMEOUT, ToolError
 
         tools = self.agent.tools
         if not command:
@@ -186,8 +186,8 @@ class Repl:
             if not (answer.approved if isinstance(answer, Answer) else answer):
                 self._say("not run")
                 return
-        try:
-            output = tools.run_command(command)
+        try:  # yours, so the longest limit a command has; Ctrl-C stops it sooner
+            output = tools.run_command(command, COMMAND_MAX_TIMEOUT)
         except ToolError as exc:
             output = f"$ {command}\n{exc}"
         self._say(visible(output.rstrip("\n")))
