@@ -34,6 +34,11 @@ def test_bench_tokens_counts_six_requests_in_each_format() -> None:
     assert rows == [("xml", "6"), ("react", "6"), ("native", "6")], out
 
 
+def test_bench_lint_times_checked_and_unchecked_edits() -> None:
+    out = run_bench("bench_lint.py", "--lines", "200", "--edits", "2")
+    assert re.search(r"^edit_file \+ check\s+[\d.]+\s+[\d.]+$", out, re.MULTILINE), out
+
+
 def test_bench_commands_times_each_sandbox_and_the_walk() -> None:
     out = run_bench("bench_commands.py", "--runs", "2")
     assert re.search(r"^run_command true, --sandbox off\s+[\d.]+$", out, re.MULTILINE), out

@@ -35,7 +35,8 @@ def test_help_lists_the_seed_flags_without_importing_provider_sdks():
     code = (
         "import sys\nfrom toy_agent.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('anthropic', 'openai', 'google.genai', 'mcp', 'rich')\n"
+        "heavy = [m for m in ('anthropic', 'openai', 'google.genai', 'mcp', 'rich',\n"
+        "                      'tree_sitter')\n"
         "         if m in sys.modules]\n"
         "print('HEAVY', heavy)"
     )

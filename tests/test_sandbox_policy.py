@@ -258,7 +258,7 @@ def test_a_batch_check_that_fails_on_the_sandbox_says_so_in_its_record(
     tool = make_tool(home / "opt" / "tools", "checker", "NEVER")
     tasks = [{"id": "t", "repo": str(repo), "task": "x", "check": str(tool)}]
     settings = RunSettings(make_llm=lambda: ScriptedLlm(xml_action("task_complete", result="ok")),
-                           sandbox="bwrap")  # fmt: skip
+                           sandbox="bwrap", check_retries=0)  # fmt: skip
     record = run_batch(tasks, tmp_path / "out", settings).records[0]
     assert record["check"]["passed"] is False and record["check"]["exit_code"] == 127
     assert "--sandbox-read" in record["check"]["sandbox_note"]

@@ -24,6 +24,7 @@ from toy_agent.context import (
 )
 from toy_agent.events import (
     ChangeTracker,
+    CheckFinished,
     Event,
     HookAnswered,
     LlmFailed,
@@ -44,9 +45,11 @@ from toy_agent.events import (
     log_event,
 )
 from toy_agent.hooks import HookOutcome, Hooks
+from toy_agent.lint import EditCheck, LintMode, edit_checker
 from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
 from toy_agent.messages import (
+    CommandResult,
     Image,
     LlmResponse,
     Message,
@@ -121,8 +124,17 @@ Outcome = Literal[
     "provider_error",
     "replay_diverged",
     "cost_limit",
+    "check_failed",
     "hook_refused",
 ]
+DEFAULT_CHECK_RETRIES = 2
+DEFAULT_CHECK_TIMEOUT = 600.0
+CHECK_FAILED = (
+    "task_complete was not accepted yet: the user's check `{command}` ran and {status} "
+    "(attempt {attempt} of {limit}). The end of its output:\n{tail}\n"
+    "The task is done when this check passes: fix what it reports, then call task_complete "
+    "again."
+)
 UNANSWERED_CALL = "(the previous task ended here)"
 LOOP_CLOSED = "(The previous task ended here. A new task follows.)"
 
@@ -144,6 +156,13 @@ class RunResult:
     declined: int = 0  # actions the user declined under --confirm
     cost_usd: float | None = None  # None: no price known for the model
     refused: int = 0  # actions a deny rule, the permission mode or a user's hook refused
+    # Every command's result ({"iteration", "command", "exit_code", ...}, CommandResult's).
+    commands: tuple[dict[str, Any], ...] = ()
+    # Every action that did not run: {"iteration", "tool", "by" (user, rule, mode), "reason"}.
+    refusals: tuple[dict[str, Any], ...] = ()
+    # The check's last run ({"command", "passed", "exit_code", "output_tail", "attempts",
+    # ...}), or None when the run has no check or never called task_complete.
+    check: dict[str, Any] | None = None
 
     @property
     def success(self) -> bool:
@@ -163,6 +182,9 @@ class RunResult:
             "tool_errors": self.tool_errors,
             "declined": self.declined,
             "refused": self.refused,
+            "refused_actions": list(self.refusals),
+            "commands": list(self.commands),
+            "check": self.check,
             "cost_usd": self.cost_usd,
         }
 
@@ -184,6 +206,9 @@ class _Run:
     declined: int = 0
     refused: int = 0
     images: ImageBudget = field(default_factory=ImageBudget)  # the current step's
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    refusals: list[dict[str, Any]] = field(default_factory=list)
+    check: dict[str, Any] | None = None  # the check's last run (see RunResult.check)
     hook_notes: list[str] = field(default_factory=list)  # for the action's observation
 
 
@@ -202,6 +227,10 @@ class ReactAgent:
     `tools` is the repository's CodeRepositoryTools, or your own tools (functions with type
     hints and a docstring, or Tool objects; see toy_agent.tools.tool) offered next to the
     built-in ones on `repo_path`.
+    `check` is a shell command that decides whether the task is done: it runs (sandboxed like
+    run_command, under the deny rules) when the model calls task_complete; when it fails, the
+    model is given its exit code and output and the run goes on, up to `check_retries` more
+    times within the iteration limit. A run whose check never passed ends "check_failed".
     `hooks`: the user's own commands, run before and after each tool and around the run
     (toy_agent.hooks; never from the repository).
     """
@@ -225,6 +254,11 @@ class ReactAgent:
         instructions: str = "",
         cost: CostMeter | None = None,
         permissions: Permissions | None = None,
+        check: str | None = None,
+        check_retries: int = DEFAULT_CHECK_RETRIES,
+        check_timeout: float = DEFAULT_CHECK_TIMEOUT,
+        lint: LintMode = "on",
+        lint_commands: Sequence[str] = (),
         hooks: Hooks | None = None,
     ):
         if max_iterations < 1:
@@ -244,6 +278,10 @@ class ReactAgent:
         )
         self.stream = stream
         self.instructions = instructions
+        self.check = check or None
+        self.check_retries = check_retries
+        self.check_timeout = check_timeout
+        self.edits = edit_checker(self.tools, lint, lint_commands)
         self.hooks = hooks or Hooks()
         self.cost = cost or CostMeter(price_for(getattr(llm_client, "model", "") or ""))
         if on_event is None:
@@ -292,7 +330,8 @@ class ReactAgent:
                     outcome, self.iteration, len(self.conversation_history), answer, error,
                     self.usage, time.monotonic() - started, tuple(changes.diff_stat()), diffs,
                     self._run.tool_errors, self._run.declined, self.cost.since(spent),
-                    self._run.refused,
+                    self._run.refused, tuple(self._run.commands), tuple(self._run.refusals),
+                    self._run.check,
                 )  # fmt: skip
                 self._emit(RunFinished(result.to_dict(), diffs))
                 self.hooks.run("run_stop", self.repo_path, permission_mode=self.permissions.mode,
@@ -338,6 +377,9 @@ class ReactAgent:
                 response = self._call_llm()
                 final_answer = self._process_response(response)
                 if final_answer is not None:
+                    check = self._state.check
+                    if check is not None and not check["passed"]:
+                        return "check_failed", final_answer, _check_error(check)
                     return "completed", final_answer, None
             limit = f"reached the iteration limit ({self.max_iterations}) without task_complete"
             return "max_iterations", "", limit
@@ -421,6 +463,11 @@ class ReactAgent:
         self._state.images = ImageBudget()
         for action in parsed.actions:
             if action.tool_name == "task_complete":
+                rejected = self._checked(action)
+                if rejected is not None:  # the check failed: the model is told, and goes on
+                    observations.append(rejected)
+                    if self._state.check and self._state.check["attempts"] <= self.check_retries:
+                        break
                 final_answer = self._final_answer(action.parameters)
                 break
             observation, seconds = self._run_action(action)
@@ -443,6 +490,7 @@ class ReactAgent:
         self._emit(ToolStarted(self.iteration, action))
         is_error, seconds = True, 0.0
         content: str | ToolOutput
+        edit_check = None
         refusal = self._refusal(action)
         if refusal is not None:
             by, reason, content = refusal
@@ -450,9 +498,13 @@ class ReactAgent:
                 self._state.declined += 1
             else:
                 self._state.refused += 1
+            self._state.refusals.append({"iteration": self.iteration, "tool": action.tool_name,
+                                         "by": by, "reason": reason})  # fmt: skip
             self._emit(ToolRefused(self.iteration, action, by, reason))
         else:
             started = time.monotonic()
+            edited = self._edited_file(action)
+            old = self.edits.before(edited) if edited else None
 
             def progress(p: McpProgress) -> None:
                 self._emit(ToolProgress(self.iteration, action.tool_name, p.progress, p.total,
@@ -465,7 +517,14 @@ class ReactAgent:
                 is_error = False
             except (ToolError, McpToolError) as exc:
                 content = f"Error: {exc}"
+            if edited and not is_error:
+                edit_check = self.edits.after(edited, old)
+                content, is_error = _with_edit_check(content, edit_check)
             seconds = time.monotonic() - started
+        command = content.command if isinstance(content, ToolOutput) else None
+        if command is not None:
+            is_error = not command.ok  # a failing command is an error result, as data
+            self._state.commands.append({"iteration": self.iteration, **command.to_dict()})
         self._state.tool_errors += is_error
         content, images = self._with_images(content)
         content = wire_text(content)
@@ -476,9 +535,60 @@ class ReactAgent:
         notes, self._state.hook_notes = self._state.hook_notes, []
         content += "".join(f"\n\n{self.redactor.redact(note)}" for note in notes)
         content += self._repetition_warning(action)
-        observation = Observation(action, content, is_error, images)
+        observation = Observation(
+            action,
+            content,
+            is_error,
+            images,
+            command,
+            edit_check if edit_check and edit_check.note() else None,
+        )
         self._emit(ToolFinished(self.iteration, observation, seconds))
         return observation, seconds
+
+    def _edited_file(self, action: Action) -> str | None:
+        """The file a file-changing tool is about to change (its `path`, as the change
+        tracker names it), when edits are checked and its kind can be; else None."""
+        if not self.edits.enabled or self.tools.changes(action.tool_name) != "files":
+            return None
+        path = action.parameters.get("path")
+        if not isinstance(path, str):
+            return None
+        try:
+            rel = self.tools.relative(path)
+        except ToolError:
+            return None
+        return rel if self.edits.wants(rel) else None
+
+    def _checked(self, action: Action) -> Observation | None:
+        """Run the check for this task_complete: None when it passed (or there is none), else
+        the observation that tells the model why the task is not done yet."""
+        if not self.check:
+            return None
+        run = self._state
+        attempts = (run.check or {}).get("attempts", 0) + 1
+        decision = self.permissions.decide("run_command", {"command": self.check}, "commands")
+        if decision.verdict == "deny":  # the user's rules bind the user's check too
+            result = CommandResult(self.check, None, 0.0, output_tail=f"refused: "
+                                   f"{decision.reason}")  # fmt: skip
+            status = f"was refused ({decision.reason})"
+        else:
+            result = self.tools.run_check(self.check, self.check_timeout)
+            status = "passed" if result.ok else result.status.replace("exit", "exited with", 1)
+        run.check = {"command": result.command, "passed": result.ok, "exit_code":
+                     result.exit_code, "output_tail": result.output_tail, "attempts": attempts,
+                     "seconds": round(result.seconds, 3), "timed_out": result.timed_out,
+                     **({"sandbox_note": result.sandbox_note} if result.sandbox_note else {})
+                     }  # fmt: skip
+        self._emit(CheckFinished(self.iteration, result, attempts, 1 + self.check_retries))
+        if result.ok:
+            return None
+        text = CHECK_FAILED.format(command=self.check, status=status, attempt=attempts,
+                                   limit=1 + self.check_retries,
+                                   tail=result.output_tail or "(no output)")  # fmt: skip
+        text = self.redactor.redact(text)
+        text = cap_text(text, observation_cap(self.context_budget), "task_complete")
+        return Observation(action, text, True, command=result)
 
     def _refusal(self, action: Action) -> tuple[RefusedBy, str, str] | None:
         """None when the action may run; else who refused it, why, and the observation. The
@@ -675,6 +785,27 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
+
+
+def _with_edit_check(content: str | ToolOutput, check: EditCheck) -> tuple[str | ToolOutput, bool]:
+    """The tool's observation with what its edit introduced (the edit's own text first); a
+    refused edit (--lint strict) is the note alone, and an error."""
+    note = check.note()
+    if not note:
+        return content, False
+    if check.refused:
+        return note, True
+    if isinstance(content, ToolOutput):
+        return replace(content, text=f"{content.text}\n\n{note}"), False
+    return f"{content}\n\n{note}", False
+
+
+def _check_error(check: dict[str, Any]) -> str:
+    code = check.get("exit_code")
+    how = f"exit {code}" if code is not None else "refused"
+    how = "timed out" if check.get("timed_out") else how
+    return (f"the check `{check['command']}` did not pass ({how}) after "
+            f"{check['attempts']} attempt{'s' * (check['attempts'] != 1)}")  # fmt: skip
 
 
 def _continued(history: Sequence[Message], task: Message, fmt: ActionFormat) -> list[Message]:

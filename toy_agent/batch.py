@@ -45,6 +45,7 @@ RESULTS_FILE = "results.jsonl"
 RECORD_KEYS = (
     "id", "outcome", "success", "check", "iterations", "usage", "cost_usd", "elapsed_seconds",
     "files_changed", "patch", "trajectory", "error", "base_commit",
+    "baseline", "resolved", "already_passing", "keep", "keep_broken", "attempt", "attempts",
 )  # fmt: skip
 POLL_SECONDS = 0.5  # how often the driver wakes to redraw the progress line
 DRAIN_SECONDS = 30.0  # after Ctrl-C, how long running tasks get to wind down
@@ -104,6 +105,8 @@ class ResultsFolder:
             atomic_write(self.path / trajectory, json_text(result["trajectory_data"]) + "\n")
         else:
             (self.path / trajectory).unlink(missing_ok=True)
+        for name, data in (result.get("attempt_files") or {}).items():  # each attempt's own
+            atomic_write(self.path / name, data)
         record = {key: result.get(key) for key in RECORD_KEYS}
         record["patch"] = str(patch) if result["patch_data"] else None
         record["trajectory"] = str(trajectory) if result["trajectory_data"] is not None else None
@@ -217,11 +220,17 @@ def run_batch(
             ran += 1
             view.finished(results[result["id"]])
 
-        def over_budget() -> bool:
-            spent = sum(r.get("cost_usd") or 0.0 for r in results.values())
-            return max_total_cost is not None and spent >= max_total_cost
+        def budget_left() -> float | None:
+            """What a task's attempts may still spend of --max-total-cost."""
+            if max_total_cost is None:
+                return None
+            return max_total_cost - sum(r.get("cost_usd") or 0.0 for r in results.values())
 
-        interrupted = _drive(engine, todo, workers, record, view, over_budget)
+        def over_budget() -> bool:
+            left = budget_left()
+            return left is not None and left <= 0
+
+        interrupted = _drive(engine, todo, workers, record, view, over_budget, budget_left)
     finally:
         if engine is not None:
             engine.close()
@@ -253,7 +262,9 @@ def _preflight_local(settings: RunSettings, tasks: Sequence[Task]) -> RunSetting
     and warned about once, not once per task."""
     _preflight_llm(settings)
     try:
-        wants_sandbox = settings.allow_commands or any(t.check for t in tasks)
+        wants_sandbox = (
+            settings.allow_commands or bool(settings.check) or any(t.check for t in tasks)
+        )
         sandbox = resolve_sandbox(settings.sandbox, warn=wants_sandbox)
         if settings.mcp_servers:
             McpTools(list(settings.mcp_servers), timeout=settings.mcp_timeout).close()
@@ -276,6 +287,7 @@ def _drive(
     record: Callable[[dict[str, Any]], None],
     view: BatchView,
     over_budget: Callable[[], bool] = lambda: False,
+    budget_left: Callable[[], float | None] = lambda: None,
 ) -> bool:
     """Keep `workers` tasks running until none is left, or no new one may start past the
     total cost; True when stopped by Ctrl-C."""
@@ -294,7 +306,7 @@ def _drive(
                 todo.clear()  # not recorded: a later run with a higher limit does them
             while todo and len(running) < workers:
                 task = todo.popleft()
-                running[engine.submit(task)] = task
+                running[engine.submit(replace(task, budget=budget_left()))] = task
             collect(POLL_SECONDS)
             view.update(len(running))
         return False
@@ -365,8 +377,7 @@ class BatchView:
             return
         rows = [("id", "outcome", "check", "iterations", "tokens", "time")]
         for r in summary.records:
-            check = r["check"]
-            verdict = "-" if check is None else "passed" if check["passed"] else "failed"
+            verdict = _verdict(r)
             rows.append((r["id"], r["outcome"], verdict, str(r["iterations"]),
                          _count(_tokens(r)), _duration(r["elapsed_seconds"])))  # fmt: skip
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -393,15 +404,36 @@ class BatchView:
 def _task_line(record: dict[str, Any]) -> str:
     check = record["check"]
     parts = [("✓ " if record["success"] else "✗ ") + record["id"], record["outcome"]]
-    if check is not None:
+    if record.get("already_passing"):
+        parts.append("the check already passed before the agent started")
+    elif check is not None:
         parts.append("check passed" if check["passed"] else
                      f"check failed (exit {check['exit_code']})")  # fmt: skip
+    if record.get("keep_broken"):
+        parts.append(f"broke keep: {', '.join(record['keep_broken'])}")
+    tries = len(record.get("attempts") or ())
+    if tries > 1:
+        parts.append(f"attempt {record.get('attempt')} of {tries}")
     n = record["iterations"]
     parts += [f"{n} iteration{'s' * (n != 1)}", f"{_count(_tokens(record))} tokens",
               _duration(record["elapsed_seconds"])]  # fmt: skip
     if record["outcome"] == "error" and record.get("error"):
         parts.append(record["error"])
     return "  ".join(parts)
+
+
+def _verdict(record: dict[str, Any]) -> str:
+    """The summary table's check column: resolved means failing before, passing after."""
+    check = record["check"]
+    if record.get("already_passing"):
+        return "already passing"
+    if check is None:
+        return "-"
+    if record.get("keep_broken"):
+        return "broke keep"
+    if record.get("baseline") is not None:
+        return "resolved" if record.get("resolved") else "not resolved"
+    return "passed" if check["passed"] else "failed"
 
 
 def _tokens(record: dict[str, Any]) -> int:

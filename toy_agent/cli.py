@@ -284,6 +284,40 @@ def build_parser() -> _Parser:
         help="refuse any run_command line with a command matching PATTERN; wins over "
         "--allow-command (repeatable)",
     )
+    add(
+        "--lint",
+        choices=("off", "on", "strict"),
+        default="on",
+        help="after each file edit, tell the model the syntax errors it introduced (on); "
+        "strict: refuse such an edit and leave the file as it was; off: no check (default: on)",
+    )
+    add(
+        "--lint-cmd",
+        action="append",
+        default=[],
+        metavar="[GLOB=]CMD",
+        help="your linter, run in the sandbox on each edited file matching GLOB ({file} is "
+        "its path), e.g. '*.py=ruff check {file}'; only new findings are told (repeatable)",
+    )
+    add(
+        "--check",
+        metavar="CMD",
+        help="a shell command that decides whether the task is done (e.g. 'pytest -q'): run "
+        "in the sandbox when the model calls task_complete; if it fails the model is shown "
+        "why and goes on; exit 0 only if it passed",
+    )
+    add(
+        "--check-retries",
+        type=_non_negative_int,
+        default=2,
+        metavar="N",
+        help="times the model may try again after a failed --check (default: 2)",
+    )
+    add(
+        "--strict",
+        action="store_true",
+        help="a run that completes after an action was refused or declined exits 1, not 0",
+    )
     add = parser.add_argument_group(
         "hooks",
         "your own commands at points of a run (docs/hooks.md); only from the command "
@@ -416,7 +450,8 @@ def build_parser() -> _Parser:
     badd(
         "--tasks-file",
         metavar="TASKS.jsonl",
-        help='one task a line: {"id", "repo", "task", "rev"?, "check"?, "max_iterations"?}',
+        help='one task a line: {"id", "repo", "task", "rev"?, "check"?, "keep"?, "attempts"?, '
+        '"max_iterations"?}',
     )
     badd(
         "--out",
@@ -431,6 +466,14 @@ def build_parser() -> _Parser:
         metavar="N",
         help="tasks run at once (default: 1)",
     )
+    badd(
+        "--attempts",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="independent attempts per task, each in a fresh copy, stopping at the first that "
+        'resolves it (a task\'s "attempts" wins; default: 1)',
+    )
     badd("--redo", action="store_true", help="run tasks again that already have a result in DIR")
     badd("--max-total-cost", type=_positive_float, metavar="USD",
          help="no new task starts once the finished ones cost this much (--max-cost still "
@@ -440,7 +483,7 @@ def build_parser() -> _Parser:
         type=_positive_float,
         default=600.0,
         metavar="SECONDS",
-        help="limit for each task's check command (default: 600)",
+        help="limit for each run of a --check or task check command (default: 600)",
     )
     badd(
         "--executor",
@@ -678,7 +721,7 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     from toy_agent.config import HOOK_VARIABLES, load_instructions
     from toy_agent.environment import load_dotenv_file
     from toy_agent.llm import preload_sdk
-    from toy_agent.view import TerminalView, run_banner
+    from toy_agent.view import COMMAND_TAIL_LINES, TerminalView, run_banner
 
     if not (args.list_tools or args.undo):
         preload_sdk(args.llm_provider)
@@ -686,7 +729,11 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     repo = _repo(args.repo)
     live = args.output == "text" and not args.quiet and sys.stdout.isatty()
     batch = args.tasks_file is not None or args.out is not None
-    view = TerminalView(sys.stdout) if live and not (batch or args.list_tools) else None
+    tail = 20 if args.stream else COMMAND_TAIL_LINES
+    view = (
+        TerminalView(sys.stdout, tail_lines=tail) if live and not (batch or args.list_tools)
+        else None
+    )  # fmt: skip
     if args.show_thinking == "auto":  # the thinking is asked for where someone will see it
         args.show_thinking = "on" if view is not None else "off"
     redactor, handlers = _setup_logging(args, live or batch, view, batch=batch)

@@ -21,7 +21,7 @@ from typing import Any
 
 from toy_agent import cuts
 from toy_agent.files import FileState, atomic_write, file_state
-from toy_agent.messages import FailedAttempt, LlmResponse, Message
+from toy_agent.messages import CommandResult, FailedAttempt, LlmResponse, Message
 from toy_agent.parsing import Action, Observation
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
@@ -32,6 +32,15 @@ TRAJECTORY_FORMAT = "toy_agent.trajectory/1"
 # field changes meaning or goes away, not when one is added.
 OUTPUT_SCHEMA_VERSION = 1
 MAX_OUTPUT_DIFF_CHARS = 100_000  # --output json's "diff": bounded, the rest named
+
+
+def _command(observation: Observation) -> dict[str, Any]:
+    """How a command ended, when the observation is a command's: {"command": {...}}; what an
+    edit introduced, when it introduced something: {"edit_check": {...}}."""
+    data = {"command": observation.command.to_dict()} if observation.command else {}
+    if observation.edit_check is not None:
+        data["edit_check"] = observation.edit_check.to_dict()
+    return data
 
 
 def _image_references(observation: Observation) -> dict[str, Any]:
@@ -167,6 +176,20 @@ class ToolFinished(StepEvent):
 
 
 @dataclass(frozen=True)
+class CheckFinished(StepEvent):
+    """The run's check ran, because the model called task_complete: attempt `attempt` of at
+    most `limit`. A failed one is sent to the model and the run goes on."""
+
+    result: CommandResult
+    attempt: int
+    limit: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "attempt": self.attempt, "limit": self.limit,
+                "passed": self.result.ok, **self.result.to_dict()}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Step:
     """One THINK -> ACT -> OBSERVE cycle, as recorded in the trajectory."""
 
@@ -190,6 +213,7 @@ class Step:
             "actions": [asdict(a) for a in self.actions],
             "observations": [
                 {"tool_name": o.action.tool_name, "content": o.content, "is_error": o.is_error}
+                | _command(o)
                 | _image_references(o)
                 for o in self.observations
             ],
@@ -227,6 +251,7 @@ Event = (
     | ToolRefused
     | HookAnswered
     | ToolFinished
+    | CheckFinished
     | StepFinished
     | RunFinished
 )
@@ -262,6 +287,9 @@ def log_event(event: Event) -> None:
                 name, size = obs.action.tool_name, len(obs.content)
                 logger.info("Tool %s succeeded in %.2fs (%d chars)", name, seconds, size)
             logger.debug("Observation:\n%s", obs.content)
+        case CheckFinished(result=result, attempt=attempt, limit=limit):
+            logger.info("Check %r: %s (attempt %d of %d)", result.command,
+                        "passed" if result.ok else result.status, attempt, limit)  # fmt: skip
         case ToolRefused(action=action, by=by, reason=reason):
             logger.info("Tool %s refused by the %s: %s", action.tool_name, by, reason or "no")
         case HookAnswered(event=hook_event, command=command, blocked=blocked, text=text):
@@ -330,7 +358,9 @@ class JsonLinesWriter:
                 self.write({"type": "tool_finished", "iteration": i,
                             "tool": obs.action.tool_name, "content": obs.content,
                             "is_error": obs.is_error, "seconds": round(seconds, 3)}
-                           | _image_references(obs))  # fmt: skip
+                           | _command(obs) | _image_references(obs))  # fmt: skip
+            case CheckFinished():
+                self.write({"type": "check_finished", **event.to_dict()})
             case StepFinished(step=step):
                 self.write({"type": "step_finished", "iteration": step.iteration,
                             "thought": step.thought,
@@ -375,6 +405,8 @@ class TrajectoryRecorder:
             case StepFinished(step=step):
                 self._data["steps"].append(step.to_dict())
                 self.write()
+            case CheckFinished():
+                self._data.setdefault("checks", []).append(event.to_dict())
             case LlmFailed(iteration=i, error=error, attempts=attempts):
                 # No step: the call never answered. What it tried is kept beside the steps.
                 attempts_data = [asdict(a) for a in attempts]

@@ -50,6 +50,8 @@ COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-comma
     "/undo": "revert the file changes of the last task (refused if a file changed since)",
     "/cost": "the tokens and money this session used so far",
     "/model NAME": "switch the model for the next tasks (without NAME: show it)",
+    "/check CMD": "run CMD when the model calls task_complete; the task is done when it passes "
+    "(without CMD: show it; /check off: none)",
     "/compact": "replace the older steps by a summary the model writes, to save tokens",
     "/plan TASK": "plan TASK read-only, then carry the plan out in the mode you pick",
     "/sessions": "the recent sessions (toy-agent --resume ID continues one)",
@@ -139,6 +141,8 @@ class Repl:
             self._model(argument)
         elif name == "/compact":
             self._compact()
+        elif name == "/check":
+            self._check(argument)
         elif name == "/plan":
             return "" if self._plan(argument) else "stopped"
         elif name == "/sessions":
@@ -202,6 +206,16 @@ class Repl:
             session = self.sessions.session
             session.note = f"{session.note}\n\n{note}" if session.note else note
             self._say("added: the next task comes with it")
+
+    def _check(self, command: str) -> None:
+        """/check CMD: the next tasks are done when CMD passes (see ReactAgent's check)."""
+        if command.lower() == "off":
+            self.agent.check = None
+        elif command:
+            self.agent.check = command
+        check = self.agent.check
+        self._say(f"check: {visible(check)} (run when the model calls task_complete)"
+                  if check else "no check: a task is done when the model says so")  # fmt: skip
 
     def _cost(self) -> None:
         session = self.sessions.session

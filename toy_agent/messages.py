@@ -210,11 +210,59 @@ def _images_from(data: dict[str, Any]) -> tuple[Image, ...]:
 
 
 @dataclass(frozen=True)
+class CommandResult:
+    """How a shell command ended, as data (run_command's, a check's): the observation's text
+    says the same in words, for the model; the trajectory, the JSON outputs, the live view
+    and the report read these fields."""
+
+    command: str
+    exit_code: int | None  # None: it timed out (killed); negative: killed by that signal
+    seconds: float
+    timed_out: bool = False
+    sandbox_note: str | None = None  # the sandbox refused something it did
+    output_tail: str = ""  # the last lines of its output
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def killed(self) -> bool:
+        """Killed: it timed out, or a signal ended it."""
+        return self.timed_out or (self.exit_code is not None and self.exit_code < 0)
+
+    @property
+    def status(self) -> str:
+        """`exit 1`, `timed out`, `killed by signal 9`: how the view and the report say it."""
+        if self.timed_out:
+            return f"timed out after {self.seconds:.0f}s"
+        if self.exit_code is not None and self.exit_code < 0:
+            return f"killed by signal {-self.exit_code}"
+        return f"exit {self.exit_code}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "command": self.command, "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3), "timed_out": self.timed_out,
+            "killed": self.killed, "sandbox_note": self.sandbox_note,
+            "output_tail": self.output_tail,
+        }  # fmt: skip
+
+
+def output_tail(text: str, lines: int = 20, chars: int = 2_000) -> str:
+    """The last `lines` lines of a command's output, at most `chars` characters."""
+    tail = "\n".join(text.rstrip().split("\n")[-lines:])
+    return tail[-chars:]
+
+
+@dataclass(frozen=True)
 class ToolOutput:
-    """What a tool returns when text is not all it has: the text, and images for the model."""
+    """What a tool returns when text is not all it has: the text, and images for the model;
+    a command's result as data."""
 
     text: str
     images: tuple[Image, ...] = ()
+    command: CommandResult | None = None
 
 
 @dataclass(frozen=True)

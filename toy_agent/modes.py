@@ -38,6 +38,7 @@ OUTCOME_EXIT_CODES = {
     "cancelled": EXIT_INTERRUPTED,
     "replay_diverged": EXIT_NOT_COMPLETED,
     "cost_limit": EXIT_NOT_COMPLETED,
+    "check_failed": EXIT_NOT_COMPLETED,
     "hook_refused": EXIT_NOT_COMPLETED,
 }
 
@@ -136,6 +137,11 @@ def _run_agent(
         instructions=instructions,
         cost=_cost_meter(args, llm),
         permissions=permissions,
+        check=args.check,
+        check_retries=args.check_retries,
+        check_timeout=args.check_timeout,
+        lint=args.lint,
+        lint_commands=args.lint_cmd,
         hooks=replace(args.hooks, session=lambda: sessions.session.id),
     )
     lines.session = sessions.session.id
@@ -152,7 +158,7 @@ def _run_agent(
                   "permission_mode": agent.permissions.mode,
                   "session": sessions.session.id, "provider": args.llm_provider,
                   "model": getattr(llm, "model", None), "trajectory": args.trajectory,
-                  "exit_code": OUTCOME_EXIT_CODES[outcome.outcome],
+                  "exit_code": run_exit_code(outcome.outcome, outcome.refusals, args.strict),
                   "diff": diff, "diff_truncated": diff_cut,
                   **({"plan_file": str(plan)} if plan else {})}  # fmt: skip
         if outcome.outcome == "provider_error":  # once, here: the log does not repeat it
@@ -193,7 +199,15 @@ def _run_agent(
         print(f"\nThe demo ran on a copy in {args.demo_folder / 'demo'}: look around, or "
               f"run the tests there (python -m pytest {args.demo_folder / 'demo'}).",
               file=where)  # fmt: skip
-    return OUTCOME_EXIT_CODES[result["outcome"]]
+    return int(result["exit_code"])
+
+
+def run_exit_code(outcome: str, refusals: Sequence[Any] = (), strict: bool = False) -> int:
+    """The exit code of a run: its outcome's, except that under --strict a completed run in
+    which something was refused or declined is not done (1)."""
+    if strict and outcome == "completed" and refusals:
+        return EXIT_NOT_COMPLETED
+    return OUTCOME_EXIT_CODES[outcome]
 
 
 def _approval(plan: Path, view: TerminalView | None) -> str | None:
@@ -335,6 +349,9 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         sandbox_network=args.sandbox_network, sandbox_read=tuple(args.sandbox_read),
         mcp_servers=(*args.mcp_server, *config),
         mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
+        check=args.check, check_retries=args.check_retries, attempts=args.attempts,
+        lint=args.lint,
+        lint_commands=tuple(args.lint_cmd),
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
         permissions=args.permissions, hooks=args.hooks,
     )  # fmt: skip

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toy_agent.catalogue import compact_parameters
-from toy_agent.messages import Image, LlmResponse, Message, ToolResult, ToolSpec
+from toy_agent.lint import EditCheck
+from toy_agent.messages import CommandResult, Image, LlmResponse, Message, ToolResult, ToolSpec
 
 FORMAT_NAMES = ("xml", "react", "native")
 MAX_PARAMETER_DEPTH = 32
@@ -60,6 +61,8 @@ class Observation:
     content: str
     is_error: bool = False
     images: tuple[Image, ...] = ()  # sent beside the text (text formats) or in the result
+    command: CommandResult | None = None  # how a command ended (run_command), as data
+    edit_check: EditCheck | None = None  # what a file change introduced (see toy_agent.lint)
 
 
 def _images(observations: Sequence[Observation]) -> tuple[Image, ...]:

@@ -109,7 +109,7 @@ class ReportError(Exception):
 @dataclass(frozen=True)
 class Warn:
     """Something worth seeing where it happened: `kind` is repeat, refused, sandbox, declined,
-    parse, safety, max_tokens, error or cut."""
+    parse, safety, max_tokens, error, syntax (an edit introduced a syntax error) or cut."""
 
     kind: str
     text: str
@@ -123,6 +123,17 @@ class ActionView:
 
 
 @dataclass(frozen=True)
+class CommandView:
+    """How a command ended, from the observation's `command` record (not its text)."""
+
+    command: str
+    exit_code: int | None
+    ok: bool
+    status: str  # exit 1, timed out, killed by signal 9
+    tail: str
+
+
+@dataclass(frozen=True)
 class ObservationView:
     tool: str
     content: str
@@ -133,6 +144,7 @@ class ObservationView:
     summary: str  # its first line, for the folded view
     warnings: tuple[tuple[str, str], ...] = ()  # (kind, text), found in the whole text
     images: tuple[str, ...] = ()  # what each image the tool returned was (a record keeps no data)
+    command: CommandView | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +179,8 @@ class CheckView:
     passed: bool
     exit_code: int | None
     tail: str
+    command: str = ""
+    attempts: int = 1
 
 
 @dataclass(frozen=True)
@@ -197,6 +211,9 @@ class RunView:
     diff_note: str = ""
     files_changed: tuple[str, ...] = ()
     check: CheckView | None = None
+    verdict: str = ""  # a batch task's: already passing, resolved, not resolved, broke keep
+    attempts: int = 0  # a batch task's attempts (0: not recorded)
+    attempt: int | None = None  # the attempt its result is from
     notes: tuple[str, ...] = ()
     patch_href: str = ""
     trajectory_href: str = ""
@@ -270,6 +287,15 @@ class BatchView:
         return sorted({r.outcome for r in self.runs})
 
     @property
+    def pass_at_1(self) -> int:
+        """Tasks that passed on their first attempt."""
+        return sum(r.success and (r.attempt or 1) == 1 for r in self.runs)
+
+    @property
+    def most_attempts(self) -> int:
+        return max((r.attempts for r in self.runs), default=0)
+
+    @property
     def setup(self) -> str:
         """The model and effort its runs used, so that two batches compare at a glance."""
         used = {r.model + (f", effort {r.effort}" if r.effort else "") for r in self.runs}
@@ -314,6 +340,10 @@ class Comparison:
 
     def passed(self, side: str) -> int:
         return sum(getattr(p, side).success for p in self.pairs)
+
+    def pass_at_1(self, side: str) -> int:
+        return sum(getattr(p, side).success and (getattr(p, side).attempt or 1) == 1
+                   for p in self.pairs)  # fmt: skip
 
     def cost(self, side: str) -> float | None:
         costs = [getattr(p, side).cost for p in self.pairs]
@@ -558,6 +588,9 @@ def _batch_run(
         elapsed=_float(record.get("elapsed_seconds")),
         files_changed=_paths(record.get("files_changed"), redactor),
         check=_check(check, redactor) if isinstance(check, dict) else None,
+        verdict=_verdict(record),
+        attempts=len(_list(record.get("attempts"))),
+        attempt=record["attempt"] if type(record.get("attempt")) is int else None,
         diffs=diffs,
         diff_note=diff_note,
         patch_href=links.to(patch_file) if safe_id else "",
@@ -566,10 +599,24 @@ def _batch_run(
     )
 
 
+def _verdict(record: dict[str, Any]) -> str:
+    """What a batch task's check says about the fix, as results.jsonl records it (empty for a
+    record from before baselines were taken)."""
+    if record.get("already_passing") is True:
+        return "already passing"
+    if _list(record.get("keep_broken")):
+        return "broke keep"
+    if isinstance(record.get("baseline"), dict):
+        return "resolved" if record.get("resolved") is True else "not resolved"
+    return ""
+
+
 def _check(check: dict[str, Any], redactor: Redacts) -> CheckView:
     code = check.get("exit_code")
     return CheckView(check.get("passed") is True, code if isinstance(code, int) else None,
-                     _clean(redactor, str(check.get("output_tail") or ""), 4_000))  # fmt: skip
+                     _clean(redactor, str(check.get("output_tail") or ""), 4_000),
+                     _clean(redactor, str(check.get("command") or ""), 500),
+                     _int(check.get("attempts"), 1))  # fmt: skip
 
 
 def run_view(
@@ -631,6 +678,7 @@ def run_view(
         diffs=diffs,
         diff_note=diff_note,
         files_changed=_paths(result.get("files_changed"), redactor),
+        check=_check(result["check"], redactor) if isinstance(result.get("check"), dict) else None,
     )
 
 
@@ -701,8 +749,38 @@ def _observation(data: dict[str, Any], redactor: Redacts, caps: Caps) -> Observa
                f"{count(_int(_dict(i).get('bytes'), 0))} bytes", 200)
         for i in _list(data.get("images"))[:100]
     )  # fmt: skip
+    edit = _dict(data.get("edit_check"))
+    introduced = [str(e) for e in _list(edit.get("syntax_errors"))[:20]]
+    if introduced:  # what an edit broke, from the observation's record (not its text)
+        verb = "would have introduced (refused)" if edit.get("refused") is True else "introduced"
+        found = (*found, ("syntax", _clean(redactor, f"{tool} {verb}: {'; '.join(introduced)}",
+                                           500)))  # fmt: skip
+    command = _command(data.get("command"), redactor)
+    if command is not None and not command.ok:  # open: the failure is what to see
+        folded = False
+    note = _dict(data.get("command")).get("sandbox_note")
+    if note and not any(kind == "sandbox" for kind, _ in found):  # the field, not the text
+        found = (*found, ("sandbox", _clean(redactor, f"the sandbox: {note}", 500)))
     return ObservationView(tool, content, is_error, len(raw), lines, folded,
-                           _first_line(content, 160), found, images)  # fmt: skip
+                           _first_line(content, 160), found, images, command)  # fmt: skip
+
+
+def _command(data: Any, redactor: Redacts) -> CommandView | None:
+    """A recorded CommandResult as the page shows it; None for a record without one."""
+    if not isinstance(data, dict):
+        return None
+    code = data.get("exit_code")
+    code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    timed_out = data.get("timed_out") is True
+    if timed_out:
+        status = "timed out"
+    elif code is not None and code < 0:
+        status = f"killed by signal {-code}"
+    else:
+        status = f"exit {code if code is not None else '?'}"
+    return CommandView(_clean(redactor, str(data.get("command") or ""), 500), code,
+                       code == 0 and not timed_out, status,
+                       _clean(redactor, str(data.get("output_tail") or ""), 4_000))  # fmt: skip
 
 
 def _found(raw: str, shown: str, tool: str, is_error: bool) -> tuple[tuple[str, str], ...]:

@@ -6,13 +6,15 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toy_agent.providers import EFFORTS
 
-TASK_KEYS = ("id", "repo", "task", "rev", "check", "max_iterations", "effort")
+TASK_KEYS = (
+    "id", "repo", "task", "rev", "check", "max_iterations", "effort", "keep", "attempts",
+)  # fmt: skip
 REQUIRED_KEYS = ("id", "repo", "task")
 TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # ids name files: patches/ID.diff
 
@@ -32,6 +34,9 @@ class Task:
     check: str | None = None
     max_iterations: int | None = None
     effort: str | None = None  # low, medium or high: this task's --effort
+    keep: tuple[str, ...] = ()  # checks that pass before and must still pass after
+    attempts: int | None = None  # independent attempts, stopping at the first resolved
+    budget: float | None = field(default=None, compare=False)  # USD left of --max-total-cost
 
 
 def load_tasks(path: str | os.PathLike[str]) -> list[Task]:
@@ -95,9 +100,16 @@ def task_from_dict(data: Any, *, base: Path, where: str) -> Task:
     for key in ("rev", "check"):
         if data.get(key) is not None and (not isinstance(data[key], str) or not data[key].strip()):
             raise BatchError(f"{where}: {key!r} must be a non-empty string or null")
+    for key in ("max_iterations", "attempts"):
+        limit = data.get(key)
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise BatchError(f"{where}: {key!r} must be a whole number of at least 1")
     limit = data.get("max_iterations")
-    if limit is not None and (type(limit) is not int or limit < 1):
-        raise BatchError(f"{where}: 'max_iterations' must be a whole number of at least 1")
+    keep = data.get("keep") or []
+    if isinstance(keep, str):
+        keep = [keep]
+    if not isinstance(keep, list) or not all(isinstance(k, str) and k.strip() for k in keep):
+        raise BatchError(f"{where}: 'keep' must be a list of check commands (non-empty strings)")
     effort = data.get("effort")
     if effort is not None and effort not in EFFORTS:
         raise BatchError(f"{where}: 'effort' must be one of {', '.join(EFFORTS)} or null")
@@ -116,7 +128,7 @@ def task_from_dict(data: Any, *, base: Path, where: str) -> Task:
                              "folder")  # fmt: skip
         repo = str(folder)
     return Task(data["id"], repo, data["task"], data.get("rev"), data.get("check"), limit,
-                effort)  # fmt: skip
+                effort, tuple(keep), data.get("attempts"))  # fmt: skip
 
 
 def is_git_url(repo: str) -> bool:

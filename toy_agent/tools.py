@@ -16,6 +16,7 @@ import inspect
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import stat
@@ -58,7 +59,14 @@ from toy_agent.files import (
 from toy_agent.files import (
     STALE_TEMP_SECONDS as STALE_TEMP_SECONDS,  # the tests' and callers' old home of it
 )
-from toy_agent.messages import ToolOutput, ToolSpec, path_from_shown, shown_path
+from toy_agent.messages import (
+    CommandResult,
+    ToolOutput,
+    ToolSpec,
+    output_tail,
+    path_from_shown,
+    shown_path,
+)
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import (
     bwrap_problem,
@@ -87,6 +95,8 @@ _LONG_LINE = (
     "enabled, can show the rest"
 )
 COMMAND_MAX_TIMEOUT = 600
+CHECK_TAIL_CHARS = 2_000
+_CHECK_HOW = "only the end of the check's output is kept; run the check itself to see it all"
 
 
 # What a tool may change: nothing; files (its `path` parameter names the file: asked under
@@ -98,13 +108,15 @@ PATH = "Path relative to the repository root."
 
 
 def _builtin(
-    description: str, *, changes: Changes = "nothing", **parameters: str
+    description: str, *, changes: Changes = "nothing", via: str = "", **parameters: str
 ) -> Callable[[_Method], _Method]:
     """Marks a CodeRepositoryTools method as a built-in tool: what the model is told it does,
-    what each parameter is, and what it changes. BUILTIN_TOOLS is made from these marks."""
+    what each parameter is, and what it changes. BUILTIN_TOOLS is made from these marks.
+    `via`: the method (same parameters) the agent calls instead, when it returns more than
+    the text a Python caller wants (run_command's CommandResult)."""
 
     def mark(method: _Method) -> _Method:
-        setattr(method, "__tool__", (description, changes, parameters))  # noqa: B010
+        setattr(method, "__tool__", (description, changes, parameters, via))  # noqa: B010
         return method
 
     return mark
@@ -475,12 +487,26 @@ class CodeRepositoryTools:
         "Run a shell command in the repository root: exit code and output. No stdin; killed "
         "after timeout seconds.",
         changes="commands",
+        via="command_output",
         command="The shell command line.",
         timeout=f"Seconds before the command is killed (1-{COMMAND_MAX_TIMEOUT}).",
     )
     def run_command(self, command: str, timeout: int = 60, *, dry_run: bool = False) -> str:
         """Run a shell command in the repo root, sandboxed when self.sandbox says so; every
-        process it started dies with it. `dry_run`: the command line, not run."""
+        process it started dies with it. `dry_run`: the command line, not run. A command that
+        times out raises ToolError; the tool the model calls returns it as data instead (see
+        command_output)."""
+        output = self.command_output(command, timeout, dry_run=dry_run)
+        if output.command is not None and output.command.timed_out:
+            raise ToolError(output.text)
+        return output.text
+
+    def command_output(
+        self, command: str, timeout: int = 60, *, dry_run: bool = False
+    ) -> ToolOutput:
+        """run_command's observation with how the command ended as data (CommandResult):
+        what the agent calls, so the exit code reaches the trajectory, the JSON outputs and
+        the view without being read back out of the text."""
         if not self.allow_commands:
             raise ToolError(_COMMANDS_DISABLED)
         if not command.strip():
@@ -488,7 +514,7 @@ class CodeRepositoryTools:
         if not 1 <= timeout <= COMMAND_MAX_TIMEOUT:
             raise ToolError(f"timeout must be between 1 and {COMMAND_MAX_TIMEOUT} seconds.")
         if dry_run:
-            return f"$ {command}"
+            return ToolOutput(f"$ {command}")
         started = time.perf_counter()
         code, output, timed_out = run_shell(
             command, self.repo_path, timeout, policy=self.sandbox_policy
@@ -496,18 +522,44 @@ class CodeRepositoryTools:
         elapsed = time.perf_counter() - started
         logger.info("command %r: exit %s after %.1fs", command, code, elapsed)
         note = None
-        if self.sandbox_policy is not None and not self._sandbox_named:
+        if self.sandbox_policy is not None:
             note = sandbox_note(self.sandbox_policy, output, code)
-            self._sandbox_named = note is not None
-        output = f"{output.rstrip()}\n{note}" if note else output
+        result = CommandResult(
+            command, None if timed_out else code, elapsed, timed_out,
+            sandbox_note(self.sandbox_policy, output, code, for_user=True)
+            if note and self.sandbox_policy is not None else None,
+            output_tail(self.redactor.redact(output)),
+        )  # fmt: skip
+        if note and not self._sandbox_named:  # the model is told once
+            self._sandbox_named = True
+            output = f"{output.rstrip()}\n{note}"
         if timed_out:
-            raise ToolError(
+            return ToolOutput(
                 f"Command timed out after {timeout}s and was killed with its child processes. "
                 "It cannot read input (stdin is closed); pass a larger timeout (max "
-                f"{COMMAND_MAX_TIMEOUT}) if it just needs longer.\nOutput so far:\n{output}"
+                f"{COMMAND_MAX_TIMEOUT}) if it just needs longer.\nOutput so far:\n{output}",
+                command=result,
             )
         status = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
-        return f"$ {command}\n[{status}, {elapsed:.1f}s]\n{output or '(no output)'}"
+        text = f"$ {command}\n[{status}, {elapsed:.1f}s]\n{output or '(no output)'}"
+        return ToolOutput(text, command=result)
+
+    def run_check(self, command: str, timeout: float) -> CommandResult:
+        """The user's check (`--check`, a task's `check`): run like run_command (sandboxed
+        when the sandbox is on, no secrets, no stdin), whether or not the model may run
+        commands, killed after `timeout` seconds. Its output tail is redacted."""
+        started = time.perf_counter()
+        code, output, timed_out = run_shell(
+            command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy
+        )
+        policy = self.sandbox_policy
+        note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
+        tail = cuts.cut(self.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
+        if timed_out:
+            tail += f"\n[the check timed out after {timeout:g}s and was killed]"
+        return CommandResult(command, None if timed_out else code,
+                             time.perf_counter() - started, timed_out,
+                             self.redactor.redact(note) if note else None, tail)  # fmt: skip
 
     # ----------------------------------------------------------------------------- paths
     def _resolve(self, path: str) -> Path:
@@ -956,7 +1008,8 @@ class Tool:
         if "dry_run" not in self.context.values():
             return f"{self.name} {json.dumps(parameters, ensure_ascii=False, default=str)}"
         try:
-            return str(self.run(tools, parameters, dry_run=True))
+            output = self.run(tools, parameters, dry_run=True)
+            return output.text if isinstance(output, ToolOutput) else str(output)
         except ToolError as exc:
             return f"{self.name}: {exc} (the tool will refuse it)"
 
@@ -1029,10 +1082,11 @@ def _builtin_tools() -> tuple[Tool, ...]:
     for name, method in vars(CodeRepositoryTools).items():
         if not hasattr(method, "__tool__"):
             continue
-        description, changes, described = method.__tool__
+        description, changes, described, via = method.__tool__
         hidden = {"self": "tools", **_context_parameters(method)}
         signature = read_signature(method, hidden=frozenset(hidden), descriptions=described)
-        tools.append(Tool(name, description, signature.schema, method, changes, hidden))
+        function = getattr(CodeRepositoryTools, via) if via else method
+        tools.append(Tool(name, description, signature.schema, function, changes, hidden))
     return tuple(tools)
 
 

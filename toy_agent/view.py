@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from toy_agent.events import (
+    CheckFinished,
     Event,
     HookAnswered,
     LlmResponded,
@@ -35,7 +36,8 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
-from toy_agent.messages import FailedAttempt, visible
+from toy_agent.lint import EditCheck
+from toy_agent.messages import CommandResult, FailedAttempt, visible
 from toy_agent.parsing import Action
 from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
 from toy_agent.tools import CodeRepositoryTools
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+COMMAND_TAIL_LINES = 5  # of a failed command's output, under its line (20 with --stream)
 KEY_ARGUMENTS = ("path", "pattern", "command", "query", "url", "name")
 LOG_LEVEL_STYLES = {logging.WARNING: "yellow", logging.ERROR: "red", logging.CRITICAL: "bold red"}
 
@@ -201,7 +204,12 @@ class TerminalView:
     """
 
     def __init__(
-        self, stream: TextIO = sys.stdout, *, color: bool | None = None, width: int | None = None
+        self,
+        stream: TextIO = sys.stdout,
+        *,
+        color: bool | None = None,
+        width: int | None = None,
+        tail_lines: int = COMMAND_TAIL_LINES,
     ):
         from rich.console import Console
         from rich.live import Live
@@ -221,6 +229,7 @@ class TerminalView:
         self._stream_lines = 0
         self._stream_gap = False
         self._refused: tuple[Action, str, str] | None = None
+        self.tail_lines = tail_lines  # of a failed command's output (more with --stream)
         self._live = Live(
             console=self.console, get_renderable=self._live_line, refresh_per_second=10,
             transient=True,
@@ -259,9 +268,15 @@ class TerminalView:
                 self._status = None
                 if self._refused is not None and self._refused[0] is obs.action:
                     self._show_refused(*self._refused)
+                elif obs.command is not None:
+                    self._show_command(obs.action, obs.command, seconds)
                 else:
                     self._show_tool(obs.action, obs.content, obs.is_error, seconds)
+                if obs.edit_check is not None:
+                    self._show_note(f"{obs.edit_check.path}: " + _introduced(obs.edit_check))
                 self._refused = None
+            case CheckFinished(result=result, attempt=attempt, limit=limit):
+                self._show_check(result, attempt, limit)
             case StepFinished(step=step) if step.parse_error:
                 self._show_note("reply not understood, the model was told: "
                                 f"{_first_line(visible(step.parse_error))}")  # fmt: skip
@@ -356,6 +371,39 @@ class TerminalView:
         took = Text(f" {seconds:.2f}s", style="dim")
         error = f" {_first_line(visible(content))}" if is_error else ""
         self._print_line(self._fitted(describe_action(action), head=mark, tail=took, after=error))
+
+    def _show_command(self, action: Action, command: CommandResult, seconds: float) -> None:
+        """`✗ run_command pytest -q · exit 1`, then the last lines of its output."""
+        from rich.text import Text
+
+        ok = command.ok
+        mark = Text("  ✓ ", style="green") if ok else Text("  ✗ ", style="red")
+        status = Text(f" · {command.status}", style="green" if ok else "red")
+        status.append(f" {seconds:.2f}s", style="dim")
+        self._print_line(self._fitted(describe_action(action), head=mark, tail=status))
+        if not ok:
+            self._show_tail(command.output_tail)
+        if command.sandbox_note:
+            self._show_note(f"sandbox: {command.sandbox_note}")
+
+    def _show_check(self, result: CommandResult, attempt: int, limit: int) -> None:
+        """`✗ check pytest -q · exit 1 (attempt 1 of 3)`, then the end of its output."""
+        from rich.text import Text
+
+        ok = result.ok
+        mark = Text("  ✓ ", style="green") if ok else Text("  ✗ ", style="red")
+        status = Text(f" · {'passed' if ok else result.status}", style="green" if ok else "red")
+        status.append(f" (attempt {attempt} of {limit})", style="dim")
+        self._print_line(self._fitted(f"check {visible(result.command)}", head=mark,
+                                      tail=status))  # fmt: skip
+        if not ok:
+            self._show_tail(result.output_tail)
+
+    def _show_tail(self, tail: str) -> None:
+        from rich.text import Text
+
+        for line in visible(tail).splitlines()[-self.tail_lines :]:
+            self._print_line(self._fitted(line, head=Text("    │ ", style="dim")))
 
     def _show_refused(self, action: Action, by: str, reason: str) -> None:
         from rich.text import Text
@@ -576,11 +624,14 @@ def format_summary(
     result: dict[str, Any], diffs: dict[str, str], *, show_diff: bool, color: bool = False
 ) -> str:
     style = Style(color)
+    not_run = result.get("refused_actions") or []
     status = (
         style("✓ completed", "32")
         if result["success"]
         else style(f"✗ not completed ({result['outcome']})", "31")
     )
+    if result["success"] and not_run:  # refused is not done: said where the verdict is
+        status += style(f", but {_actions(len(not_run))} not run (refused or declined)", "33")
     usage = result.get("usage") or {}
     lines = [
         "",
@@ -600,6 +651,10 @@ def format_summary(
         why += [f"{result['refused']} refused"] if result.get("refused") else []
         declined = f" ({', '.join(why)})" if why else ""
         lines.append(style(f"tool errors: {result.get('tool_errors', 0)}{declined}", "33"))
+    if not_run:
+        lines.append(style(f"not run ({len(not_run)}):", "33"))
+        lines += [f"  {visible(r['tool'])}: {_not_run_reason(r)}" for r in not_run[:20]]
+        lines += [f"  … and {len(not_run) - 20} more"] if len(not_run) > 20 else []
     if result.get("files_changed"):
         lines.append("files changed:")
         lines += [
@@ -613,6 +668,28 @@ def format_summary(
         lines.append(f"error: {visible(result['error'])}")
     lines += ["result:", visible(result.get("result") or "(none)")]
     return "\n".join(lines)
+
+
+def _introduced(check: EditCheck) -> str:
+    """`introduced 1 syntax error (line 3)`: what the model was told about its edit."""
+    lines = ", ".join(f"line {f.line}" for f in check.errors[:3] if f.line)
+    parts = [f"{len(check.errors)} syntax error{'s' * (len(check.errors) != 1)}"
+             + (f" ({lines})" if lines else "")] if check.errors else []  # fmt: skip
+    parts += [f"{len(check.lint)} new linter finding{'s' * (len(check.lint) != 1)}"
+              ] if check.lint else []  # fmt: skip
+    verb = "would introduce" if check.refused else "introduced"
+    return f"{verb} {' and '.join(parts)}" + (", not applied (--lint strict)" if check.refused
+                                               else "")  # fmt: skip
+
+
+def _actions(n: int) -> str:
+    return f"{n} action{'s' * (n != 1)}"
+
+
+def _not_run_reason(refusal: dict[str, Any]) -> str:
+    who = {"user": "declined by you", "rule": "refused by a rule", "mode": "not allowed"}
+    reason = refusal.get("reason") or ""
+    return who.get(refusal.get("by", ""), "not run") + (f" ({visible(reason)})" if reason else "")
 
 
 def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
