@@ -171,13 +171,16 @@ def test_run_start_and_prompt_notes_reach_the_model_with_the_task(repo):
 
 @pytest.mark.slow
 def test_a_hook_that_fails_or_runs_too_long_changes_nothing(repo, caplog):
-    hooks = Hooks.parse(["pre_tool=echo broken >&2; exit 1", "pre_tool=sleep 30"], timeout=0.3)
+    hooks = Hooks.parse(["pre_tool=echo broken >&2; exit 1", "pre_tool=sleep 30",
+                         "run_start=echo 'too late to refuse' >&2; exit 2",
+                         "run_stop=echo 'over' >&2; exit 2"], timeout=0.3)  # fmt: skip
     llm = ScriptedLlm(xml_action("read_file", path="hello.py"),
                       xml_action("task_complete", result="ok"))  # fmt: skip
     result = ReactAgent(llm, repo, hooks=hooks).run("read")
     assert result["outcome"] == "completed" and result["refused"] == 0
     assert "print('helo')" in llm.requests[1]["messages"][-1].content
     assert "exited 1: broken" in caplog.text and "timed out after 0.3s" in caplog.text
+    assert "exited 2: too late to refuse" in caplog.text and "exited 2: over" in caplog.text
 
 
 # --- through the CLI: the docs' examples, the records ----------------------------------------

@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 HOOK_EVENTS = ("pre_tool", "post_tool", "prompt", "run_start", "run_stop")
 TOOL_EVENTS = frozenset({"pre_tool", "post_tool"})
+BLOCKING_EVENTS = frozenset({"pre_tool", "post_tool", "prompt"})  # where exit 2 refuses
+NOTE_EVENTS = frozenset({"pre_tool", "post_tool", "prompt", "run_start"})  # stdout is a note
 BLOCK_EXIT_CODE = 2
 DEFAULT_HOOK_TIMEOUT = 60.0
 MAX_HOOK_TEXT = 10_000  # characters of a hook's stdout or stderr the model is shown
@@ -180,14 +182,14 @@ class Hooks:
         finally:
             _kill_group(proc.pid)  # what it left running in the background
         stdout, stderr = _text(out), _text(err)
-        if proc.returncode == BLOCK_EXIT_CODE and hook.event != "run_stop":
+        if proc.returncode == BLOCK_EXIT_CODE and hook.event in BLOCKING_EVENTS:
             reason = stderr or stdout or f"the hook `{hook.command}` exited 2 without a reason"
             return HookReply(hook, True, reason)
         if proc.returncode != 0:
             first = (stderr or stdout).split("\n", 1)[0][:300]
             logger.warning("hook %s exited %d: %s", hook, proc.returncode, first or "(no output)")
             return None
-        if stdout and hook.event != "run_stop":
+        if stdout and hook.event in NOTE_EVENTS:
             return HookReply(hook, False, stdout)
         return None
 
