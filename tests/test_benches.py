@@ -43,3 +43,8 @@ def test_bench_commands_times_each_sandbox_and_the_walk() -> None:
     out = run_bench("bench_commands.py", "--runs", "2")
     assert re.search(r"^run_command true, --sandbox off\s+[\d.]+$", out, re.MULTILINE), out
     assert re.search(r"^/proc walk alone \(\d+ processes\)\s+[\d.]+$", out, re.MULTILINE), out
+
+
+def test_bench_sandbox_policy_builds_the_policy_on_a_generated_home() -> None:
+    out = run_bench("bench_sandbox_policy.py", "--programs", "10", "--runs", "1")
+    assert re.search(r"^this\s+[\d.]+ ms\s+\d+\s+", out, re.MULTILINE), out

@@ -132,7 +132,9 @@ def test_strict_keeps_a_clean_run_at_exit_0(capsys, repo, tmp_path):
     assert run.returncode == 0 and json.loads(run.stdout)["refused_actions"] == []
 
 
-CHECK = "python3 -c 'import calc; assert calc.add(1, 2) == 3, calc.add(1, 2)'"
+# -B: no __pycache__. The fix `a - b` -> `a + b` keeps calc.py's size, and an edit within the
+# second of the first check's compile would otherwise import the stale bytecode.
+CHECK = "python3 -B -c 'import calc; assert calc.add(1, 2) == 3, calc.add(1, 2)'"
 
 
 def calc_repo(root: Path) -> Path:
@@ -398,7 +400,7 @@ class AttemptScripts(FakeProvider):
 
 FIXED = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 BUGGY = FIXED.replace("return a + b", "return a - b")
-KEEP = "python3 -c 'import calc; assert calc.sub(3, 1) == 2'"
+KEEP = "python3 -B -c 'import calc; assert calc.sub(3, 1) == 2'"
 
 
 def test_a_batch_reports_already_passing_resolved_on_a_second_attempt_and_a_broken_keep(

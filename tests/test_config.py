@@ -120,7 +120,8 @@ def test_a_dotenv_inside_the_repository_cannot_change_settings(home, tmp_path, m
     assert parsed.args.allow_commands is False and parsed.args.mcp_server == []
     assert "TOY_AGENT_ALLOW_COMMANDS, TOY_AGENT_MCP_SERVER" in parsed.warnings[0]
 
-    own = tmp_path / "own.env"  # the user's own .env, outside the repository, counts
+    own = tmp_path / "own" / ".env"  # the user's own .env, not in or above the repository
+    own.parent.mkdir()
     own.write_text("TOY_AGENT_MAX_ITERATIONS=7\n")
     assert settings(["--repo", str(repo)], dotenv=own).max_iterations == 7
     assert (

@@ -15,7 +15,7 @@ import pytest
 from cli_helpers import ROOT, run_main, toy_agent
 from fakes import ScriptedLlm, folder, write_replay, xml_action
 
-from toy_agent import ReactAgent
+from toy_agent import CodeRepositoryTools, ReactAgent
 from toy_agent.hooks import Hook, HookError, Hooks, parse_hook
 
 try:
@@ -106,12 +106,16 @@ def test_every_event_gets_its_json_on_stdin_in_the_repository(tmp_path, repo):
 @pytest.mark.slow
 def test_a_hook_gets_the_environment_commands_get_without_keys(tmp_path, repo, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-hook-never-sees-this")
+    monkeypatch.setenv("MY_SETTING", "not on the allow-list")
+    monkeypatch.setenv("MY_NAMED", "named with --command-env")
     seen = tmp_path / "env"
     hooks = Hooks.parse([f"run_start=env > {seen}"])
-    ReactAgent(ScriptedLlm(xml_action("task_complete", result="ok")), repo,
+    tools = CodeRepositoryTools(repo, command_env=["MY_NAMED"])
+    ReactAgent(ScriptedLlm(xml_action("task_complete", result="ok")), tools=tools,
                hooks=hooks).run("x")  # fmt: skip
     env = seen.read_text()
     assert f"HOME={os.environ['HOME']}\n" in env and "\nPATH=" in f"\n{env}"
+    assert "MY_NAMED=named with --command-env\n" in env and "MY_SETTING" not in env
     assert "sk-ant-hook-never-sees-this" not in env and "ANTHROPIC_API_KEY" not in env
 
 

@@ -163,12 +163,13 @@ def test_a_gemini_api_version_in_the_repositorys_env_is_ignored(tmp_path):
     repo.mkdir()
     text = "GOOGLE_GENAI_API_VERSION=v1alpha\nGEMINI_API_KEY=from-file\n"
     (repo / ".env").write_text(text)
-    (tmp_path / ".env").write_text(text)
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / ".env").write_text(text)
     warnings: list[str] = []
     taken = load_dotenv_file(repo / ".env", repo, environ={}, warnings=warnings)
     assert taken == {"GEMINI_API_KEY": "from-file"}
     assert "ignoring GOOGLE_GENAI_API_VERSION" in warnings[0]
-    outside = load_dotenv_file(tmp_path / ".env", repo, environ={})  # the user's own .env
+    outside = load_dotenv_file(tmp_path / "own" / ".env", repo, environ={})  # the user's own
     assert outside["GOOGLE_GENAI_API_VERSION"] == "v1alpha"
 
 

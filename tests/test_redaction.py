@@ -6,11 +6,15 @@ import base64
 import json
 import logging
 import random
+import tempfile
+from pathlib import Path
 
 import pytest
-from hypothesis import given
+from fakes import ScriptedLlm, xml_action
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toy_agent.agent import ReactAgent
 from toy_agent.redaction import REDACTED, RedactingFilter, Redactor
 
 # Fake keys in the real formats (built from parts so no scanner mistakes this file for a leak).
@@ -109,6 +113,18 @@ def test_secret_environment_values_are_redacted_and_names_stay_visible() -> None
 def test_trivial_and_non_secret_environment_values_stay(name: str, value: str) -> None:
     text = f"value: {value}"
     assert Redactor(environ={name: value}).redact(text) == text
+
+
+def test_a_url_with_credentials_in_any_variable_is_redacted_whole() -> None:
+    environ = {
+        "DATABASE_URL": "postgres://app:hunter2@db.internal:5432/app",
+        "SENTRY_DSN": "https://0123456789abcdef0123456789abcdef@o1.ingest.sentry.io/42",
+        "GIT_REMOTE": "ssh://git@github.com/org/repo.git",  # a user name, no secret
+    }
+    text = " ".join(environ.values())
+    assert Redactor(environ=environ).redact(text) == (
+        f"{REDACTED} {REDACTED} ssh://git@github.com/org/repo.git"
+    )
 
 
 def test_environ_defaults_to_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -377,6 +393,57 @@ def test_slack_webhook_keeps_its_host_and_loses_its_path() -> None:
 
 
 # --- cut text, idempotence, cost -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KEYS)
+def test_a_key_glued_to_the_word_before_it_is_redacted(kind: str) -> None:
+    text = f"hash=ffff00{KEYS[kind]}, done"
+    assert Redactor(environ={}).redact(text) == f"hash=ffff00{REDACTED}, done"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "task-runner-abcdefghijklmnopqrstuvwxyz0123",  # sk- glued, a slug
+        "task-550e8400-e29b-41d4-a716-446655440000",
+        "task-d41d8cd98f00b204e9800998ecf8427e",  # a hex digest after sk-
+        "disk-admin-panel-configuration-v2-final-x",
+        "test_network_test_HandlesTimeoutsGracefully",  # rk_test_ in a test's name
+        "ERROR_MSG.connectionRefusedByTheServer.someOtherLongIdentifierNameHere",  # SG.
+        "myxapp-server-config-thing",
+        "coughs_AtTheFunnyJokeThatWasToldYesterday",  # ghs_, no digit
+    ],
+)
+def test_a_short_prefix_inside_a_word_leaves_the_word_alone(text: str) -> None:
+    assert Redactor(environ={}).redact(text) == text
+
+
+# Text before a key: letters, digits and _ of any script, as a hex dump or a log glues them.
+WORD_CHARACTERS = st.text(st.characters(categories=("L", "Nd"), include_characters="_"))
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None)
+@given(
+    before=WORD_CHARACTERS,
+    kind=st.sampled_from(sorted(KEYS)),
+    after=st.sampled_from(["", "\n", " ", '", ', "…"]),
+)
+def test_a_key_after_any_word_characters_never_reaches_the_model(
+    before: str, kind: str, after: str
+) -> None:
+    """Through a real run: the model reads a file where the key is glued to the text before
+    it, and no request it is sent holds the key's end."""
+    key = KEYS[kind]
+    with tempfile.TemporaryDirectory() as repo:
+        Path(repo, "dump.txt").write_text(f"{before}{key}{after}\n", encoding="utf-8")
+        llm = ScriptedLlm(
+            xml_action("read_file", path="dump.txt"), xml_action("task_complete", result="ok")
+        )
+        ReactAgent(llm, repo, redactor=Redactor(environ={})).run("read dump.txt")
+    sent = llm.sent_text()
+    assert key[-16:] not in sent
+    assert REDACTED in sent
 
 
 @pytest.mark.parametrize(

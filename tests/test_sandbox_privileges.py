@@ -183,7 +183,8 @@ def test_an_unsandboxed_command_cannot_read_the_key_from_the_agents_process(
                           xml_action("task_complete", result="done"))  # fmt: skip
     for path in (repo, replay):
         os.chown(path, uid, uid)
-    env = {"HOME": str(base), "OPENAI_API_KEY": KEY, "VISIBLE_MARKER": "in-the-block"}
+    env = {"HOME": str(base), "OPENAI_API_KEY": KEY, "LC_TELEPHONE": "in-the-block",
+           "DATABASE_URL": "postgres://app:db-password-in-the-block@db/app"}  # fmt: skip
     run_as(who, RUN_THE_CLI, "--task", "read", "--repo", str(repo), "--replay", str(replay),
            "--allow-commands", "--sandbox", "off", "--output", "json", cwd=base,
            env=env)  # fmt: skip
@@ -191,8 +192,9 @@ def test_an_unsandboxed_command_cannot_read_the_key_from_the_agents_process(
             ("environ.out", "environ.err", "mem.out", "maps.out", "maps.err")}  # fmt: skip
     assert not [name for name, data in read.items() if KEY.encode() in data]
     if uid == 0:  # what holds as root: the block is readable, the key in it blanked
-        assert b"VISIBLE_MARKER=in-the-block" in read["environ.out"]
+        assert b"LC_TELEPHONE=in-the-block" in read["environ.out"]  # commands get it
         assert b"OPENAI_API_KEY=" + b"*" * len(KEY) in read["environ.out"]
+        assert b"db-password-in-the-block" not in read["environ.out"]  # commands do not
     else:
         assert read["environ.out"] == b"" and b"Permission denied" in read["environ.err"]
         assert read["maps.out"] == b"" and b"Permission denied" in read["maps.err"]

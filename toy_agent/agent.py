@@ -282,7 +282,8 @@ class ReactAgent:
         self.check_retries = check_retries
         self.check_timeout = check_timeout
         self.edits = edit_checker(self.tools, lint, lint_commands)
-        self.hooks = hooks or Hooks()
+        # hooks get what commands get: the allow-list and the variables the user named
+        self.hooks = replace(hooks or Hooks(), named=self.tools.command_env)
         self.cost = cost or CostMeter(price_for(getattr(llm_client, "model", "") or ""))
         if on_event is None:
             on_event = []
@@ -357,6 +358,7 @@ class ReactAgent:
             "allow_commands": self.tools.allow_commands,
             "sandbox": self.tools.sandbox,
             "sandbox_policy": policy.describe() if (policy := self.tools.sandbox_policy) else None,
+            "command_env": sorted(self.tools.command_env),  # names only: values may be secrets
             "permission_mode": self.permissions.mode,
             "command_rules": self.permissions.rules.to_dict(),
             "tools": self._routes.names,

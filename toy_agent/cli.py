@@ -113,6 +113,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> _Parser:
     from toy_agent.context import DEFAULT_CONTEXT_BUDGET
+    from toy_agent.environment import command_env_item
     from toy_agent.hooks import DEFAULT_HOOK_TIMEOUT
     from toy_agent.parsing import FORMAT_NAMES
     from toy_agent.permissions import PERMISSION_MODES
@@ -247,13 +248,23 @@ def build_parser() -> _Parser:
         action="append",
         default=[],
         metavar="PATH",
-        help="a folder sandboxed commands may read (repeatable); your home is hidden except the "
-        "install folders of the programs on your PATH",
+        help="a folder or file sandboxed commands may read (repeatable); your home is hidden "
+        "except what the programs on your PATH need to run",
     )
     add(
         "--sandbox-network",
         action="store_true",
         help="let sandboxed commands use the network (default: no network at all)",
+    )
+    add(
+        "--command-env",
+        action="append",
+        default=[],
+        type=command_env_item,
+        metavar="NAME[=VALUE]",
+        help="pass this variable to commands (repeatable; NAME takes its value from your "
+        "environment, CI_* several); commands get only PATH, HOME, the locale, the terminal, "
+        "the temporary folder and your toolchains' variables otherwise",
     )
     add(
         "--confirm",
@@ -828,6 +839,7 @@ def _local_tools(args: argparse.Namespace, repo: Path, redactor: Redactor) -> Co
             sandbox=args.sandbox,
             sandbox_network=args.sandbox_network,
             sandbox_read=args.sandbox_read,
+            command_env=args.command_env,
         )
     except SandboxUnavailable as exc:
         raise UsageError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from exc

@@ -7,10 +7,10 @@ own type and choices (the argparse actions themselves), so `max_iterations = 0` 
 as `--max-iterations 0` does, naming the key or the variable.
 
 The target repository is untrusted: a config file inside it is never read (unless the user
-names it with --config), and `TOY_AGENT_*` lines of a `.env` inside it are ignored; a hostile
-repository must not turn on commands, switch the sandbox off or start an MCP server. Hooks
-(`TOY_AGENT_HOOK`) are never taken from any `.env`, the user's own included: they run outside
-the sandbox, and a `.env` is often a project's.
+names it with --config), and `TOY_AGENT_*` lines of a `.env` inside it or above it are
+ignored; a hostile repository must not turn on commands, switch the sandbox off or start an
+MCP server. Hooks (`TOY_AGENT_HOOK`) are never taken from any `.env`, the user's own
+included: they run outside the sandbox, and a `.env` is often a project's.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def load_settings(
     dotenv: Path | None = None,
 ) -> Settings:
     """The command line, with the environment's and the config file's defaults under it.
-    `dotenv` is the `.env` whose TOY_AGENT_ lines count as environment (unless it lies inside
-    the repository). Raises ConfigError."""
+    `dotenv` is the `.env` whose TOY_AGENT_ lines count as environment (unless it is not the
+    user's own: see toy_agent.environment.dotenv_distrust). Raises ConfigError."""
     environ = os.environ if environ is None else environ
     args = parser.parse_args(argv)
     given = _given(parser, argv)

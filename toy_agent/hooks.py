@@ -16,8 +16,8 @@ warning in the log and changes nothing. A matcher (for `pre_tool` and `post_tool
 glob over the tool's name, `|` between alternatives: `write_file|edit_file`, `mcp__*`.
 
 Hooks run outside the sandbox, in the repository, with the environment commands get
-(`child_environment`: no provider keys, no secrets), as their own session, killed whole at
-their timeout.
+(`child_environment`: the allow-listed variables and those the user named with
+--command-env), as their own session, killed whole at their timeout.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,8 @@ class Hooks:
     hooks: tuple[Hook, ...] = ()
     timeout: float = DEFAULT_HOOK_TIMEOUT
     session: Callable[[], str | None] | None = None
+    # what commands get beyond the allow-list (--command-env); the agent sets its tools' own
+    named: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, texts: Iterable[str], timeout: float = DEFAULT_HOOK_TIMEOUT) -> Hooks:
@@ -163,7 +165,8 @@ class Hooks:
     def _run_one(self, hook: Hook, data: bytes, repo: Path) -> HookReply | None:
         try:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", hook.command], cwd=repo, env=child_environment(),
+                ["/bin/sh", "-c", hook.command], cwd=repo,
+                env=child_environment(named=self.named),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True,
             )  # fmt: skip

@@ -347,6 +347,7 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         tool_format=args.tool_format, context_budget=args.context_budget,
         allow_commands=args.allow_commands, sandbox=args.sandbox,
         sandbox_network=args.sandbox_network, sandbox_read=tuple(args.sandbox_read),
+        command_env=tuple(args.command_env),
         mcp_servers=(*args.mcp_server, *config),
         mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
         check=args.check, check_retries=args.check_retries, attempts=args.attempts,
@@ -394,6 +395,7 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
     if args.output == "json":
         print(json.dumps(specs, indent=2))
         return EXIT_COMPLETED
+    from toy_agent.environment import describe_command_env
     from toy_agent.messages import visible
 
     for spec in specs:  # an MCP server's names and descriptions may hold escape sequences
@@ -403,6 +405,7 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
         description = (spec.get("description") or "").strip()
         print(visible(f"{spec['name']}({params})"))
         print(visible(f"    {description.splitlines()[0] if description else ''}"))
+    print(f"command environment: {describe_command_env(tools.command_env)}")
     policy = tools.sandbox_policy
     print(f"sandbox: {policy.describe() if policy else sandbox_summary(tools)}")
     if hooks := args.hooks.describe():

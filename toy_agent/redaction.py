@@ -39,6 +39,12 @@ _TOKEN_CHAR, _ALNUM = r"[\w-]", "[A-Za-z0-9]"
 _AFTER_WORD = r"(?<![\w\]-])"
 
 
+def _holds(chars: str, kinds: str = r"\d [A-Z] [a-z]") -> str:
+    """A look-ahead: the run of `chars` ahead holds one of each of `kinds` (by default a digit,
+    an upper and a lower case letter: random, not a word or a slug)."""
+    return "".join(rf"(?={chars}*?{kind})" for kind in kinds.split())
+
+
 def _run(chars: str, full: int, cut: int) -> str:
     """`full` or more of `chars`, or at least `cut` of them where the text was cut short."""
     return f"(?:{chars}{{{full},}}|{chars}{{{cut},}}{_CUT_END})"
@@ -73,25 +79,44 @@ _ASSIGNMENT = (
 )
 _PRIVATE_KEY = r"-----{} [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
 
-# Keys known by how they begin, in one rule behind one look-behind: the regex engine then skips
-# each at a glance where its first letter is not (as rules of their own they cost twice the time).
-_PREFIXED_KEYS = (
-    rf"sk-(?=[\w-]*\d){_run(_TOKEN_CHAR, 32, 20)}",  # OpenAI sk-, sk-proj-; Anthropic sk-ant-
+# Keys known by how they begin. A distinctive prefix (sk-ant-, AIza, github_pat_, glpat-, xoxb-,
+# AKIA ...) is a key wherever it starts, even glued to the text before it (`…ffffsk-ant-…`);
+# a short, generic one (sk-, hf_, ghp_, npm_, sk_test_ ...) only at the start of a word, or,
+# glued, when its body has the full length and looks random (a digit, an upper and a lower case
+# letter: `task-runner-…` or `behalf_OfTheUser…` stay as they are). A body made of letters and
+# digits takes what is glued after it too: where a key glued on both sides ends is unknowable.
+# Two alternations in one rule: the regex engine skips each at a glance where none of its first
+# letters is (as rules of their own they cost twice the time).
+_GLUED = r"[\w-]*"  # what is glued after a key whose body is letters and digits
+_STRIPE = r"(?:[sr]k_live|whsec)_"
+_SENDGRID_CHAR = r"[\w.-]"
+_ANYWHERE_KEYS = (
+    rf"sk-(?:ant|proj|svcacct|admin|None)-{_holds(_TOKEN_CHAR)}{_run(_TOKEN_CHAR, 32, 20)}",
+    rf"sk-{_holds(_ALNUM)}{_ALNUM}{{40,}}{_GLUED}",  # OpenAI's older keys: sk- and 48
     rf"AIza{_run(_TOKEN_CHAR, 35, 10)}",  # Google API key
     r"ya29\.[\w-]{20,}",  # Google OAuth access token
-    rf"gh[pousr]_{_run(_ALNUM, 36, 10)}",  # GitHub
-    r"github_pat_\w{22,}",
+    rf"gh[pousr]_{_holds(_ALNUM)}{_ALNUM}{{36,}}{_GLUED}",  # GitHub
+    rf"github_pat_\w{{22,}}{_GLUED}",
     rf"gl(?:pat|ptt|dt|rt)-{_run(_TOKEN_CHAR, 20, 10)}",  # GitLab
-    rf"hf_{_run(_ALNUM, 30, 10)}",  # Hugging Face
-    rf"npm_{_run(_ALNUM, 36, 10)}",
+    rf"hf_{_holds(_ALNUM, '[A-Z] [a-z]')}{_ALNUM}{{30,}}{_GLUED}",  # Hugging Face: letters
+    rf"npm_{_holds(_ALNUM)}{_ALNUM}{{36,}}{_GLUED}",
     rf"pypi-AgE{_run(_TOKEN_CHAR, 40, 10)}",
-    rf"(?:[sr]k_(?:live|test)|whsec)_{_run(_ALNUM, 20, 10)}",  # Stripe
-    r"SG\.[\w-]{16,}\.[\w-]{20,}",  # SendGrid
+    rf"(?:{_STRIPE}|[sr]k_test_){_holds(_ALNUM)}{_ALNUM}{{20,}}{_GLUED}",  # Stripe
+    rf"SG\.{_holds(_SENDGRID_CHAR)}[\w-]{{22}}\.[\w-]{{43}}",  # SendGrid
     r"eyJ[\w-]{8,}\.eyJ[\w-]*(?:\.[\w-]*)?",  # JWT: header.payload.signature
-    r"(?:xox[abeprs]|xapp)-[A-Za-z0-9-]{10,}",  # Slack
+    r"xox[abeprs]-[A-Za-z0-9-]{10,}",  # Slack
     # An AWS key id, with its secret if it follows as in the accessKeys.csv of the console.
-    r"(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"
+    r"(?:AKIA|ASIA)[A-Z0-9]{16}"
     r"(?:[ \t]*[,;\t|][ \t]*[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+]))?",
+)
+_WORD_START_KEYS = (  # the same, and the shorter ones, seen at the start of a word
+    rf"sk-(?=[\w-]*\d){_run(_TOKEN_CHAR, 32, 20)}",  # OpenAI sk-, sk-proj-; Anthropic sk-ant-
+    rf"gh[pousr]_{_run(_ALNUM, 36, 10)}{_GLUED}",
+    rf"hf_{_run(_ALNUM, 30, 10)}{_GLUED}",
+    rf"npm_{_run(_ALNUM, 36, 10)}{_GLUED}",
+    rf"(?:{_STRIPE}|[sr]k_test_){_run(_ALNUM, 20, 10)}{_GLUED}",
+    r"SG\.[\w-]{16,}\.[\w-]{20,}",  # SendGrid
+    r"xapp-[A-Za-z0-9-]{10,}",  # Slack
 )
 
 # Well-known formats. A group named <rule>_pre / <rule>_post stays visible around [REDACTED].
@@ -105,7 +130,8 @@ _FORMATS = {
     "pem": rf"(?P<pem_pre>{_PRIVATE_KEY.format('BEGIN')})(?=[ \t\r]*(?:\n|\\[nr])|\[REDACTED])"
     rf"(?:[\s\S]*?(?P<pem_post>{_PRIVATE_KEY.format('END')})|(?:[\w+/=\s|:.-]|\\[nr])*{_CUT_END})",
     "key_line": _KEY_LINE,
-    "prefixed_key": rf"{_AFTER_WORD}(?:{'|'.join(_PREFIXED_KEYS)})",
+    "prefixed_key": rf"(?:{'|'.join(_ANYWHERE_KEYS)})"
+    rf"|{_AFTER_WORD}(?:{'|'.join(_WORD_START_KEYS)})",
     "aws_secret": r"(?P<aws_secret_pre>(?i:aws_secret_access_key)[\"']?\s*[:=]\s*[\"']?)"
     r"[A-Za-z0-9/+]{40}",
     "slack_webhook": r"(?P<slack_webhook_pre>https://hooks\.slack\.com/(?:services|workflows)/)"
@@ -144,11 +170,17 @@ _SECRET_NAME_RE = re.compile(_SECRET_NAME)
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _MEMBER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")  # "google.auth.credentials.Credentials"
 _RANDOM = re.compile(r"\d|[a-z][A-Z]|[+=!@#$%^&*~?]")  # wJalrXUtnFEMI, not Confidential-client
+# scheme://user:password@host (DATABASE_URL, PIP_EXTRA_INDEX_URL's token), or a long key as the
+# user part (SENTRY_DSN): not ssh://git@host.
+_CREDENTIAL_URL = re.compile(r"[A-Za-z][\w+.-]*://(?:[^\s/@:]*:[^\s/@]+|[^\s/@:]{16,})@\S+")
 _LINE_END = re.compile(rf"[ \t]*(?:#.*)?(?:\r?\n|\Z)|{_CUT_AT}")
 
 
 def is_secret_variable(name: str, value: str) -> bool:
-    """A secret-looking name with a value worth hiding: not trivial, not a number, not a path."""
+    """A secret-looking name with a value worth hiding (not trivial, not a number, not a path),
+    or, whatever the name, a URL that carries credentials (DATABASE_URL, SENTRY_DSN)."""
+    if _CREDENTIAL_URL.fullmatch(value):
+        return True
     upper = name.upper()
     if not any(part in upper for part in SECRET_NAME_PARTS):
         return False

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fnmatch
 import functools
+import glob
 import itertools
 import logging
 import os
@@ -27,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -150,20 +152,102 @@ def resolve_sandbox(mode: str, *, warn: bool = True) -> str:
 
 
 # ------------------------------------------------------------------------------- the sandbox
-# Under an exposed tool folder, files that hold credentials rather than tools (cargo's
-# registry token): covered with an empty file.
-_CREDENTIAL_FILES = ("credentials", "credentials.toml", ".credentials.json", ".netrc",
-                     ".npmrc", ".pypirc", ".git-credentials")  # fmt: skip
-# Install prefixes that also hold user data: only their program and library folders are
-# exposed (`~/.local/share` holds keyrings and shell histories).
-_MIXED_PREFIXES = (".local",)
-# Variables that name where a toolchain lives (rustup's toolchains are not on PATH).
-_TOOL_HOME_VARIABLES = ("RUSTUP_HOME", "CARGO_HOME", "PYENV_ROOT", "NVM_DIR", "CONDA_PREFIX",
-                        "VIRTUAL_ENV", "GOROOT", "JAVA_HOME", "VOLTA_HOME", "BUN_INSTALL",
-                        "PNPM_HOME", "SDKMAN_DIR", "UV_PYTHON_INSTALL_DIR")  # fmt: skip
-# A PATH entry whose programs read a folder of their own elsewhere in the home.
-_IMPLIED = {".cargo/bin": (".rustup",), ".local/bin": (".local/share/uv/python",)}
-_PROGRAMS_EXAMINED = 2_000  # per PATH folder: links and #! lines followed to other installs
+# What of an install prefix its programs need: executables, libraries, headers, data. Never
+# the prefix's own top-level files or its `etc`, where installers keep settings and tokens
+# (nvm's etc/npmrc, a pyenv version's or a virtualenv's pip.conf, a conda environment's
+# etc/conda/activate.d, ~/.cargo/config.toml).
+_PREFIX = ("bin", "sbin", "lib", "lib32", "lib64", "libexec", "include", "share")
+_VENV = (*_PREFIX, "pyvenv.cfg")  # a virtualenv's Python finds its packages through pyvenv.cfg
+_CONDA = (*_PREFIX, "conda-meta", "ssl", "*-conda-linux-gnu")  # package records, CA bundle
+_JDK = (*_PREFIX, "conf", "jmods", "legal", "release", "jre", "boot", "init.d")  # and Maven's
+_GOROOT = ("bin", "pkg", "src", "lib", "misc", "api", "VERSION", "go.env")
+
+
+def _under(base: str, parts: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"{base}/{part}" for part in parts)
+
+
+def _version_manager(name: str) -> tuple[str, ...]:
+    """pyenv and its kin: the manager, its shims, plugins and hooks, the global `version`
+    file its shims read, and what runs of each installed version (pyenv-virtualenv's too)."""
+    return ("bin", "libexec", "shims", "plugins", f"{name}.d", "version",
+            *_under("versions/*", _VENV), *_under("versions/*/envs/*", _VENV))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A toolchain as its installer lays it out. It is exposed when a PATH folder lies in it,
+    one of its variables names it, or a toolchain in use implies it; then only its `parts`."""
+
+    homes: tuple[str, ...]  # where it is installed, relative to a home folder (globs)
+    variables: tuple[str, ...] = ()  # the variables that name where it is
+    parts: tuple[str, ...] = ("bin",)  # what its programs need, relative to it (globs)
+    marker: str = ""  # what it always holds (a Go root's src/runtime: GOPATH has none)
+    implies: tuple[str, ...] = ()  # other toolchains its programs run
+    exported: bool = False  # found through $HOME: its variable is set inside the sandbox
+
+
+_LAYOUTS = {
+    "pyenv": _Layout((".pyenv",), ("PYENV_ROOT",), _version_manager("pyenv"), exported=True),
+    "rbenv": _Layout((".rbenv",), ("RBENV_ROOT",), _version_manager("rbenv"), exported=True),
+    "nodenv": _Layout((".nodenv",), ("NODENV_ROOT",), _version_manager("nodenv"),
+                      exported=True),
+    "nvm": _Layout((".nvm",), ("NVM_DIR",), ("nvm.sh", "nvm-exec", "alias",
+                   *_under("versions/node/*", _PREFIX), *_under("versions/io.js/*", _PREFIX)),
+                   exported=True),
+    "cargo": _Layout((".cargo",), ("CARGO_HOME",), ("bin",), implies=("rustup",)),
+    "rustup": _Layout((".rustup",), ("RUSTUP_HOME",), ("toolchains", "settings.toml"),
+                      exported=True),
+    "conda": _Layout(("miniconda3", "miniconda", "anaconda3", "miniforge3", "mambaforge",
+                      "micromamba", ".conda"), ("CONDA_PREFIX", "MAMBA_ROOT_PREFIX"),
+                     ("condabin", *_CONDA, *_under("envs/*", _CONDA))),
+    "uv-python": _Layout((".local/share/uv/python",), ("UV_PYTHON_INSTALL_DIR",),
+                         _under("*", _PREFIX), exported=True),
+    "uv-tools": _Layout((".local/share/uv/tools",), ("UV_TOOL_DIR",), _under("*", _VENV)),
+    "pipx": _Layout((".local/share/pipx", ".local/pipx"), ("PIPX_HOME",),
+                    (*_under("venvs/*", _VENV), *_under("shared", _VENV))),
+    "poetry": _Layout((".local/share/pypoetry",), ("POETRY_HOME",), _under("venv", _VENV)),
+    "local": _Layout((".local",), (), ("bin", "lib"),  # not share: keyrings, histories
+                     implies=("uv-python", "uv-tools", "pipx", "poetry")),
+    "virtualenv": _Layout((), ("VIRTUAL_ENV",), _VENV),
+    "sdkman": _Layout((".sdkman",), ("SDKMAN_DIR",), _under("candidates/*/*", _JDK)),
+    "java": _Layout((), ("JAVA_HOME",), _JDK),
+    "volta": _Layout((".volta",), ("VOLTA_HOME",), ("bin", "layout.v*", "tools/user",
+                     "tools/shared", *_under("tools/image/*/*", _PREFIX)), exported=True),
+    "bun": _Layout((".bun",), ("BUN_INSTALL",), ("bin", "install/global"), exported=True),
+    "pnpm": _Layout((".local/share/pnpm",), ("PNPM_HOME",), (".",), exported=True),
+    "go": _Layout(("go",), ("GOPATH",), ("bin",)),  # not src: GOPATH/src is your own code
+    "goroot": _Layout(("sdk/go*", ".go", "go", ".local/go"), ("GOROOT",), _GOROOT,
+                      marker="src/runtime"),
+    "asdf": _Layout((".asdf",), ("ASDF_DATA_DIR",), ("bin", "lib", "libexec", "shims",
+                    "plugins", "asdf.sh", *_under("installs/*/*", _PREFIX)), exported=True),
+    "mise": _Layout((".local/share/mise",), ("MISE_DATA_DIR",),
+                    ("shims", *_under("installs/*/*", _PREFIX)), exported=True),
+    "pulumi": _Layout((".pulumi",), ("PULUMI_HOME",), ("bin", "plugins")),
+    "dotnet": _Layout((".dotnet",), ("DOTNET_ROOT",), ("dotnet", "host", "sdk", "shared",
+                      "packs", "templates", "sdk-manifests", "tools")),
+}  # fmt: skip
+# The variables that say where the user's toolchains are (read here, and kept in commands'
+# environments).
+_TOOL_HOME_VARIABLES = tuple(dict.fromkeys(v for layout in _LAYOUTS.values()
+                                           for v in layout.variables))  # fmt: skip
+# Tools that find their install through $HOME, which the sandbox points elsewhere: each is
+# told where it is, when that folder is exposed and the user has not said so already.
+_HOME_DEFAULTS = {home: layout.variables[0] for layout in _LAYOUTS.values()
+                  if layout.exported for home in layout.homes}  # fmt: skip
+# A PATH folder `PREFIX/bin` outside the known layouts: what marks PREFIX as an install (a
+# virtualenv, a conda environment, a Node prefix such as npm's `~/.npm-global`), and what of
+# it runs. Any other PATH folder is exposed alone, never its parent (`~/dotfiles`).
+_PREFIX_MARKERS = (("pyvenv.cfg", _VENV), ("conda-meta", _CONDA), ("lib/node_modules", _PREFIX))
+# A folder holding any of these is a home folder, or above one: never exposed.
+_HOME_MARKERS = (".ssh", ".gnupg", ".aws", ".config", ".netrc", ".bash_history", ".kube")
+# Files that hold credentials rather than tools, covered with /dev/null (which bwrap mounts
+# nodev: reading one fails): at the top of any exposed folder, and in a conda environment's
+# package records (the variables it stores, the commands that made it with their tokens).
+_CREDENTIAL_FILES = ("credentials", "credentials.toml", "credentials.json", ".credentials.json",
+                     ".netrc", ".npmrc", ".pypirc", ".git-credentials", "pip.conf")  # fmt: skip
+_SECRETS_IN = {"conda-meta": ("state", "history")}
+_DOCUMENTS = ("README*", "LICENSE*", "CHANGELOG*", "NOTICE*", "COPYING*")  # in a Node prefix
 
 
 @dataclass(frozen=True)
@@ -209,7 +293,7 @@ class SandboxPolicy:
     def describe(self) -> str:
         """One line for --list-tools, the summary and the trajectory."""
         hidden = ", ".join(_tilde(p) for p in self.hidden) or "nothing"
-        exposed = ", ".join(_tilde(p) for p in self.exposed)
+        exposed = _listing(self.exposed)
         reads = f"; reads (read-only) {exposed}" if exposed else ""
         network = "network" if self.network else "no network"
         return f"bwrap (hides {hidden}{reads}; .git read-only; {network})"
@@ -240,81 +324,160 @@ def sandbox_policy(
     environ = os.environ if environ is None else environ
     repo = repo.resolve()
     hidden = _hidden_folders(network, homes, environ)
-    exposed = _outermost(p for p in [*toolchain_folders(environ, hidden), *_existing(read)]
+    exposed = _outermost(p for p in [*toolchain_folders(environ, hidden, repo), *_existing(read)]
                          if p != repo)  # fmt: skip
-    masked = sorted(p / name for p in exposed for name in _CREDENTIAL_FILES
-                    if (p / name).is_file())  # fmt: skip
     inner, outer = _git_paths(repo)
     return SandboxPolicy(repo, network, tuple(hidden), tuple(exposed), inner, outer,
-                         tuple(masked))  # fmt: skip
+                         tuple(_credential_files(exposed)))  # fmt: skip
 
 
-def toolchain_folders(environ: Mapping[str, str], hidden: Iterable[Path]) -> list[Path]:
-    """The folders inside the hidden ones that the user's own programs need: each PATH entry's
-    install prefix (`~/.pyenv` for `~/.pyenv/shims`, `~/.nvm/versions/node/v20` for its `bin`),
-    the installs its programs link or point (`#!`) to, and the folders the toolchain
-    variables name (RUSTUP_HOME, PYENV_ROOT, ...). Never a home folder itself."""
+def toolchain_folders(
+    environ: Mapping[str, str], hidden: Iterable[Path], repo: Path | None = None
+) -> list[Path]:
+    """The paths inside the hidden folders that the user's own programs need, from the user's
+    PATH and toolchain variables (PYENV_ROOT, VIRTUAL_ENV, ...) and the known install layouts
+    (_LAYOUTS), never from what a folder holds: no link or `#!` line is followed, so nothing
+    a command writes into a PATH folder (a repository's `.venv/bin`) widens the next run.
+
+    A PATH folder is exposed itself, never its parent; in a known layout, or at the top of a
+    recognisable install (`PREFIX/bin` of a virtualenv), what of it runs (its `bin`, `lib`,
+    `include`, `share`, not its settings). Never a home folder or a folder above a hidden one
+    or anything in the repository; a path the user's layout reaches through a link is exposed
+    where it is named and where it leads, when it leads into the layout itself."""
     hidden = list(hidden)
-    found: set[Path] = set()
+    homes = [h for h in hidden if not h.is_relative_to("/run")]
+    found: dict[Path, Path | None] = {}  # what to expose -> the install it belongs to
 
-    def home_of(path: Path) -> Path | None:
-        return next((h for h in hidden if path.is_relative_to(h)), None)
+    def allowed(path: Path) -> bool:
+        return not any(h.is_relative_to(path) for h in hidden) and not (
+            repo is not None and path.is_relative_to(repo)
+        )
 
-    def add(folder: Path) -> None:
-        home = home_of(folder)
-        if home is not None:
-            found.update(_install_folders(folder, home))
+    def expose(path: Path, root: Path | None = None, real_root: Path | None = None) -> None:
+        real = _real_path(path)
+        if real is None or not allowed(real) or (real_root and not real.is_relative_to(real_root)):
+            return
+        for place, install in {path: root, real: real_root}.items():
+            if allowed(place) and any(place.is_relative_to(h) for h in hidden):
+                found.setdefault(place, install)
 
-    for entry in environ.get("PATH", "").split(os.pathsep):
-        real = _real_dir(entry)
-        home = home_of(real) if real is not None else None
-        if real is None or home is None:
-            continue
-        add(real)
-        for implied in _IMPLIED.get(str(real.relative_to(home)), ()):
-            if (home / implied).is_dir():
-                found.add(home / implied)
-        for program in _program_targets(real):
-            add(program.parent)
-    for name in _TOOL_HOME_VARIABLES:
-        real = _real_dir(environ.get(name, ""))
-        if real is not None and (home := home_of(real)) is not None and real != home:
-            found.add(real)
-    return _outermost(found)
-
-
-def _install_folders(folder: Path, home: Path) -> list[Path]:
-    """What to expose for a program folder under `home`: its install prefix when the folder is
-    a `bin` (or pyenv's `shims`) of one, else the folder itself."""
-    if folder.name not in ("bin", "sbin", "shims") or folder.parent == home:
-        return [folder]
-    prefix = folder.parent
-    if str(prefix.relative_to(home)) in _MIXED_PREFIXES:
-        return [folder, *([prefix / "lib"] if (prefix / "lib").is_dir() else [])]
-    if prefix.parent.name == "plugins":  # pyenv's plugins/NAME/shims: pyenv's own prefix
-        prefix = prefix.parent.parent
-    return [prefix]
+    on_path = [(Path(os.path.normpath(e)), r) for e in environ.get("PATH", "").split(os.pathsep)
+               if (r := _real_dir(e)) is not None]  # fmt: skip
+    roots = list(_layout_roots(environ, homes))
+    used = [r for r in roots if r.home is None
+            or any(_within(p, real, r.path, r.real) for p, real in on_path)]  # fmt: skip
+    implied = {(other, r.home) for r in used for other in _LAYOUTS[r.name].implies}
+    used += [r for r in roots if (r.name, r.home) in implied]
+    for root in used:
+        if allowed(root.path) and allowed(root.real):
+            for part in _LAYOUTS[root.name].parts:
+                for path in _glob(root.path, part):
+                    expose(path, root.path, root.real)
+    for lexical, real in on_path:
+        if any(_within(r.path, r.real, lexical, real) for r in roots) or _is_home(real, hidden):
+            continue  # a layout's root (or above): the layout says what of it runs
+        expose(lexical)
+        prefix = real.parent
+        kind = next((parts for marker, parts in _PREFIX_MARKERS
+                     if (prefix / marker).exists()), None)  # fmt: skip
+        if real.name in ("bin", "sbin") and kind is not None and not _is_home(prefix, hidden):
+            for part in kind:
+                for path in _glob(prefix, part):
+                    expose(path, prefix, prefix)
+    return _outermost(_whole_folders(found, hidden))
 
 
-def _program_targets(folder: Path) -> Iterator[Path]:
-    """Where the programs in `folder` really live: a link's target, a script's interpreter."""
+def _whole_folders(found: dict[Path, Path | None], hidden: list[Path]) -> list[Path]:
+    """The paths of `found`, with a folder standing for its entries wherever each of them is
+    exposed (or is a README or LICENSE) and none holds a file to cover, inside the install
+    they belong to (never the install itself, where settings may come later): each mount
+    costs every command time, as bwrap reads the mount table again for each. A pyenv
+    `versions` folder whose Pythons hold nothing but bin, include, lib and share is one."""
+    found = dict(found)
+    while True:
+        siblings: dict[Path, list[Path]] = {}
+        for path, install in found.items():
+            if install is not None and path.parent != install and path.is_relative_to(install):
+                siblings.setdefault(path.parent, []).append(path)
+        whole = [(folder, paths) for folder, paths in siblings.items()
+                 if len({found[p] for p in paths}) == 1 and not _is_home(folder, hidden)
+                 and _only(folder, {p.name for p in paths})
+                 and not _credential_files(paths)]  # fmt: skip
+        if not whole:
+            return list(found)
+        for folder, paths in whole:
+            found[folder] = found[paths[0]]
+            for path in paths:
+                del found[path]
+
+
+class _Root(NamedTuple):
+    """Where a known layout is installed: as named and really, and the home folder it was
+    found in by its usual place (None: a variable named it, so it is in use)."""
+
+    name: str
+    path: Path
+    real: Path
+    home: Path | None
+
+
+def _layout_roots(environ: Mapping[str, str], homes: list[Path]) -> Iterator[_Root]:
+    for name, layout in _LAYOUTS.items():
+        values = [environ.get(variable, "") for variable in layout.variables]
+        found: list[tuple[Path, Path | None]] = [
+            (Path(os.path.normpath(v)), None)
+            for value in values for v in value.split(os.pathsep) if os.path.isabs(v)
+        ]  # fmt: skip
+        for home in homes:
+            for pattern in layout.homes:
+                found += [(path, home) for path in _glob(home, pattern)]
+        for path, where in found:
+            real = _real_dir(str(path))
+            if real is not None and (not layout.marker or (real / layout.marker).exists()):
+                yield _Root(name, path, real, where)
+
+
+def _only(folder: Path, names: set[str]) -> bool:
+    """Whether `folder` holds nothing but `names` and documents."""
     try:
-        entries = list(itertools.islice(os.scandir(folder), _PROGRAMS_EXAMINED))
+        entries = os.listdir(folder)
     except OSError:
-        return
-    for entry in entries:
-        try:
-            if entry.is_symlink():
-                yield Path(os.path.realpath(entry.path))
-            elif entry.is_file(follow_symlinks=False):
-                with open(entry.path, "rb") as f:
-                    first = f.read(256)
-                if first.startswith(b"#!"):
-                    words = first[2:].split(b"\n", 1)[0].split()
-                    if words and words[0].startswith(b"/"):
-                        yield Path(os.path.realpath(os.fsdecode(words[0])))
-        except OSError:
-            continue
+        return False
+    return all(e in names or any(fnmatch.fnmatch(e, d) for d in _DOCUMENTS) for e in entries)
+
+
+def _is_home(folder: Path, hidden: list[Path]) -> bool:
+    """Whether `folder` is a hidden folder or looks like a home folder (~/.ssh in it)."""
+    return folder in hidden or any((folder / name).exists() for name in _HOME_MARKERS)
+
+
+def _within(path: Path, real: Path, folder: Path, real_folder: Path) -> bool:
+    """Whether `path` is in `folder`, as named or really."""
+    return path.is_relative_to(folder) or real.is_relative_to(real_folder)
+
+
+def _glob(folder: Path, pattern: str) -> list[Path]:
+    if pattern == ".":
+        return [folder]
+    return [Path(p) for p in sorted(glob.glob(os.path.join(glob.escape(str(folder)), pattern)))]
+
+
+def _real_path(path: Path) -> Path | None:
+    try:
+        return path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+
+
+def _credential_files(exposed: Iterable[Path]) -> list[Path]:
+    """The files in exposed folders that hold credentials rather than tools: covered."""
+    found = []
+    for folder in exposed:
+        for name in _SECRETS_IN.get(folder.name, _CREDENTIAL_FILES):
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(folder / name).st_mode):
+                    found.append(folder / name)
+    return sorted(found)
 
 
 def _git_paths(repo: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
@@ -394,7 +557,7 @@ def _passwd_home() -> str | None:
 def _outermost(paths: Iterable[Path]) -> list[Path]:
     """`paths` without those inside another of them, sorted."""
     found = set(paths)
-    return sorted(p for p in found if not any(p != q and p.is_relative_to(q) for q in found))
+    return sorted(p for p in found if found.isdisjoint(p.parents))
 
 
 def _real_dir(path: str) -> Path | None:
@@ -408,7 +571,18 @@ def _real_dir(path: str) -> Path | None:
 
 
 def _existing(paths: Iterable[str | Path]) -> list[Path]:
-    return [real for p in paths if (real := _real_dir(os.path.expanduser(str(p))))]
+    """The folders and files of --sandbox-read, really."""
+    return [real for p in paths if (real := _real_path(Path(os.path.expanduser(str(p)))))]
+
+
+def _listing(paths: Iterable[Path]) -> str:
+    """`paths` on one line, siblings under their folder: ~/.pyenv/versions/3.12/{bin,lib}."""
+    siblings: dict[Path, list[str]] = {}
+    for path in paths:
+        siblings.setdefault(path.parent, []).append(path.name)
+    return ", ".join(_tilde(folder / names[0]) if len(names) == 1
+                     else f"{_tilde(folder)}/{{{','.join(names)}}}"
+                     for folder, names in siblings.items())  # fmt: skip
 
 
 def _tilde(path: Path) -> str:
@@ -418,12 +592,6 @@ def _tilde(path: Path) -> str:
     return str(path)
 
 
-# Tools that find their install through $HOME, which the sandbox points elsewhere: each is
-# told where it is, when that folder is exposed and the user has not said so already.
-_HOME_DEFAULTS = {".rustup": "RUSTUP_HOME", ".cargo": "CARGO_HOME", ".pyenv": "PYENV_ROOT",
-                  ".nvm": "NVM_DIR"}  # fmt: skip
-
-
 def sandbox_environment(
     env: Mapping[str, str], policy: SandboxPolicy | None = None
 ) -> dict[str, str]:
@@ -431,11 +599,12 @@ def sandbox_environment(
     pointing into the hidden home or /run (XDG folders, agent sockets), and the variables that
     lead tools installed in the home to their exposed folders."""
     kept = {k: v for k, v in env.items() if k not in _HOST_PATH_VARIABLES}
-    homes = policy.hidden if policy is not None else ()
-    for folder in policy.exposed if policy is not None else ():
-        name = _HOME_DEFAULTS.get(folder.name)
-        if name and name not in kept and folder.parent in homes:
-            kept[name] = str(folder)
+    exposed = policy.exposed if policy is not None else ()
+    for home in policy.hidden if policy is not None else ():
+        for where, name in _HOME_DEFAULTS.items():
+            folder = home / where
+            if name not in kept and any(p.is_relative_to(folder) for p in exposed):
+                kept[name] = str(folder)
     return {**kept, "HOME": SCRATCH_HOME, "TMPDIR": "/tmp"}
 
 
@@ -456,12 +625,13 @@ def sandbox_note(
     missing = exit_code in (126, 127) or (hidden and any(m in output for m in _MISSING))
     if not (refused or missing):
         return None
-    exposed = ", ".join(_tilde(p) for p in policy.exposed)
+    exposed = _listing(policy.exposed)
     limits = "only the repository and /tmp are writable, the home folder is hidden (HOME is an "
     limits += "empty scratch folder" + (f"; readable: {exposed}" if exposed else "") + ")"
     limits += "" if policy.network else ", there is no network at all"
     verb = "is" if len(hidden) == 1 else "are"
     named = f" {', '.join(hidden[:5])} {verb} hidden." if hidden else ""
+    named += "".join(f" {lead}, which is hidden." for lead in _leads_to_hidden(policy, output))
     if for_user:
         return (
             f"the command ran in the bubblewrap sandbox: {limits}.{named} Expose a folder "
@@ -473,6 +643,42 @@ def sandbox_note(
         "around; do the task within these limits. If it needs a hidden program or folder, "
         "say so: the user can expose one read-only with --sandbox-read PATH.]"
     )
+
+
+_NOT_FOUND = re.compile(r"([^\s:'\"`]+): (?:command )?not found")
+
+
+def _leads_to_hidden(policy: SandboxPolicy, output: str) -> list[str]:
+    """For each program `output` says was not found that is a link or script (on PATH, in
+    the repository or an exposed folder) whose target or `#!` interpreter is hidden:
+    "~/.local/bin/deploy leads to ~/deploy.sh". Read only to explain a failure; what is
+    exposed never depends on it."""
+    folders = [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    leads = []
+    for name in dict.fromkeys(_NOT_FOUND.findall(output)):
+        if "/" in name:
+            places = [policy.repo / name]  # an absolute `name` replaces the repository
+        else:
+            places = [folder / name for folder in (*folders, *policy.exposed)]
+        for place in places:
+            target = _program_target(place)
+            if target is not None and policy.hidden_folder_of(str(target)) is not None:
+                leads.append(f"{_tilde(place)} leads to {_tilde(target)}")
+                break
+    return leads[:5]
+
+
+def _program_target(path: Path) -> Path | None:
+    """Where the program at `path` really lives: its link's target, or its `#!` interpreter."""
+    try:
+        if path.is_symlink():
+            return Path(os.path.realpath(path))
+        with open(path, "rb") as f:
+            first = f.read(256)
+    except (OSError, ValueError):
+        return None
+    words = first[2:].split(b"\n", 1)[0].split() if first.startswith(b"#!") else []
+    return Path(os.path.realpath(os.fsdecode(words[0]))) if words else None
 
 
 # ------------------------------------------------------------------------------- lifetime

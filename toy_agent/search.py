@@ -284,7 +284,7 @@ def _lines_with(
 
 
 def _child_env() -> dict[str, str]:
-    """No keys, secrets or loader variables (LD_PRELOAD from a repository's .env) for grep/rg."""
+    """grep's and rg's environment: the allow-listed one (see child_environment), in UTF-8."""
     return child_environment({"LC_ALL": "C.UTF-8"})
 
 

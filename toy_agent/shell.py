@@ -1,8 +1,8 @@
 """Running one shell command for run_command and batch checks, leaving nothing behind.
 
-No stdin, no pager, no secrets (not in its environment, and, unsandboxed, not readable from the
-agent's process either); only the head and tail of the output are kept, and every process of
-the command is killed when it ends.
+No stdin, no pager, no secrets (only allow-listed variables in its environment, and,
+unsandboxed, none readable from the agent's process either); only the head and tail of the
+output are kept, and every process of the command is killed when it ends.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 from toy_agent import cuts
@@ -34,14 +35,20 @@ _COMMAND_ENV = {
 
 
 def run_shell(
-    command: str, cwd: Path, timeout: int, *, policy: SandboxPolicy | None = None
+    command: str,
+    cwd: Path,
+    timeout: int,
+    *,
+    policy: SandboxPolicy | None = None,
+    named: Mapping[str, str] | None = None,
 ) -> tuple[int, str, bool]:
-    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour, no
-    secrets in the environment. The command leads its own session, and all its processes are
-    killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM
-    through the CLI): in bwrap, its PID namespace; unsandboxed, its group, session and tree
-    and the processes carrying its marker (toy_agent.sandbox.kill_command)."""
-    argv, env = ["/bin/sh", "-c", command], child_environment(_COMMAND_ENV)
+    """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour; the
+    environment is the allow-listed one plus the variables the user `named` (see
+    toy_agent.environment.child_environment). The command leads its own session, and all its
+    processes are killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C,
+    or SIGTERM through the CLI): in bwrap, its PID namespace; unsandboxed, its group, session
+    and tree and the processes carrying its marker (toy_agent.sandbox.kill_command)."""
+    argv, env = ["/bin/sh", "-c", command], child_environment(_COMMAND_ENV, named=named)
     marker = None  # sandboxed, bwrap's PID namespace holds every process of the command
     if policy is not None:
         argv, env = policy.argv() + argv, sandbox_environment(env, policy)

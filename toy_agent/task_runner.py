@@ -82,6 +82,7 @@ class RunSettings:
     sandbox: str = "auto"
     sandbox_network: bool = False
     sandbox_read: tuple[str, ...] = ()  # --sandbox-read: folders sandboxed commands may read
+    command_env: tuple[str, ...] = ()  # --command-env: NAME or NAME=VALUE, given to commands
     mcp_servers: tuple[str | McpServerConfig, ...] = ()
     mcp_timeout: float = 30.0
     check_timeout: float = DEFAULT_CHECK_TIMEOUT
@@ -249,7 +250,7 @@ def _attempt(
         tools = CodeRepositoryTools(
             copy.path, allow_commands=settings.allow_commands, redactor=redactor,
             sandbox=settings.sandbox, sandbox_network=settings.sandbox_network,
-            sandbox_read=settings.sandbox_read,
+            sandbox_read=settings.sandbox_read, command_env=settings.command_env,
         )  # fmt: skip
         before = None
         if baseline:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from toy_agent import cuts
+from toy_agent.environment import named_variables, withheld_note, withheld_variables
 from toy_agent.files import (
     BINARY_SNIFF_BYTES,
     EDIT_MAX_BYTES,
@@ -67,7 +68,7 @@ from toy_agent.messages import (
     path_from_shown,
     shown_path,
 )
-from toy_agent.redaction import Redactor
+from toy_agent.redaction import Redactor, is_secret_variable
 from toy_agent.sandbox import (
     bwrap_problem,
     resolve_sandbox,
@@ -135,6 +136,7 @@ class CodeRepositoryTools:
         sandbox: str = "off",
         sandbox_network: bool = False,
         sandbox_read: Iterable[str | Path] = (),
+        command_env: Iterable[str] = (),
         extra_tools: Iterable[Tool | Callable[..., Any]] = (),
     ):
         self.extra_tools = _extra_tools(extra_tools)  # first: a bad tool is told before all else
@@ -160,6 +162,13 @@ class CodeRepositoryTools:
             if self.sandbox == "bwrap" else None
         )  # fmt: skip
         self._sandbox_named = False  # the model is told about the sandbox once
+        # What commands get beyond the allow-listed variables: what the user named, resolved
+        # now (--command-env NAME, NAME=VALUE; see toy_agent.environment).
+        self.command_env = named_variables(command_env)
+        for name, value in self.command_env.items():
+            if is_secret_variable(name, value):
+                self.redactor.add_secret(value)
+        self._withheld_named: set[str] = set()  # the variables the model was told about
         self.tree = Tree(self.repo_path)  # what list_files and search see, kept between calls
         self.links = LinkIndex(self.repo_path)  # whether a file's hard links are all inside
 
@@ -517,22 +526,18 @@ class CodeRepositoryTools:
             return ToolOutput(f"$ {command}")
         started = time.perf_counter()
         code, output, timed_out = run_shell(
-            command, self.repo_path, timeout, policy=self.sandbox_policy
+            command, self.repo_path, timeout, policy=self.sandbox_policy, named=self.command_env
         )
         elapsed = time.perf_counter() - started
         logger.info("command %r: exit %s after %.1fs", command, code, elapsed)
-        note = None
-        if self.sandbox_policy is not None:
-            note = sandbox_note(self.sandbox_policy, output, code)
+        policy = self.sandbox_policy
         result = CommandResult(
             command, None if timed_out else code, elapsed, timed_out,
-            sandbox_note(self.sandbox_policy, output, code, for_user=True)
-            if note and self.sandbox_policy is not None else None,
+            sandbox_note(policy, output, code, for_user=True) if policy is not None else None,
             output_tail(self.redactor.redact(output)),
         )  # fmt: skip
-        if note and not self._sandbox_named:  # the model is told once
-            self._sandbox_named = True
-            output = f"{output.rstrip()}\n{note}"
+        if notes := self._command_notes(output, None if timed_out else code):
+            output = "\n".join([output.rstrip(), *notes])
         if timed_out:
             return ToolOutput(
                 f"Command timed out after {timeout}s and was killed with its child processes. "
@@ -550,8 +555,9 @@ class CodeRepositoryTools:
         commands, killed after `timeout` seconds. Its output tail is redacted."""
         started = time.perf_counter()
         code, output, timed_out = run_shell(
-            command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy
-        )
+            command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy,
+            named=self.command_env,
+        )  # fmt: skip
         policy = self.sandbox_policy
         note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
         tail = cuts.cut(self.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
@@ -560,6 +566,20 @@ class CodeRepositoryTools:
         return CommandResult(command, None if timed_out else code,
                              time.perf_counter() - started, timed_out,
                              self.redactor.redact(note) if note else None, tail)  # fmt: skip
+
+    def _command_notes(self, output: str, code: int | None) -> list[str]:
+        """What the model is told, once each, when a command seems to have failed on the
+        sandbox or for a variable it was not given."""
+        notes = []
+        policy = None if self._sandbox_named else self.sandbox_policy
+        if policy is not None and (note := sandbox_note(policy, output, code)):
+            notes.append(note)
+            self._sandbox_named = True
+        told = self.command_env.keys() | self._withheld_named
+        if missed := withheld_variables(output, code, told)[:5]:
+            self._withheld_named.update(missed)
+            notes.append(withheld_note(missed))
+        return notes
 
     # ----------------------------------------------------------------------------- paths
     def _resolve(self, path: str) -> Path:
