@@ -45,6 +45,15 @@ def test_bench_commands_times_each_sandbox_and_the_walk() -> None:
     assert re.search(r"^/proc walk alone \(\d+ processes\)\s+[\d.]+$", out, re.MULTILINE), out
 
 
+@pytest.mark.skipif(
+    not (BENCH.parent / ".git").exists(), reason="compares with the scanner in git history"
+)
+def test_bench_rules_times_the_parser_and_the_old_scanner() -> None:
+    out = run_bench("bench_rules.py", "--rounds", "2")
+    assert re.search(r"^median\s+\d+µs\s+\d+µs$", out, re.MULTILINE), out
+    assert re.search(r"^first check in a fresh process .*: [\d.]+ ms$", out, re.MULTILINE), out
+
+
 def test_bench_sandbox_policy_builds_the_policy_on_a_generated_home() -> None:
     out = run_bench("bench_sandbox_policy.py", "--programs", "10", "--runs", "1")
     assert re.search(r"^this\s+[\d.]+ ms\s+\d+\s+", out, re.MULTILINE), out

@@ -180,6 +180,18 @@ def test_a_pasted_text_of_many_lines_is_one_task(home, repo, terminal):
     assert [run["task"] for run in session["runs"]] == [pasted]
 
 
+def test_a_paste_larger_than_the_context_budget_is_not_sent(home, repo, terminal, tmp_path):
+    pasted = "a log line\n" * 600
+    term = terminal(["--repo", str(repo), "--context-budget", "1000", *no_model(tmp_path)], {})
+    term.prompt()
+    term.paste(pasted)
+    term.keys("Enter")
+    term.expect("more than the context budget of 1,000 tokens")
+    assert "not sent: the task is 7 KB" in term.screen
+    assert term.end() == 0
+    assert saved_sessions(home) == []  # no task ran
+
+
 def test_a_trailing_backslash_or_alt_enter_starts_a_new_line(home, repo, terminal):
     with FakeProvider() as server:
         server.enqueue(quick_done("Three lines read."))
@@ -291,6 +303,23 @@ def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
 
     [session] = saved_sessions(home)
     assert [r["task"] for r in session["runs"]] == ["a slow task", "typed while it ran"]
+
+
+def test_what_is_typed_while_a_task_runs_is_not_echoed_onto_its_live_line(home, repo, terminal):
+    with HoldingFirstReply() as server:
+        server.enqueue(quick_done("Slow one."), quick_done("Typed ahead."))
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
+        term.prompt()
+        term.enter("a slow task")
+        wait_until(lambda: server.requests, "the task's first request")
+        tty = term.tmux("display", "-p", "-t", "t", "#{pane_tty}").strip()
+        modes = subprocess.run(["stty", "-F", tty, "-a"], capture_output=True, text=True,
+                               timeout=30).stdout.split()  # fmt: skip
+        assert "-echo" in modes and "icanon" in modes  # not shown, yet kept line by line
+        term.enter("typed while it ran")
+        server.release.set()
+        term.expect("Typed ahead.")  # what was typed is still the next task
+        assert term.end() == 0  # and the terminal's modes are as before
 
 
 # --- the commands -----------------------------------------------------------------------------
@@ -415,10 +444,11 @@ def test_model_switches_the_next_tasks_to_a_model_and_the_provider_its_name_impl
         term.expect("From Claude.")
         for typed, said in [
             ("/model gemini-2.5-pro", "/model gemini-2.5-pro: GEMINI_API_KEY (or GOOGLE_API_KEY) "
-             "is not set"),
+             "is not set: export it or put it in .env, or pick a claude model (its key is set); "
+             "still claude"),
             ("/model rm -rf", "/model rm -rf: not a model name"),
-            ("/model llama3.2", "/model llama3.2: --max-cost needs a price, and none is known "
-             "for model 'llama3.2'"),
+            ("/model llama3.2", "/model llama3.2: no price is known for it, and this session "
+             "has a cost limit to keep: pick a model with a known price; still claude"),
             ("/model", "model claude-sonnet-5-5 (claude)"),
             ("/model gpt-5-mini", "model gpt-5-mini (openai) for the next tasks"),
         ]:  # fmt: skip
@@ -578,11 +608,6 @@ def test_the_sessions_command_lists_shows_and_deletes(home, repo, tmp_path, caps
         proc = run(*bad)
         assert proc.returncode == 2 and proc.stderr.startswith("toy-agent: error: ")
         assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
-
-
-def test_a_demo_run_is_not_stored_among_the_sessions(home):
-    assert main(["--demo"]) == 0
-    assert not sessions_dir(home).exists() or saved_sessions(home) == []
 
 
 def test_old_sessions_are_pruned_with_their_undo_data_by_the_configured_rule(home, repo, tmp_path):

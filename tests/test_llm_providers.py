@@ -225,8 +225,9 @@ def test_bad_request_is_not_retried(provider, server):
 @pytest.mark.slow
 @pytest.mark.parametrize("body", ["<html>gateway</html>", {"unexpected": True}])
 def test_malformed_body_is_an_llm_error(provider, server, body):
-    server.enqueue(Reply(200, body))
-    with pytest.raises(LlmError, match="malformed response"):
+    server.enqueue(Reply(200, body))  # said to be JSON
+    said = "answered with an HTML page" if isinstance(body, str) else "malformed response"
+    with pytest.raises(LlmError, match=said):
         ask(make_client(provider, server))
     assert len(server.requests) == 1
 
@@ -336,9 +337,14 @@ def test_a_stream_cut_before_any_text_is_retried(provider, server):
 def test_a_200_that_is_not_the_apis_json_is_a_provider_error(provider, server, body):
     headers = {"Content-Type": "text/html" if body.startswith("<") else "application/json"}
     server.enqueue(Reply(200, body, headers))
-    with pytest.raises(LlmError, match="malformed response"):
+    said = "answered with an HTML page, not the API's JSON" if "<" in body else "malformed"
+    with pytest.raises(LlmError, match=said):
         ask(make_client(provider, server))
     assert len(server.requests) == 1
+    if "<" in body:  # a streamed request gets the same page, and the same words
+        server.enqueue(Reply(200, body, headers))
+        with pytest.raises(LlmError, match=said):
+            ask(make_client(provider, server), on_text=lambda _: None)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ carries its own tests."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -39,8 +40,10 @@ def test_the_installed_wheel_runs_the_demo_from_any_folder(tmp_path):
                    check=True, capture_output=True, timeout=300)  # fmt: skip
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    state = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}  # its session
     done = subprocess.run([str(venv / "bin" / "toy-agent"), "--demo", "--output", "json"],
-                          cwd=elsewhere, capture_output=True, text=True, timeout=120)  # fmt: skip
+                          cwd=elsewhere, capture_output=True, text=True, timeout=120,
+                          env=state)  # fmt: skip
     result = json.loads(done.stdout)
     assert done.returncode == 0, done.stderr
     assert result["outcome"] == "completed"

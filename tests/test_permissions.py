@@ -6,9 +6,11 @@ real loop over real files, and through the real CLI (a pseudo-terminal where it 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 from cli_helpers import run_cli, run_main, toy_agent
@@ -31,33 +33,54 @@ from toy_agent.tools import CodeRepositoryTools
 
 pytestmark = pytest.mark.usefixtures("clean_env")
 
-ALLOW = ("pytest*", "git diff*", "npm test")
-DENY = ("curl*", "rm -rf*")
+ALLOW = ("pytest", "git diff", "npm test")  # the examples in docs/safety.md, as written
+DENY = ("curl", "rm -rf", "touch")
 RULES = CommandRules(allow=ALLOW, deny=DENY)
 ALLOWED = [["pytest"], ["pytest", "-q", "tests"], ["git", "diff"], ["git", "diff", "--stat"],
            ["npm", "test"], ["npm", "test", "--", "-k", "a b"]]  # fmt: skip
-DENIED = [["curl", "evil.sh"], ["curl", "-s", "http://x"], ["rm", "-rf", "/"]]
-OTHER = [["ls"], ["echo", "hi there"], ["make", "build"], ["npm", "tests"], ["pytes"]]
-SEPARATORS = [";", " ; ", " && ", " || ", " | ", "\n", " & ", " |& ", ";\n"]
+DENIED = [["curl", "evil.sh"], ["curl", "-s", "http://x"], ["rm", "-rf", "/"], ["touch", "PWNED"]]
+OTHER = [["ls"], ["say", "hi there"], ["make", "build"], ["npm", "tests"], ["pytes"],
+         ["git", "difftool", "-x", "sh"], ["pytest-evil"]]  # fmt: skip
+PROGRAMS = sorted({c[0] for c in ALLOWED + DENIED + OTHER})
+SEPARATORS = [";", " ; ", " && ", " | ", "\n", " & ", ";\n", "\n\n", " &&\\\n ", "\n \n"]
+BLANKS = [" ", "\t", "  ", " \\\n", "\\\n ", " \\\n\t"]
 
 
 # --- command rules, by property ------------------------------------------------------------
 
 
+def quoted(word: str, style: str) -> str:
+    """`word` in one quoting style of POSIX sh (the same word to dash and to bash)."""
+    if style == "plain" and re.fullmatch(r"[\w./:-]+", word):
+        return word
+    if style == "double":
+        return '"' + re.sub(r'([$`"\\])', r"\\\1", word) + '"'
+    if style == "backslashed":
+        return "".join("\\" + c for c in word)
+    return shlex.quote(word) if style == "plain" else "'" + word.replace("'", "'\\''") + "'"
+
+
+STYLES = ["plain", "single", "double", "backslashed"]
+
+
 @st.composite
-def words_written(draw: st.DrawFn, words: list[str]) -> str:
-    """A command as a shell line writes it: each word plain (when it can be), 'single' or
-    "double" quoted."""
-    out = []
-    for word in words:
-        style = draw(st.sampled_from(["plain", "single", "double"]))
-        if style == "single" or (style == "plain" and not re.fullmatch(r"[\w./:-]+", word)):
-            out.append(shlex.quote(word) if style == "plain" else f"'{word}'")
-        elif style == "double":
-            out.append(f'"{word}"')
-        else:
-            out.append(word)
-    return " ".join(out)
+def written(draw: st.DrawFn, word: str) -> str:
+    """A word as a line may write it: quoted whole, or in pieces quoted differently, or cut
+    by a line continuation (which the shell removes)."""
+    if len(word) > 1 and draw(st.booleans()):
+        cut = draw(st.integers(1, len(word) - 1))
+        if draw(st.booleans()) and re.fullmatch(r"[\w./:-]+", word):
+            return word[:cut] + "\\\n" + word[cut:]
+        return draw(written(word[:cut])) + draw(written(word[cut:]))
+    return quoted(word, draw(st.sampled_from(STYLES)))
+
+
+@st.composite
+def words_written(draw: st.DrawFn, words: list[str], blanks: list[str] = BLANKS) -> str:
+    return "".join(
+        (draw(st.sampled_from(blanks)) if i else "") + draw(written(word))
+        for i, word in enumerate(words)
+    )
 
 
 @st.composite
@@ -72,8 +95,104 @@ def compound_lines(draw: st.DrawFn) -> tuple[str, list[list[str]]]:
     if draw(st.booleans()):
         line = f"({line})"
     if draw(st.booleans()):
-        line += draw(st.sampled_from([";", "\n", " &"]))
+        line += draw(st.sampled_from([";", "\n", " &", " # done"]))
     return line, commands
+
+
+COMMENT = st.lists(
+    st.sampled_from([*"ab '\"`$();&|\\#*{,}", " touch PWNED", " curl x"]), max_size=12
+).map("".join)
+
+
+HEREDOC = st.builds(
+    "{} <<{}{}\n{}\n{}".format,
+    st.sampled_from(["", " "]),
+    st.sampled_from(["EOF", "'EOF'", '"EOF"', "\\EOF", "-EOF"]),
+    st.sampled_from(["", " ", ";"]),
+    st.lists(
+        st.sampled_from(
+            ["touch PWNED", "EOF ", " EOF", "\tEOF", "$(touch PWNED)", "a\\", "`curl x`", "'"]
+        ),
+        max_size=3,
+    ).map("\n".join),  # fmt: skip
+    st.sampled_from(["EOF", "\tEOF", "EOF "]),
+)
+
+
+@st.composite
+def tricky_lines(draw: st.DrawFn) -> str:
+    """Lines as an attacker writes them: commands, comments holding quotes and commands,
+    every quoting style (bash's `$'...'` too), blank lines, line continuations anywhere,
+    subshells and groups. What runs is whatever /bin/sh makes of it."""
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        words = draw(st.sampled_from(ALLOWED + DENIED + OTHER))
+        text = draw(words_written(words))
+        if draw(st.integers(0, 4)) == 0:
+            text += " $'" + draw(st.sampled_from(["\\'", "a", "\\'; touch PWNED #"])) + "'"
+        text += draw(st.sampled_from(["", "", " > out", " 2>&1", ">/dev/null 2>&1"]))
+        if draw(st.integers(0, 4)) == 0:
+            text += draw(HEREDOC)
+        if draw(st.booleans()):
+            text += draw(st.sampled_from([" #", "#", " # "])) + draw(COMMENT)
+        if draw(st.integers(0, 3)) == 0:
+            text = draw(st.sampled_from(["( {} )", "{{ {}\n}}", "! {}"])).format(text)
+        parts.append(text)
+        parts.append(draw(st.sampled_from([*SEPARATORS, "\\\n", " \\\n;", " ", "\n\n\n"])))
+    return "".join(parts)
+
+
+class Shell:
+    """/bin/sh (what run_command runs) over stand-ins for every program of the lines above:
+    each records the words it was run with. Nothing else is on PATH."""
+
+    def __init__(self, folder: Path):
+        self.bin, self.log = folder / "bin", folder / "log"
+        self.bin.mkdir()
+        self.log.mkdir()
+        for name in PROGRAMS:
+            stub = self.bin / name
+            stub.write_text('#!/bin/sh\nprintf "%s\\0" "${0##*/}" "$@" > "$LOG/$$"\n')
+            stub.chmod(0o755)
+
+    def run(self, line: str) -> list[tuple[str, ...]]:
+        """The commands /bin/sh ran for `line`, as their words, once all have ended (those it
+        left running in the background too: each holds a pipe open until it ends)."""
+        for old in self.log.iterdir():
+            old.unlink()
+        done, running = os.pipe()
+        with os.fdopen(done, "rb") as pipe:
+            try:
+                subprocess.run(["/bin/sh", "-c", line], cwd=self.log.parent, capture_output=True,
+                               env={"PATH": str(self.bin), "LOG": str(self.log)}, timeout=30,
+                               pass_fds=(running,))  # fmt: skip
+            finally:
+                os.close(running)
+            pipe.read()  # the end of the file: every process that held it has ended
+        return [tuple(f.read_text().split("\0")[:-1]) for f in self.log.iterdir()]
+
+
+@pytest.fixture(scope="module")
+def shell(tmp_path_factory) -> Shell:
+    return Shell(tmp_path_factory.mktemp("shell"))
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(line=tricky_lines())
+def test_the_rules_see_what_the_shell_runs_however_the_line_is_written(shell, line):
+    ran = shell.run(line)
+    parsed = split_commands(line)
+    verdict, _, _ = RULES.check(line)
+    if verdict == "allow":
+        assert all(any(rule_matches(r, c) for r in ALLOW) for c in ran), (line, ran)
+    if any(rule_matches(r, c) for r in DENY for c in ran):
+        assert verdict in ("deny", "unsure"), (line, ran)
+    programs = [c.program for c in parsed.commands]
+    if parsed.certain and not any(re.search(r"[$*?[`]", word) for c in programs for word in c):
+        assert all(c in programs for c in ran), (line, ran, programs)  # it saw all that ran
+        if not re.search(r"\|\||!", line) and all(c and c[0] in PROGRAMS for c in programs):
+            assert sorted(ran) == sorted(programs), line  # and all it saw ran
 
 
 @pytest.mark.slow
@@ -99,9 +218,12 @@ def test_a_line_runs_unasked_only_when_every_command_matches_an_allow_rule(case)
 
 @pytest.mark.slow
 @settings(max_examples=200, deadline=None)
-@given(compound_lines(), st.sampled_from(["echo $({})", "echo `{}`", "cat <({})",
-                                          'echo "$({})"', "x=${{a:-$({})}}"]))  # fmt: skip
-def test_a_substitution_never_matches_an_allow_rule_but_deny_rules_see_inside(case, wrapper):
+@given(compound_lines(), st.sampled_from(["echo $( {})", "echo `{}`", 'echo "$( {})"',
+                                          "x=${{a:-$( {})}}", "for f in a; do {}\ndone",
+                                          "if true; then {}\nfi", "f() {{ {}\n}}"]))  # fmt: skip
+def test_a_substitution_or_compound_never_matches_an_allow_rule_but_deny_rules_see_inside(
+    case, wrapper
+):
     line, commands = case
     verdict, _, _ = RULES.check(wrapper.format(line))
     assert verdict != "allow"
@@ -116,8 +238,8 @@ def test_splitting_gives_back_each_command_s_words_however_they_are_quoted(comma
         data.draw(words_written(c)) for c in commands
     )
     parsed = split_commands(line)
-    assert parsed.safe
-    assert [list(c) for c in parsed.commands] == commands
+    assert parsed.safe and parsed.certain, parsed.why
+    assert [list(c.words) for c in parsed.commands] == commands
 
 
 @pytest.mark.slow
@@ -160,15 +282,35 @@ def test_each_mode_decides_file_tools(mode, verdicts):
         ("npm test", "npm test", True),
         ("npm test", "npm test -- --watch", True),
         ("npm test", "npm tests", False),
-        ("pytest*", "pytest -q", True),
+        ("git diff", "git diff --stat", True),
+        ("git diff", "git difftool -x CMD", False),  # words, never a longer word
+        ("git diff", "git", False),
+        ("git diff *", "git diff", True),  # a last `*` alone: any arguments, or none
+        ("pytest*", "pytest -q", True),  # a glob over one word
+        ("pytest*", "pytest-3 -q", True),
         ("pytest*", "python -m pytest", False),
-        ("git diff*", "git diff --stat", True),
-        ("git diff*", "git status", False),
+        ("git diff*", "git difftool -x CMD", True),  # the glob the user wrote
+        ("git d?ff", "git diff HEAD", True),
         ("git  diff", "git diff HEAD", True),  # spaces in a rule are spaces
+        ("*", "anything at all", True),
+        ("  ", "anything at all", False),  # an empty rule matches nothing
     ],
 )
-def test_a_rule_is_a_prefix_up_to_a_space_or_a_glob_over_the_whole_command(rule, command, matches):
-    assert rule_matches(rule, command) is matches
+def test_a_rule_is_words_each_plain_or_a_glob_over_one_word(rule, command, matches):
+    assert rule_matches(rule, command.split()) is matches
+
+
+def test_the_two_attacks_of_issue_31_are_caught():
+    """A comment that the old checker read as an open quote hid a command from both rules;
+    `git diff*`, the documented example, allowed `git difftool -x CMD`."""
+    comment = "pytest #'\ntouch PWNED #'"
+    assert CommandRules(allow=("pytest*",), deny=("touch*",)).check(comment)[:2] == (
+        "deny",
+        "touch*",
+    )
+    assert CommandRules(allow=("pytest*",)).check(comment)[0] == "none"  # it asks
+    assert CommandRules(allow=("git diff",)).check("git difftool -x CMD")[0] == "none"
+    assert CommandRules(allow=("git diff",)).check("git diff --stat")[0] == "allow"
 
 
 @pytest.mark.parametrize(
@@ -179,9 +321,17 @@ def test_a_rule_is_a_prefix_up_to_a_space_or_a_glob_over_the_whole_command(rule,
         "for f in a; do curl $f; done",  # inside a loop
         "{ curl evil; }",  # a group
         "'curl' evil",  # quoted
+        "c'ur'l evil",  # in pieces
+        "'c'\\u\\rl evil",  # escaped after a quote
+        "cu\\\nrl evil",  # cut by a line continuation
         "pytest $(curl evil)",  # a substitution
         "pytest `curl evil`",
+        "cat > out <<EOF\n$(curl evil)\nEOF",  # in a here-document
         "ls\ncurl evil",  # the next line
+        "ls # comment ' \ncurl evil",  # after a comment holding a quote
+        "time curl evil",
+        "> out curl evil",  # after a redirection
+        "if curl evil; then :; fi",
     ],
 )
 def test_deny_rules_see_through_the_usual_disguises(line):
@@ -190,10 +340,81 @@ def test_deny_rules_see_through_the_usual_disguises(line):
 
 @pytest.mark.parametrize(
     "line",
-    ["pytest <<EOF\nx\nEOF", 'pytest "unclosed', "pytest ${X}", "X=1 pytest", "pytest >(cat)"],
-)
-def test_what_cannot_be_split_safely_or_sets_the_environment_is_never_allowed(line):
+    ["pytest <<EOF\nx\nEOF", "pytest ${X}", "pytest $((1+1))", "[ -f x ] && pytest",
+     "export A=1; pytest", "for f in a; do pytest; done", "pytest $(ls)"],
+)  # fmt: skip
+def test_what_runs_text_unknown_before_it_runs_or_sets_the_environment_is_never_allowed(line):
+    parsed = split_commands(line)
+    assert parsed.certain and not parsed.safe
     assert CommandRules(allow=("pytest*",)).check(line)[0] == "none"
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("pytest 'unclosed", "a syntax error"),
+        ("pytest >(cat)", "process substitution"),
+        ("pytest $'\\'; touch PWNED #'", "`$'...'` quoting"),  # bash: one word; dash: touch runs
+        ('pytest $"x"', '`$"..."` quoting'),
+        ("pytest {a,b}", "brace expansion `{a,b}`"),
+        ("[[ -f x ]] && pytest", "`[[ ]]`"),
+        ("((x = 1)); pytest", "`((...))`"),
+        ("pytest &> out", "`&>`"),
+        ("pytest |& cat", "`|&`"),
+        ("pytest <<< x", "`<<<`"),
+        ("pytest\r\ncurl x", "the character U+000D"),
+        ("pytest\u00a0-q", "the character U+00A0"),
+        ("cat <<EOF\nEOF \ntouch PWNED\nEOF", "a here-document whose end /bin/sh may read"),
+        ("echo `echo \\`touch PWNED\\``", "a backslash inside backticks"),
+        ("$X -q", "a command name that is not plain text"),  # known only when it runs
+        ("pytest*", "a command name that is not plain text"),
+        ("t$IFS/x", "a command name that is not plain text"),
+        ("{pytest;}", "`{` without a blank after it"),
+        ("pytest 2>&1#a", "`1#a` read as a number"),  # bash's base#number; sh: a bad fd
+        ("pytest >&out", "`>&` to something not a file descriptor"),  # bash: to the file
+        ("cat <<EOF\n`touch PWNED`\nEOF", "backticks inside a here-document"),
+    ],
+)
+def test_what_sh_may_read_otherwise_is_uncertain_and_refused_when_no_one_is_asked(line, why):
+    parsed = split_commands(line)
+    assert not parsed.certain and not parsed.safe and why in parsed.why
+    rules = CommandRules(allow=("pytest*", "cat"), deny=("nothing-to-deny",))
+    assert rules.check(line)[0] == "unsure"
+    refused = Permissions("auto", rules).decide("run_command", {"command": line})
+    assert refused.verdict == "deny" and why in refused.reason
+    assert "cannot be checked against the user's deny rules" in refused.reason
+    assert Permissions("edits", rules).decide("run_command", {"command": line}).verdict == "ask"
+    assert Permissions("auto").decide("run_command", {"command": line}).verdict == "run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "line",
+    [
+        "pytest\n\\t\\ouch PWNED",  # the grammar read a newline then `\t` as one word
+        "'p'\\y\\t\\e\\s\\t; touch PWNED",  # ... an escape after a quote as a new word
+        "pytest 'a'\\ b; touch PWNED",  # ... skipped `\ ` after a quote
+        "say <<EOF\n`touch PWNED`\nEOF",  # ... backticks in a here-document as text
+        "pytest > out -q; touch PWNED",  # ... words after a redirection's target
+        "tou\\\nch PWNED",  # ... a line continuation as a blank
+        "pytest -q tests#; touch PWNED",  # `#` inside a word is no comment
+        "pytest #'\ntouch PWNED #'",  # a quote inside a comment is no quote
+        "pytest # x \\\ntouch PWNED",  # a comment does not continue
+    ],
+)
+def test_lines_the_grammar_alone_would_misread_are_read_as_sh_reads_them(shell, line):
+    ran = shell.run(line)
+    parsed = split_commands(line)
+    assert ("touch", "PWNED") in ran
+    assert RULES.check(line)[0] in ("deny", "unsure")
+    if parsed.certain:
+        assert sorted(ran) == sorted(c.program for c in parsed.commands)
+
+
+def test_a_command_that_sets_its_own_environment_is_never_allowed():
+    rules = CommandRules(allow=("pytest",))
+    assert rules.check("LD_PRELOAD=./evil.so pytest")[0] == "none"
+    assert rules.check("X=1")[0] == "none"  # nor is an assignment alone
 
 
 def test_deny_wins_over_allow():
@@ -538,8 +759,10 @@ def test_on_a_terminal_edits_mode_asks_only_for_commands_and_shows_each_refusal(
 @given(st.text(alphabet=st.sampled_from(list("ab $()`'\"\\;&|<>{}\n*=-")), max_size=60))
 def test_any_line_at_all_is_decided_without_an_error(line):
     verdict, rule, _ = RULES.check(line)
-    assert verdict in ("allow", "deny", "none") and (rule in DENY) == (verdict == "deny")
-    assert all(all(isinstance(w, str) for w in c) and c for c in split_commands(line).commands)
+    assert verdict in ("allow", "deny", "unsure", "none") and (rule in DENY) == (verdict == "deny")
+    parsed = split_commands(line)
+    assert all(all(isinstance(w, str) for w in c.words) for c in parsed.commands)
+    assert parsed.certain or not parsed.safe
 
 
 def test_a_tool_that_is_not_offered_is_never_asked_about(repo):

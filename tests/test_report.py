@@ -14,6 +14,7 @@ import fcntl
 import html as html_lib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import xml_action
+from fakes import ScriptedLlm, xml_action
 
 from toy_agent.agent import ReactAgent
 from toy_agent.batch import RunSettings, run_batch
@@ -35,7 +36,7 @@ from toy_agent.llm import LlmClient
 from toy_agent.messages import LlmResponse, Usage
 from toy_agent.pricing import meter_for
 from toy_agent.redaction import Redactor
-from toy_agent.sessions import SessionRecorder, SessionStore
+from toy_agent.sessions import SessionRecorder, SessionStore, undo_last_run
 from toy_agent.tools import CodeRepositoryTools
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -421,6 +422,13 @@ def test_the_batch_page_lists_every_task_with_outcomes_totals_and_charts(
     charts = page.find("figure", class_="chart")
     assert [c.text.split()[:3] for c in charts] == [["cost", "per", "task"],
                                                     ["time", "per", "task"]]  # fmt: skip
+    axes = [t.text for t in page.find("text", class_="axis")]  # what each axis measures
+    assert axes == [
+        "US dollars",
+        "tasks, in the tasks file's order (4; a bar links to its task)",
+        "seconds",
+        "tasks, in the tasks file's order (4; a bar links to its task)",
+    ]
     split = page.find("figure", class_="chart split")[0].text
     assert "where the time went" in split and "LLM" in split and "tools" in split
     bars = page.find("rect")
@@ -602,6 +610,64 @@ def test_a_saved_session_gets_a_page_of_its_runs_and_diff(
     run = page.by_id("run-1")
     assert "fix the greeting" in run.text and "edit_file" in run.text
     assert [s.text.rstrip() for s in page.find("span", class_="add")] == ["+print('hello')"]
+
+
+@pytest.mark.slow
+@needs_browser
+def test_a_session_report_after_compact_and_undo_shows_every_runs_steps_by_its_id(
+    repo: Path, tmp_path: Path, chromium: Devtools, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After /compact the runs it kept and the runs after it still show their steps, and the
+    compaction is named with its summary; an undo's note to the model is no run's task; a
+    folded observation previews its content, not the format's tag; the id is enough."""
+    (repo / "notes.txt").write_text("".join(f"note {n}\n" for n in range(30)))
+    store = SessionStore()
+    tools = CodeRepositoryTools(repo)
+    llm = ScriptedLlm(
+        reply("write_file", "Add it.", path="LICENSE", content="MIT\n"), done("added"),
+        reply("read_file", "Read the notes.", path="notes.txt"), done("read"),
+        LlmResponse("Task 1 added a LICENSE (undone); task 2 read notes.txt."),  # the summary
+        reply("get_file_info", "After the compact.", path="hello.py"), done("looked"),
+    )  # fmt: skip
+    recorder = SessionRecorder(store, store.new(repo), tools, lambda: agent.conversation_history)
+    agent = ReactAgent(llm, tools=tools, on_event=recorder)
+    agent.run_result(recorder.task("add a license"), history=recorder.conversation())
+    undo_last_run(store, recorder.session)
+    assert "LICENSE is as it was before it" in recorder.session.note
+    agent.run_result(recorder.task("read the notes"), history=recorder.conversation())
+    assert recorder.compact(llm, 100_000) is not None
+    agent.run_result(recorder.task("look at hello.py"), history=recorder.conversation())
+
+    html = tmp_path / "session.html"
+    assert main(["report", recorder.session.id, "-o", str(html)]) == 0, capsys.readouterr().err
+    page = browse(chromium, html, tmp_path, shot="session-compacted.png")
+    assert_loaded_cleanly(page)
+    session = page.by_id("session").text
+    assert "/compact replaced" in session and "Task 1 added a LICENSE" in session
+    runs = [page.by_id(f"run-{n}") for n in (1, 2, 3)]
+    assert "replaced by the summary of a /compact" in runs[0].text
+    assert "read_file" in runs[1].text and "notes.txt" in runs[1].text
+    assert "get_file_info" in runs[2].text
+    tasks = [e.text for e in page.find("pre", class_="text task")]
+    assert tasks == ["add a license", "read the notes", "look at hello.py"]
+    assert "(Note:" not in page.html
+    previews = [e.text for e in page.find("span", class_="first")]
+    assert previews and not any("OBSERVATION" in text for text in previews)
+    assert "notes.txt (lines 1-30 of 30):" in previews
+    lines = (
+        "(() => { const r = document.createRange(); r.selectNodeContents("
+        "document.querySelector('#run-1 dd.time')); return r.getClientRects().length; })()"
+    )
+    assert chromium.js(lines) == 1  # the start time on one line, not three
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d{4}", page.find("dd", class_="time")[0].text.strip()
+    )
+
+    shown = subprocess.run([sys.executable, "-m", "toy_agent", "sessions", "show",
+                            recorder.session.id], capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    assert "task 2: [completed] read the notes" in shown.stdout
+    assert "(Note:" not in shown.stdout
 
 
 # ------------------------------------------------------------------------- safe to open

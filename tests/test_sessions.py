@@ -367,7 +367,7 @@ def test_continue_in_xml_after_a_native_run_sends_the_provider_no_tool_blocks(
     with FakeProvider() as server:
         server.enqueue(anthropic_reply(xml_action("task_complete", result="again")))
         second = run_main(capsys, "--repo", str(repo), "-c", "--task", "and now?",
-                          env=server.env("claude"))  # fmt: skip
+                          "--tool-format", "xml", env=server.env("claude"))  # fmt: skip
         assert second.returncode == 0, second.stderr
 
     body = server.requests[0].body

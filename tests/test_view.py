@@ -107,7 +107,7 @@ def test_confirm_question_stays_visible_and_its_wait_is_not_tool_time(repo, tmp_
     plain = CSI.sub("", output)
     question = plain.index("Allow write_file a.txt? [y]es/[n]o[, why]/[a]ll: y")  # typed after it
     assert plain.index("+A") < question
-    seconds = float(re.search(r"✓ write_file a\.txt (\d+\.\d+)s", plain).group(1))
+    seconds = float(re.search(r"✓ write_file a\.txt \+1 -0 (\d+\.\d+)s", plain).group(1))
     assert seconds < 0.3  # the 0.6 s the question waited is not the tool's time
     assert (repo / "a.txt").read_text() == "A"
 
@@ -191,14 +191,40 @@ def test_every_line_fits_a_50_column_terminal_and_every_cut_is_marked(repo, tmp_
     assert term.proc.returncode == 0, output
     lines = screen_lines(output)
     assert max(cell_len(line) for line in lines) <= 50, [w for w in lines if cell_len(w) > 50]
-    thought = next(line for line in lines if "Short first line." in line)
-    assert "Then a second" in thought and thought.endswith("…")  # not just the first line
+    at = next(i for i, line in enumerate(lines) if "Short first line." in line)
+    wrapped = " ".join(SPINNER.sub("", line).strip() for line in lines[at : at + 8]
+                       if "thinking" not in line)  # fmt: skip
+    assert "Then a second line that is long enough to need more than the fifty columns" in wrapped
     tool = next(line for line in lines if "✗ read_file" in line)
     assert re.search(r"… \d+\.\d\ds ", tool) and tool.endswith("…")  # path and error cut
     note = next(line for line in lines if "reply not understood" in line)
     assert note.endswith("…") and not any(line.startswith("WARNING") for line in lines)
     plain = "".join(lines)
     assert plain.count("A long final answer.") == 8  # the result is wrapped, never cut
+
+
+def test_the_view_shows_each_thought_whole_folds_a_long_one_and_counts_each_edit(repo, tmp_path):
+    long = " ".join(f"Reason number {n} why the greeting is misspelt." for n in range(40))
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("read_file", path="hello.py",
+                   thought="First I read the file.\nThen I decide what to change in it."),
+        xml_action("edit_file", path="hello.py", old_str="print('helo')",
+                   new_str="print('hello')\nprint('bye')", thought=long),
+        xml_action("task_complete", result="fixed"),
+    )  # fmt: skip
+    term = Terminal(toy_agent("--task", "fix it", "--repo", str(repo), "--replay", str(replay)),
+                    tmp_path, columns=80)  # fmt: skip
+    output = term.finish()
+    assert term.proc.returncode == 0, output
+    lines = [SPINNER.sub("", line) for line in screen_lines(output)]
+    assert any(line.strip() == "First I read the file." for line in lines)
+    assert any(line.strip() == "Then I decide what to change in it." for line in lines)
+    shown = " ".join(line.strip() for line in lines)
+    assert "Reason number 0 why" in shown and "Reason number 39" not in shown
+    assert re.search(r"… \d+ more lines \(--stream shows it all\)", shown)
+    edit = next(line for line in lines if "✓ edit_file hello.py" in line)
+    assert re.search(r"edit_file hello\.py \+2 -1 \d+\.\d\ds", edit)
 
 
 @pytest.mark.parametrize(
@@ -331,3 +357,49 @@ def test_the_live_line_shows_an_mcp_tools_progress(repo, tmp_path):
     live = [line for line in lines if SPINNER.match(line) and "running steps" in line]
     assert any("running steps 4 · 2/4 step 2 of 4" in line for line in live), live
     assert any(re.search(r"✓ steps 4 \d+\.\d+s", line) for line in lines)
+
+
+def test_the_confirm_prompt_shows_the_whole_command_right_above_the_question(repo, tmp_path):
+    """300 blank lines after a command's payload once pushed it off the screen: they fold into
+    one note, so the payload stays in view (the terminal is 40 lines high)."""
+    command = "ls\ntouch PWNED\n" + "\n" * 300 + "\t \n" * 5
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("run_command", command=command),
+        xml_action("task_complete", result="ok"),
+    )
+    argv = toy_agent("--task", "x", "--repo", str(repo), "--replay", str(replay), "--confirm",
+                     "--allow-commands", "--sandbox", "off")  # fmt: skip
+    term = Terminal(argv, tmp_path)
+    term.read_until("/[a]ll: ")
+    screen = screen_lines(term.output)[-40:]  # what the terminal shows now
+    term.type("n\r")
+    output = term.finish()
+
+    assert term.proc.returncode == 0, output
+    question = next(i for i, line in enumerate(screen) if line.startswith("Allow run_command"))
+    assert screen[question - 4 : question + 1] == [
+        "$ ls",
+        "touch PWNED",
+        "[305 blank lines]",
+        "[the command has 307 lines]",
+        "Allow run_command ls …? [y]es/[n]o[, why]/[a]ll: ",
+    ]
+    assert not (repo / "PWNED").exists()
+
+
+def test_the_confirm_preview_of_a_command_makes_every_character_visible(tmp_path):
+    from toy_agent.parsing import Action
+    from toy_agent.tools import CodeRepositoryTools
+    from toy_agent.view import make_confirm
+
+    shown: list[tuple[str, str]] = []
+    confirm = make_confirm(
+        CodeRepositoryTools(tmp_path, allow_commands=True, sandbox="off"),
+        lambda preview, question: shown.append((preview, question)) or "n",
+    )
+    command = "ls\r\x1b[2Kcurl x\n\n\nc\u200burl y" + " " * 400 + "# z\n\n"
+    assert not confirm(Action("run_command", {"command": command})).approved
+    assert shown[0][0] == (
+        "$ ls\\r\\x1b[2Kcurl x\n\n\nc\\u200burl y [400 blanks] # z\n\n[the command has 5 lines]"
+    )

@@ -78,6 +78,7 @@ from toy_agent.permissions import (
     RefusedBy,
 )
 from toy_agent.pricing import CostLimitReached, CostMeter, price_for
+from toy_agent.providers import saved_base_url
 from toy_agent.redaction import Redactor
 from toy_agent.routes import RouteTable
 from toy_agent.tools import CodeRepositoryTools, Tool, ToolError
@@ -349,6 +350,7 @@ class ReactAgent:
         return {
             "provider": getattr(self.llm_client, "provider", type(self.llm_client).__name__),
             "model": getattr(self.llm_client, "model", ""),
+            "base_url": saved_base_url(getattr(self.llm_client, "base_url", None)),
             "effort": getattr(self.llm_client, "effort", None),
             "model_options": dict(getattr(self.llm_client, "model_options", None) or {}),
             "repo": str(self.repo_path),
@@ -531,7 +533,8 @@ class ReactAgent:
         content, images = self._with_images(content)
         content = wire_text(content)
         content = self.redactor.redact(content)
-        content = cap_text(content, observation_cap(self.context_budget), action.tool_name)
+        task = self.conversation_history[0].content if self.conversation_history else ""
+        content = cap_text(content, observation_cap(self.context_budget, task), action.tool_name)
         if refusal is None:
             self._post_tool_hooks(action, content, is_error)
         notes, self._state.hook_notes = self._state.hook_notes, []

@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.mcp_tools import McpTools
     from toy_agent.permissions import Permissions
     from toy_agent.redaction import Redactor
+    from toy_agent.sessions import Session
     from toy_agent.tools import CodeRepositoryTools
     from toy_agent.view import TerminalView
 
@@ -103,6 +104,12 @@ class _Parser(argparse.ArgumentParser):
         return [o for a in self._actions for o in a.option_strings]
 
     def error(self, message: str) -> NoReturn:
+        invalid = re.search(r"invalid (\w+) value: ('.*')$", message)
+        wants = {getattr(a.type, "__name__", ""): getattr(a.type, "wants", "")
+                 for a in self._actions}  # fmt: skip
+        if invalid and wants.get(invalid[1]):  # not "invalid _positive_int value"
+            said = f"invalid value {invalid[2]}: it wants {wants[invalid[1]]}"
+            message = message[: invalid.start()] + said
         unknown = re.match(r"unrecognized arguments: (\S+)", message)
         if unknown:
             close = difflib.get_close_matches(unknown[1].split("=")[0], self.flags, n=1)
@@ -568,7 +575,6 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
     for warning in settings.warnings:  # they may quote a .env or config file
         print(f"toy-agent: warning: {visible(warning)}", file=sys.stderr)
     args = settings.args
-    args.permissions = _permissions(args, settings.given)
     args.hooks = _hooks(args)
     if args.demo:
         _use_demo(args)
@@ -577,13 +583,24 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
             raise UsageError("give the task once: as TASK or as --task, not both")
         args.task = args.task_text
     if args.task is None and args.replay and args.tasks_file is None:
+        if not Path(args.replay).expanduser().is_file():  # not "--task is required"
+            raise UsageError(f"replay file not found: {args.replay}")
         args.task = _recorded_task(args.replay)  # `--replay FILE` alone replays its task
-    args.llm_provider = args.llm_provider and providers.canonical_name(args.llm_provider)
-    if args.llm_provider is None:
-        args.llm_provider = "replay" if args.replay else provider_for_model(args.model)
     if args.resume == RESUME_PICK:
         args.resume = _pick_session(args, settings.given)
-    if args.resume and "repo" not in settings.given:  # the session's own repository
+    _resume_repo(args, settings.given)
+    args.restored = _restore_session_settings(args, settings.given)
+    args.permissions = _permissions(args, settings.given)
+    args.llm_provider = args.llm_provider and providers.canonical_name(args.llm_provider)
+    args.provider_note = ""
+    if args.llm_provider is None:
+        args.llm_provider = "replay" if args.replay else _provider_for(args)
+    return args
+
+
+def _resume_repo(args: argparse.Namespace, given: frozenset[str]) -> None:
+    """--resume without --repo works in the session's own repository."""
+    if args.resume and "repo" not in given:  # the session's own repository
         from toy_agent.sessions import SessionStore
 
         store = SessionStore()
@@ -599,7 +616,111 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
                 "choose the repository by itself)"
             )
         args.repo = recorded or args.repo
-    return args
+
+
+def _resumed_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | None:
+    """The id and recorded settings of the session --resume or --continue goes on with; None
+    for a new session, or a file from elsewhere (anyone's: it decides no setting)."""
+    from toy_agent.sessions import SessionStore
+
+    store = SessionStore()
+    if args.resume:
+        if store.is_elsewhere(args.resume):
+            return None
+        session: Session | None = _load_session(args.resume, store)
+    elif args.continue_session:
+        session = store.latest(Path(args.repo).expanduser().resolve())
+    else:
+        session = None
+    return (session.id, session.settings) if session else None  # None: the run says so
+
+
+def _restore_session_settings(args: argparse.Namespace, given: frozenset[str]) -> str:
+    """--resume and --continue go on with the session's provider, model, base URL, tool format,
+    permission mode and command settings, over the config file and TOY_AGENT_ variables; a flag
+    on this command line wins. Keys are never saved, so never restored. Returns what was
+    restored, for the banner ("" when nothing)."""
+    from toy_agent.permissions import DEFAULT_MODE, PERMISSION_MODES
+
+    found = _resumed_settings(args)
+    if found is None:
+        return ""
+    session_id, recorded = found
+    restored: list[str] = []
+
+    def restore(dest: str, value: Any, label: str) -> None:
+        if dest not in given and value not in (None, "", []) and getattr(args, dest) != value:
+            setattr(args, dest, value)
+            restored.append(label)
+
+    provider = str(recorded.get("provider") or "")
+    if not args.replay and provider in providers.PROVIDERS:
+        named = args.llm_provider if "llm_provider" in given else None
+        claimed = providers.provider_for_model(args.model) if "model" in given else None
+        same = (named is None or providers.canonical_name(named) == provider) and (
+            claimed is None or claimed.name == provider
+        )
+        if same:
+            restore("llm_provider", provider, f"provider {provider}")
+            if "model" not in given:
+                restore("model", recorded.get("model"), f"model {recorded.get('model')}")
+            url, row = recorded.get("base_url"), providers.PROVIDERS[provider]
+            now = args.base_url or os.environ.get(row.base_url_variable) or row.default_base_url
+            if url != now:
+                restore("base_url", url, f"base URL {url}")
+    if recorded.get("tool_format"):
+        restore("tool_format", recorded["tool_format"], f"tool format {recorded['tool_format']}")
+    mode = recorded.get("permission_mode")
+    current = args.permission_mode or ("ask" if args.confirm else DEFAULT_MODE)
+    if not {"confirm", "permission_mode"} & given and mode in PERMISSION_MODES and mode != current:
+        args.permission_mode, args.confirm = mode, False  # the session's, over the config's
+        restored.append(f"permission mode {mode}")
+    if recorded.get("allow_commands") is True:
+        restore("allow_commands", True, "commands")
+    rules = recorded.get("command_rules") or {}
+    restore("allow_command", list(rules.get("allow") or []), "command rules")
+    restore("deny_command", list(rules.get("deny") or []), "command rules")
+    if not restored:
+        return ""
+    return f"restored from {session_id}: {', '.join(dict.fromkeys(restored))}"
+
+
+def _provider_for(args: argparse.Namespace) -> str:
+    """The provider a model name says (claude-*, gemini-*, gpt-*, ...). A name no provider
+    claims is a local or proxied model: with a base URL it goes to the OpenAI-compatible
+    provider (Ollama, vLLM, llama.cpp all speak its API), or to the one provider whose base-URL
+    variable is set; without one it is a usage error naming the choices. No model: the default."""
+    row = providers.provider_for_model(args.model)
+    if row is not None or not args.model:
+        return row.name if row else providers.DEFAULT_PROVIDER
+    if args.base_url:
+        chosen = next(r for r in providers.PROVIDERS.values() if r.keyless_base_url)
+        where = args.base_url
+    else:
+        dotenv = _dotenv_values(args)
+        variables = {**dotenv, **os.environ}
+        set_by = [r for r in providers.PROVIDERS.values() if variables.get(r.base_url_variable)]
+        if len(set_by) != 1:
+            names = "|".join(providers.PROVIDERS)
+            raise UsageError(
+                f"no provider claims the model name {args.model!r}: pass --llm-provider "
+                f"{names}, or --base-url URL for a local OpenAI-compatible server (Ollama, "
+                "vLLM, llama.cpp)"
+            )
+        chosen = set_by[0]
+        where = variables[chosen.base_url_variable]
+    args.provider_note = (
+        f"{chosen.name}-compatible server at {where}: no provider claims {args.model}"
+    )
+    return chosen.name
+
+
+def _dotenv_values(args: argparse.Namespace) -> dict[str, str]:
+    """What the .env in the current folder would set (read again, as _run applies it)."""
+    from toy_agent.environment import load_dotenv_file
+
+    repo = Path(args.repo).expanduser()
+    return load_dotenv_file(Path.cwd() / ".env", repo.resolve() if repo.is_dir() else None)
 
 
 def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Permissions:
@@ -621,6 +742,10 @@ def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Permissions
     if {"allow_command", "deny_command"} & given and not args.allow_commands:
         print("toy-agent: warning: --allow-command and --deny-command apply to run_command, "
               "which is off: add --allow-commands to offer it", file=sys.stderr)  # fmt: skip
+    if mode == "read-only" and args.allow_commands:
+        print("toy-agent: warning: --permission-mode read-only offers only tools that change "
+              "nothing: --allow-commands has no effect (run_command is not offered)",
+              file=sys.stderr)  # fmt: skip
     return Permissions(mode or DEFAULT_MODE, rules)
 
 
@@ -730,6 +855,7 @@ def _collector_paused(pause: bool) -> Iterator[Callable[[], None]]:
 
 def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -> int:
     from toy_agent.config import HOOK_VARIABLES, load_instructions
+    from toy_agent.context import oversized_task
     from toy_agent.environment import load_dotenv_file
     from toy_agent.llm import preload_sdk
     from toy_agent.view import COMMAND_TAIL_LINES, TerminalView, run_banner
@@ -768,6 +894,8 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         if args.undo:
             return _undo(args, repo)
         task = None if _interactive(args) else _task(args.task)
+        if task is not None and (too_big := oversized_task(task, args.context_budget)):
+            raise UsageError(f"{too_big}, or raise --context-budget")
         if args.permissions.may_ask(args.allow_commands) and args.task == "-":
             flag = "--confirm" if args.confirm else f"--permission-mode {args.permissions.mode}"
             raise UsageError(
@@ -776,11 +904,14 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         _check_writable(args.trajectory, "--trajectory")
         tools = _local_tools(args, repo, redactor)
         instructions = load_instructions(tools, args.append_system_prompt, redactor.redact)
+        notes = [note for note in (args.provider_note, args.restored) if note]
         if view is not None:  # at once: the provider's SDK may take seconds to load
             view.start(run_banner(args.llm_provider, args.model, repo, tools, replay=args.replay,
                                   mcp=bool(args.mcp_server or args.mcp_config),
                                   instructions=instructions.source,
-                                  permissions=args.permissions))  # fmt: skip
+                                  permissions=args.permissions), notes)  # fmt: skip
+        for note in notes if view is None else ():
+            logging.getLogger("toy_agent").info("%s", note)
         llm = _llm_client(args)
         started()
         mcp = _mcp_tools(args, redactor)
@@ -896,7 +1027,8 @@ def _setup_logging(
     from toy_agent.view import VisibleFormatter
 
     redactor = Redactor()  # it reads the providers' keys from the environment itself
-    level = args.log_level or ("WARNING" if live or args.quiet else "INFO")
+    quiet = live or args.quiet or args.output != "text"  # scripts read stderr for problems
+    level = args.log_level or ("WARNING" if quiet else "INFO")
     root = logging.getLogger()
     root.setLevel(logging.DEBUG)
     console: logging.Handler = logging.StreamHandler(sys.stderr)
@@ -1035,7 +1167,9 @@ def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _number(name: str, *rules: tuple[Callable[[float], bool], str]) -> Callable[[str], float]:
+def _number(
+    name: str, wants: str, *rules: tuple[Callable[[float], bool], str]
+) -> Callable[[str], float]:
     """A float flag's argparse type: a finite number that passes each rule (a test, and the
     message when it fails, where `{text}` is what was given). argparse names the type by its
     `__name__` ("invalid _usd value: 'abc'") when the text is no number at all."""
@@ -1048,15 +1182,27 @@ def _number(name: str, *rules: tuple[Callable[[float], bool], str]) -> Callable[
         return value
 
     check.__name__ = check.__qualname__ = name
+    check.wants = wants  # type: ignore[attr-defined]
     return check
 
 
+_positive_int.wants = "a whole number, 1 or more"  # type: ignore[attr-defined]
+_non_negative_int.wants = "a whole number, 0 or more"  # type: ignore[attr-defined]
 _DOLLARS = (lambda value: value >= 0, "must be an amount of US dollars, got {text}")
 _non_negative_float = _number(
-    "_non_negative_float", (lambda v: v >= 0, "must be 0 or more, got {text}")
+    "_non_negative_float",
+    "a number, 0 or more",
+    (lambda v: v >= 0, "must be 0 or more, got {text}"),
 )
 _positive_float = _number(
-    "_positive_float", (lambda v: v > 0, "must be a number of seconds above 0, got {text}")
+    "_positive_float",
+    "a number of seconds above 0",
+    (lambda v: v > 0, "must be a number of seconds above 0, got {text}"),
 )
-_usd = _number("_usd", _DOLLARS)
-_positive_usd = _number("_positive_usd", _DOLLARS, (lambda v: v > 0, "must be above 0"))
+_usd = _number("_usd", "an amount of US dollars", _DOLLARS)
+_positive_usd = _number(
+    "_positive_usd",
+    "an amount of US dollars above 0",
+    _DOLLARS,
+    (lambda v: v > 0, "must be above 0"),
+)

@@ -147,8 +147,12 @@ def _converted_one(action: argparse.Action, value: Any, where: str) -> Any:
         text = os.path.expanduser(text)
     try:
         converted = action.type(text) if callable(action.type) else text
-    except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+    except argparse.ArgumentTypeError as exc:
         raise ConfigError(f"{where}: invalid value {text!r}: {exc}") from None
+    except (TypeError, ValueError) as exc:  # not a number at all: say what is wanted
+        wants = getattr(action.type, "wants", None) or f"another value ({exc})"
+        raise ConfigError(f"{where}: invalid value {text!r}: "
+                          f"{action.option_strings[-1]} wants {wants}") from None  # fmt: skip
     if action.choices is not None and converted not in action.choices:
         choices = ", ".join(map(str, action.choices))
         raise ConfigError(f"{where}: invalid choice {text!r} (choose from {choices})")

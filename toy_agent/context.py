@@ -36,9 +36,25 @@ _MAGIC = (  # what the bytes are, whatever the server said
 )
 
 
-def observation_cap(budget_tokens: int) -> int:
-    """Most characters one observation may keep: a quarter of the budget, within bounds."""
-    return max(2_000, min(60_000, budget_tokens * CHARS_PER_TOKEN // 4))
+def observation_cap(budget_tokens: int, task: str = "") -> int:
+    """Most characters one observation may keep: a quarter of the budget the task leaves (the
+    task is sent whole with every step), within bounds."""
+    room = max(0, budget_tokens * CHARS_PER_TOKEN - len(task))
+    return max(2_000, min(60_000, room // 4))
+
+
+def oversized_task(task: str, budget_tokens: int) -> str | None:
+    """Why `task` cannot be sent (it alone is over the budget, and the first message is sent
+    whole with every step), with the way out; None when it fits."""
+    tokens = len(task) // CHARS_PER_TOKEN
+    if tokens <= budget_tokens:
+        return None
+    size = len(task.encode("utf-8", "replace"))
+    shown = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} KB"
+    return (f"the task is {shown} (about {tokens:,} tokens), more than the context budget of "
+            f"{budget_tokens:,} tokens, and would be sent whole with every step: save it as a "
+            "file in the repository (say TASK.md) and give a short task that names it (\"do "
+            "what TASK.md says\")")  # fmt: skip
 
 
 def cap_text(text: str, max_chars: int, tool: str = "") -> str:

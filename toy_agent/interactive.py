@@ -246,9 +246,16 @@ class Repl:
             return
         try:
             meter = meter_for(name, self.agent.cost.limit)
+        except PriceError:  # its words are the command line's: say it in the session's
+            self._say(f"/model {visible(name)}: no price is known for it, and this session "
+                      f"has a cost limit to keep: pick a model with a known price; still "
+                      f"{current}")  # fmt: skip
+            return
+        try:
             new = self.models(name, current)
-        except (LlmConfigError, PriceError) as exc:
-            self._say(f"/model {visible(name)}: {visible(str(exc))}; still {current}")
+        except LlmConfigError as exc:
+            said = re.sub(r"use --llm-provider (\S+)", r"pick a \1 model", str(exc))
+            self._say(f"/model {visible(name)}: {visible(said)}; still {current}")
             return
         meter.spent = self.agent.cost.spent
         self.agent.llm_client, self.agent.cost = new, meter
@@ -292,6 +299,11 @@ class Repl:
 
     def _task(self, text: str) -> bool:
         """Run one task; False when a stop signal (not Ctrl-C) ended it."""
+        from toy_agent.context import oversized_task
+
+        if too_big := oversized_task(text, self.agent.context_budget):
+            self._say(f"not sent: {too_big}")  # a paste of a whole log, say
+            return True
         history = self.sessions.conversation()
         try:
             result = self.agent.run_result(self.sessions.task(text), history=history)
@@ -344,7 +356,12 @@ class Repl:
 
     def _summary(self, outcome: RunResult) -> None:
         redact = self.agent.redactor.redact_obj
-        result = {**redact(outcome.to_dict()), "sandbox": sandbox_summary(self.agent.tools)}
+        commands = self.agent.tools.allow_commands and not self.agent.permissions.read_only
+        sandbox = sandbox_summary(self.agent.tools) if commands else None
+        result = {**redact(outcome.to_dict()), "sandbox": sandbox}
+        if outcome.outcome == "max_iterations":
+            result["error"] = (f"{result['error']}; type continue to go on "
+                               f"({self.agent.max_iterations} more steps)")  # fmt: skip
         summary = format_summary(result, redact(outcome.diffs), show_diff=self.show_diff,
                                  color=use_color(self.out))  # fmt: skip
         if self.view is not None:

@@ -12,6 +12,7 @@ edit a failure: the edit was applied.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import importlib
 import logging
@@ -117,25 +118,31 @@ def _listed(findings: Sequence[Finding]) -> str:
 
 
 # ------------------------------------------------------------------------------- the parse
-_PARSERS: dict[tuple[str, str], Any] = {}
-
-
 def language_of(path: str) -> tuple[str, str] | None:
     """The grammar for `path` (by its suffix), or None: a file no grammar is shipped for."""
     return GRAMMARS.get(PurePosixPath(path).suffix.lower())
 
 
-def _parser(grammar: tuple[str, str]) -> Any:
-    """A tree-sitter parser, made on first use (tree_sitter and the grammar are imported
-    only then: --help and runs that edit no such file never load them)."""
-    parser = _PARSERS.get(grammar)
-    if parser is None:
-        import tree_sitter
+@functools.cache
+def tree_sitter_language(module: str, function: str = "language") -> Any:
+    """A grammar shipped in a wheel (`tree_sitter_python`, ...), loaded on first use:
+    tree_sitter and the grammar are imported only then, so --help and runs that parse
+    nothing never load them. Shared by the edit checks and the command rules."""
+    import tree_sitter
 
-        module = importlib.import_module(grammar[0])
-        language = tree_sitter.Language(getattr(module, grammar[1])())
-        parser = _PARSERS[grammar] = tree_sitter.Parser(language)
-    return parser
+    return tree_sitter.Language(getattr(importlib.import_module(module), function)())
+
+
+def parser_for(language: Any) -> Any:
+    """A new parser: a tree-sitter parser is not safe to share between threads (a batch
+    runs tasks in threads), and making one costs microseconds."""
+    import tree_sitter
+
+    return tree_sitter.Parser(language)
+
+
+def _parser(grammar: tuple[str, str]) -> Any:
+    return parser_for(tree_sitter_language(*grammar))
 
 
 def syntax_errors(path: str, data: bytes) -> list[Finding] | None:

@@ -447,11 +447,33 @@ class _DeadlineExceeded(Exception):
 _MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError)
 
 
+class _NotTheApi(Exception):
+    """A 200 whose body is not the API's JSON (an HTML login or error page from a proxy)."""
+
+    def __init__(self, body: str):
+        super().__init__(body[:200])
+        self.body = body
+
+
+def _page_failure(body: str, base_url: str) -> _Failure:
+    """What the server answered instead of the API, said in the user's words."""
+    title = re.search(r"<title[^>]*>(.*?)</title>", body, re.I | re.S)
+    page = "an HTML page" if body.lstrip()[:1] == "<" else "text"
+    named = f' ("{_one_line(title[1], 80)}")' if title and title[1].strip() else ""
+    return _Failure(f"{base_url} answered with {page}{named}, not the API's JSON",
+                    retryable=False, hint="check the base URL")  # fmt: skip
+
+
 def _malformed_failure(exc: Exception, base_url: str) -> _Failure | None:
+    if isinstance(exc, _NotTheApi):
+        return _page_failure(exc.body, base_url)
     if isinstance(exc, _StreamCut | _DeadlineExceeded):
         return _Failure(f"{exc} ({base_url})", hint="check the network and the base URL")
     if isinstance(exc, _MALFORMED):
         logger.debug("unreadable response from %s", base_url, exc_info=exc)
+        raw = str(exc).partition("Raw response: ")[2]  # google-genai's, streaming
+        if raw.lstrip()[:1] == "<":
+            return _page_failure(raw, base_url)
         problem = f"{type(exc).__name__}: {_one_line(exc, 120)}"
         return _Failure(f"malformed response from {base_url} ({problem})", retryable=False)
     return None
@@ -464,6 +486,8 @@ def _connection_failure(exc: BaseException, base_url: str) -> _Failure:
 
 def _transport_failure(exc: Exception, base_url: str) -> _Failure | None:
     """Connection errors, timeouts and non-JSON bodies, whichever SDK let them through."""
+    if isinstance(exc, json.JSONDecodeError) and exc.doc.lstrip()[:1] == "<":
+        return _page_failure(exc.doc, base_url)
     if isinstance(exc, json.JSONDecodeError):
         return _Failure(f"malformed response from {base_url}: not JSON ({exc})", retryable=False)
     transport = []  # google-genai and mid-stream reads raise httpx(2) errors unwrapped
@@ -754,7 +778,10 @@ class _StainlessClient(_ProviderClient):
     def _send(self, request: _Request) -> dict[str, Any]:
         body = self._body(request)
         if request.on_text is None:
-            return self._call(body, stream=False).to_dict()
+            reply = self._call(body, stream=False)
+            if isinstance(reply, str):  # the SDK hands back a body that is not JSON as text
+                raise _NotTheApi(reply)
+            return reply.to_dict()
         with self._call(body, stream=True) as stream:
             whole = self._whole_reply(stream.response, request.on_text)
             return whole if whole is not None else self._merge(stream, request.on_text)
@@ -784,7 +811,10 @@ class _StainlessClient(_ProviderClient):
         events in it and we would take it for a cut stream. Its text goes to `on_text` whole.
         None when `response` (an httpx response, body unread) is an event stream."""
         content_type = response.headers.get("content-type", "")
-        if content_type.split(";")[0].strip().lower() != "application/json":
+        kind = content_type.split(";")[0].strip().lower()
+        if kind == "text/html":
+            raise _NotTheApi(response.read().decode("utf-8", "replace"))
+        if kind != "application/json":
             return None
         data = json.loads(response.read())
         if not isinstance(data, dict):

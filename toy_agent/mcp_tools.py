@@ -333,9 +333,12 @@ class _Server:
 
 
 def _stray_line(exc: Exception, redact: Callable[[str], str]) -> str:
-    """The line a JSON-RPC parse error was about (pydantic keeps it as the error's input)."""
+    """The line a JSON-RPC parse error was about (pydantic keeps it as the error's input: the
+    text, or, for a line that is JSON but not JSON-RPC, what it parsed to)."""
     errors = getattr(exc, "errors", None)
     line = errors()[0].get("input") if callable(errors) and errors() else None
+    if isinstance(line, dict | list | int | float | bool):
+        line = json.dumps(line, ensure_ascii=False, default=str)
     text = line if isinstance(line, str) else str(exc).split("\n", 1)[0]
     return repr(visible(redact(text[:200])))
 

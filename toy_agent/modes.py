@@ -120,7 +120,7 @@ def _run_agent(
     permissions = args.permissions.for_tools(tools)
     confirm = None  # a plan carried out may ask, and so may a session after /plan
     if permissions.may_ask(tools.allow_commands) or task is None or permissions.mode == "plan":
-        confirm = make_confirm(tools, view.ask if view else _ask)
+        confirm = make_confirm(tools, view.ask if view and sys.stdin.isatty() else _ask)
     agent = ReactAgent(
         llm,
         repo,
@@ -161,6 +161,8 @@ def _run_agent(
                   "exit_code": run_exit_code(outcome.outcome, outcome.refusals, args.strict),
                   "diff": diff, "diff_truncated": diff_cut,
                   **({"plan_file": str(plan)} if plan else {})}  # fmt: skip
+        if outcome.outcome == "max_iterations":
+            result["error"] = f"{result['error']}; {_how_to_go_on(args, repo)}"
         if outcome.outcome == "provider_error":  # once, here: the log does not repeat it
             print(f"toy-agent: error: {visible(result['error'] or 'the provider failed')}",
                   file=sys.stderr)  # fmt: skip
@@ -170,7 +172,8 @@ def _run_agent(
             lines.write({"type": "run_finished", **result})
         else:
             diffs = redactor.redact_obj(outcome.diffs)
-            shown = {**result, "sandbox": sandbox_summary(tools)}
+            commands = tools.allow_commands and not agent.permissions.read_only
+            shown = {**result, "sandbox": sandbox_summary(tools) if commands else None}
             if outcome.outcome == "provider_error":
                 shown["error"] = None
             summary = format_summary(shown, diffs, show_diff=args.show_diff,
@@ -195,9 +198,14 @@ def _run_agent(
     if sessions.error:
         print(f"toy-agent: warning: {sessions.error}", file=sys.stderr)
     if getattr(args, "demo_folder", None):
+        import shlex
+
         where = sys.stdout if args.output == "text" else sys.stderr
-        print(f"\nThe demo ran on a copy in {args.demo_folder / 'demo'}: look around, or "
-              f"run the tests there (python -m pytest {args.demo_folder / 'demo'}).",
+        copy = shlex.quote(str(args.demo_folder / "demo"))
+        print(f"\nThe demo ran on a copy in {copy}: look around, or run its tests:\n"
+              f"  cd {copy} && python -m pytest\n"
+              f"Go on from where it stopped, with your own model (it needs the provider's key):"
+              f"\n  toy-agent --resume {sessions.session.id} \"add a test for an empty list\"",
               file=where)  # fmt: skip
     return int(result["exit_code"])
 
@@ -227,6 +235,16 @@ def _approval(plan: Path, view: TerminalView | None) -> str | None:
     return mode
 
 
+def _how_to_go_on(args: argparse.Namespace, repo: Path) -> str:
+    """What the iteration limit's message adds: the next command, as it can be pasted."""
+    import shlex
+
+    where = "" if repo == Path.cwd().resolve() else f" --repo {shlex.quote(str(repo))}"
+    return (f'to go on, run toy-agent -c{where} "continue" (the same session, '
+            f"{args.max_iterations} more steps), or allow more steps with --max-iterations N "
+            "(or max_iterations = N in the config file)")  # fmt: skip
+
+
 def _session_recorder(
     args: argparse.Namespace,
     repo: Path,
@@ -237,9 +255,8 @@ def _session_recorder(
     """The run's session: a new one, the latest of --repo (--continue) or --resume's."""
     from toy_agent.sessions import Retention, SessionError, SessionRecorder, SessionStore
 
-    demo = getattr(args, "demo_folder", None)  # the demo's session stays in its own folder
     retention = Retention(args.sessions_keep, args.sessions_keep_days)
-    store = SessionStore(demo / "sessions") if demo else SessionStore(retention=retention)
+    store = SessionStore(retention=retention)  # the demo's too: its id can be resumed
     if args.resume and args.continue_session:
         raise UsageError("--continue and --resume: give one of them")
     if args.resume:
@@ -269,8 +286,10 @@ def _load_session(id_or_file: str, store: SessionStore | None = None) -> Session
 
 def _cost_meter(args: argparse.Namespace, llm: LlmClient) -> CostMeter:
     """The price of the model (the table's, or --price-input/--price-output) and --max-cost."""
-    from toy_agent.pricing import PriceError, meter_for
+    from toy_agent.pricing import CostMeter, Price, PriceError, meter_for
 
+    if getattr(llm, "provider", "") == providers.REPLAY:  # the recording was paid for once
+        return CostMeter(Price(0.0, 0.0), args.max_cost)
     try:
         return meter_for(getattr(llm, "model", "") or "", args.max_cost, args.price_input,
                          args.price_output)  # fmt: skip
@@ -292,16 +311,25 @@ def _undo(args: argparse.Namespace, repo: Path) -> int:
     if args.task or args.continue_session or args.resume:
         raise UsageError("--undo reverts the latest run and exits: it takes no --task, "
                          "--continue or --resume")  # fmt: skip
+    from toy_agent.events import OUTPUT_SCHEMA_VERSION
+
     try:
         undone = undo_latest_in_repo(SessionStore(), repo)
     except (UndoRefused, NothingToUndo) as exc:
         print(f"toy-agent: {visible(str(exc))}", file=sys.stderr)
+        if args.output != "text":  # one JSON object for every exit code
+            outcome = "nothing_to_undo" if isinstance(exc, NothingToUndo) else "undo_refused"
+            print(to_json({"schema_version": OUTPUT_SCHEMA_VERSION, "success": False,
+                           "outcome": outcome, "error": str(exc),
+                           "exit_code": EXIT_NOT_COMPLETED}))  # fmt: skip
         return EXIT_NOT_COMPLETED
     except SessionError as exc:
         raise UsageError(str(exc)) from exc
-    if args.output == "json":
-        print(to_json({"session": undone.session.id, "task": undone.task,
-                       "restored": undone.restored, "removed": undone.removed}))  # fmt: skip
+    if args.output != "text":
+        print(to_json({"schema_version": OUTPUT_SCHEMA_VERSION, "success": True,
+                       "outcome": "undone", "session": undone.session.id, "task": undone.task,
+                       "restored": undone.restored, "removed": undone.removed,
+                       "exit_code": EXIT_COMPLETED}))  # fmt: skip
     else:
         print(f"toy-agent: {visible(undone.describe())}")
     return EXIT_COMPLETED
@@ -416,10 +444,16 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
 
 
 def _ask(preview: str, question: str) -> str:
-    """--confirm without the live view: the preview and the question on stderr."""
-    sys.stderr.write(f"\n{preview}\n{question}")
-    sys.stderr.flush()
+    """--confirm without a terminal to type on: the answer is read first (a pipe's next line),
+    then the preview, the question and that answer are shown on stderr. With no answer to read
+    (stdin closed or at its end) nothing is asked: no question no one can answer."""
+    if sys.stdin.isatty():
+        sys.stderr.write(f"\n{preview}\n{question}")
+        sys.stderr.flush()
     line = sys.stdin.readline()
     if not line:
         raise EOFError
+    if not sys.stdin.isatty():
+        sys.stderr.write(f"\n{preview}\n{question}{line.rstrip()}\n")
+        sys.stderr.flush()
     return line

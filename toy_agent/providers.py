@@ -255,6 +255,17 @@ def provider_for_model(model: str | None) -> Provider | None:
     return next((row for row in _ROWS.values() if model and row.claims(model)), None)
 
 
+def saved_base_url(url: object) -> str | None:
+    """A base URL as a session may keep it: None when it could carry a secret (a user name or
+    password, a query string such as Azure's `?api-key=`), so a key never reaches the file."""
+    if not isinstance(url, str) or not url:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return None if parts.username or parts.password or parts.query else url
+
+
 def key_variables() -> tuple[str, ...]:
     """Every provider's key variables."""
     return tuple(name for row in _ROWS.values() for name in row.key_variables)

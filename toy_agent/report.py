@@ -54,7 +54,7 @@ class Caps:
 RUN_CAPS = Caps(text=20_000, observation=20_000, diff=400_000)
 BATCH_CAPS = Caps(text=800, observation=500, diff=20_000)
 FOLD_CHARS, FOLD_LINES = 400, 8  # an observation longer than this starts folded
-CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_LEFT, CHART_BOTTOM = 1000, 170, 12, 64, 8
+CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_LEFT, CHART_BOTTOM = 1000, 170, 12, 84, 24
 MAX_BAR_STEP = 40  # a few tasks get slim bars, not a wall
 
 # What the agent writes into an observation or a parse error, by the rule that wrote it.
@@ -247,6 +247,10 @@ class Chart:
     legend: tuple[tuple[str, str], ...] = ()  # (kind, label)
     width: int = CHART_WIDTH
     height: int = CHART_HEIGHT + CHART_BOTTOM
+    x_label: str = ""  # what the axes measure
+    y_label: str = ""
+    left: int = CHART_LEFT
+    plot_height: int = CHART_HEIGHT
 
 
 @dataclass(frozen=True)
@@ -363,6 +367,8 @@ class SessionView:
     input_tokens: int
     output_tokens: int
     cost: float | None
+    compactions: tuple[str, ...] = ()  # one line per /compact
+    summary: str = ""  # the latest /compact's summary, which replaced the older steps
 
 
 @dataclass(frozen=True)
@@ -390,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
         "batch folders, the two side by side.",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="a trajectory, a session file or a batch --out folder; or two "
+                        help="a trajectory, a session file or id, or a batch --out folder; or two "
                         "batch folders (A B) to compare")  # fmt: skip
     parser.add_argument("-o", "--output", default="report.html", metavar="FILE",
                         help="the HTML file to write (default: report.html)")  # fmt: skip
@@ -404,7 +410,7 @@ def main(argv: Sequence[str]) -> int:
         args = build_parser().parse_args(list(argv))
         if len(args.paths) > 2:
             raise ReportError("give one PATH, or two batch folders to compare")
-        out = write_report(args.paths, args.output)
+        out = write_report([_input(path) for path in args.paths], args.output)
     except ReportError as exc:
         print(f"toy-agent: error: {visible(str(exc))}", file=sys.stderr)
         return 2
@@ -419,6 +425,16 @@ def main(argv: Sequence[str]) -> int:
         return 130
     print(out)
     return 0
+
+
+def _input(path: str) -> str:
+    """A path as given, or a saved session's id (as --resume and `sessions show` take it)."""
+    from toy_agent.sessions import SessionStore, is_session_id
+
+    if Path(path).exists() or not is_session_id(path):
+        return path
+    saved = SessionStore().root / f"{path}.json"
+    return str(saved) if saved.is_file() else path
 
 
 def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
@@ -812,7 +828,14 @@ def session_view(data: dict[str, Any], path: Path, scrub: Scrub) -> SessionView:
     """A saved session: its runs, each with the part of the conversation it added. A session
     keeps no timings nor per-step tokens; the diff is the session's own (`--diff`), and only
     for a session of this user's store (a file from elsewhere names any folder)."""
-    from toy_agent.sessions import Session, SessionError, SessionStore, session_diff
+    from toy_agent.sessions import (
+        SUMMARY_HEADER,
+        Session,
+        SessionError,
+        SessionStore,
+        session_diff,
+        without_note,
+    )
 
     redactor = scrub.known
     messages, runs = data.get("messages"), data.get("runs")
@@ -825,29 +848,21 @@ def session_view(data: dict[str, Any], path: Path, scrub: Scrub) -> SessionView:
         parsed = [Message.from_dict(m) for m in messages]
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ReportError(f"{path} is not a toy_agent session: {exc}") from None
-    # Each run begins at the user message that carries its task (after a note, maybe).
-    starts, cursor = [], 0
-    for run in runs:
-        task = str(run.get("task") or "")
-        while cursor < len(parsed) and not (
-            parsed[cursor].role == "user" and task and parsed[cursor].content.endswith(task)
-        ):
-            cursor += 1
-        starts.append(min(cursor, len(parsed)))
+    compactions = [_dict(c) for c in _list(data.get("compactions"))]
+    chunks, summary = _run_chunks(parsed, runs, compactions, SUMMARY_HEADER, without_note)
     views = []
     for index, run in enumerate(runs):
-        end = starts[index + 1] if index + 1 < len(runs) else len(parsed)
-        chunk = parsed[starts[index] + 1 : end]
+        chunk = chunks[index]
         steps: list[StepView] = []
-        for at, message in enumerate(chunk):
+        for at, message in enumerate(chunk or ()):
             if message.role == "assistant":
-                reply = chunk[at + 1] if at + 1 < len(chunk) else None
+                reply = chunk[at + 1] if chunk and at + 1 < len(chunk) else None
                 steps.append(_session_step(message, reply, len(steps) + 1, fmt, redactor))
         usage = _dict(run.get("usage"))
         outcome = str(run.get("outcome") or "unknown")
         views.append(RunView(
             anchor=f"run-{index + 1}", name=f"run {index + 1}",
-            task=_clean(redactor, str(run.get("task") or ""), RUN_CAPS.text),
+            task=_clean(redactor, without_note(str(run.get("task") or "")), RUN_CAPS.text),
             outcome=_clean(redactor, outcome, 100), success=outcome == "completed",
             exit_reason=_clean(redactor, str(run.get("error") or ""), 2_000)
             or ("task_complete" if outcome == "completed" else ""),
@@ -858,7 +873,9 @@ def session_view(data: dict[str, Any], path: Path, scrub: Scrub) -> SessionView:
             started_at=_clean(redactor, str(run.get("started_at") or ""), 100),
             steps=tuple(steps), diff_note="see the session's diff below",
             files_changed=_paths(run.get("files_changed"), redactor),
-            notes=("undone: its file changes were reverted",) if run.get("undone") else (),
+            notes=(("undone: its file changes were reverted",) if run.get("undone") else ())
+            + (("its steps were replaced by the summary of a /compact (above)",)
+               if chunk is None else ()),
         ))  # fmt: skip
     store = SessionStore()
     diffs: tuple[FileDiff, ...] = ()
@@ -882,7 +899,61 @@ def session_view(data: dict[str, Any], path: Path, scrub: Scrub) -> SessionView:
         tuple(views), diffs, _clean(redactor, note, 2_000),
         _int(usage.get("input_tokens"), 0), _int(usage.get("output_tokens"), 0),
         _float(data.get("cost_usd")),
+        tuple(_clean(redactor, _compaction_line(c), 500) for c in compactions),
+        _clean(redactor, summary, RUN_CAPS.text),
     )  # fmt: skip
+
+
+def _run_chunks(
+    parsed: Sequence[Message],
+    runs: Sequence[dict[str, Any]],
+    compactions: Sequence[dict[str, Any]],
+    header: str,
+    task_of: Any,
+) -> tuple[list[list[Message] | None], str]:
+    """The messages each run added after its task (None: a /compact replaced them), and the
+    latest /compact's summary. A run begins at the user message that carries its task (after
+    a note, maybe); after a /compact the first message is the first task and the summary, and
+    the steps kept after it belong to the last run the /compact summarised."""
+    summary = ""
+    first = parsed[0].content if parsed and parsed[0].role == "user" else ""
+    cursor = 0
+    if f"\n\n{header}\n" in first:
+        summary = first.partition(f"\n\n{header}\n")[2]
+        cursor = 1
+    starts: list[int | None] = []
+    for run in runs:
+        task = task_of(str(run.get("task") or ""))
+        found = next((i for i in range(cursor, len(parsed)) if task and parsed[i].role == "user"
+                      and parsed[i].content.endswith(task)), None)  # fmt: skip
+        starts.append(found)
+        cursor = found + 1 if found is not None else cursor
+    chunks: list[list[Message] | None] = []
+    for index, start in enumerate(starts):
+        later = [s for s in starts[index + 1 :] if s is not None]
+        end = later[0] if later else len(parsed)
+        chunks.append(None if start is None else list(parsed[start + 1 : end]))
+    if summary:
+        summarised = _int(compactions[-1].get("runs"), 0) if compactions else 0
+        kept_until = next((s for s in starts if s is not None), len(parsed))
+        owner = min(summarised, len(runs)) - 1 if summarised else -1
+        if owner < 0:  # an older session: the last run without a start of its own
+            owner = max((i for i, s in enumerate(starts) if s is None), default=-1)
+        if 0 <= owner < len(chunks) and chunks[owner] is None and kept_until > 1:
+            chunks[owner] = list(parsed[1:kept_until])
+    return chunks, summary
+
+
+def _compaction_line(compaction: dict[str, Any]) -> str:
+    """One /compact, for the session page."""
+    when = str(compaction.get("compacted_at") or "").replace("T", " ")[:19]
+    if compaction.get("applied") is False:
+        return f"{when}: /compact wrote a summary no shorter than the steps; nothing changed"
+    number = {key: _int(compaction.get(key), 0) for key in
+              ("messages_before", "messages_after", "tokens_before", "tokens_after")}  # fmt: skip
+    return (f"{when}: /compact replaced {number['messages_before']} messages by a summary, "
+            f"{number['messages_after']} left (about {number['tokens_before']:,} → "
+            f"{number['tokens_after']:,} tokens)")  # fmt: skip
 
 
 def _session_step(
@@ -908,9 +979,11 @@ def _session_step(
                         "is_error": result.is_error}  # fmt: skip
                 observations.append(_observation(data, redactor, caps))
         elif reply.content:
-            tool = actions[0].tool_name if actions else "reply"
-            observations.append(_observation({"tool_name": tool, "content": reply.content},
-                                             redactor, caps))  # fmt: skip
+            names = [a.tool_name for a in actions] or ["reply"]
+            for at, (named, content) in enumerate(_observation_parts(reply.content)):
+                tool = named or names[min(at, len(names) - 1)]
+                observations.append(_observation({"tool_name": tool, "content": content},
+                                                 redactor, caps))  # fmt: skip
     warnings = [w for o in observations for w in _observation_warnings(o, number)]
     if parse_error:
         warnings.insert(0, Warn("parse", _first_line(parse_error, 300), number))
@@ -920,6 +993,23 @@ def _session_step(
         _clean(redactor, message.content, caps.text) if parse_error or not actions else "",
         warnings=tuple(warnings), thinking=_clean(redactor, message.thinking, caps.text),
     )  # fmt: skip
+
+
+_XML_OBSERVATION = re.compile(r'<OBSERVATION(?: tool="([^"]*)")?>\n(.*?)\n</OBSERVATION>', re.S)
+_REACT_OBSERVATION = re.compile(r"(?:^|\n\n)Observation(?: \(([^)]*)\))?: ", re.S)
+
+
+def _observation_parts(text: str) -> list[tuple[str, str]]:
+    """The observations a text format's user message carries, without the format's wrapping
+    (`<OBSERVATION>` tags, `Observation:` labels): (tool name or "", content) each."""
+    found = [(m[1] or "", m[2]) for m in _XML_OBSERVATION.finditer(text)]
+    if found:
+        return found
+    labels = list(_REACT_OBSERVATION.finditer(text))
+    if labels and labels[0].start() == 0:
+        ends = [m.start() for m in labels[1:]] + [len(text)]
+        return [(m[1] or "", text[m.end() : end]) for m, end in zip(labels, ends, strict=True)]
+    return [("", text)]
 
 
 def compare(a: BatchView, b: BatchView) -> Comparison:
@@ -1096,14 +1186,14 @@ def _charts(runs: Sequence[RunView], prefix: str) -> tuple[Chart, ...]:
     tools' and the rest (copying the repository, the check)."""
     cost = _bar_chart(
         "cost per task", runs, [[("pass" if r.success else "fail", r.cost or 0.0)] for r in runs],
-        usd, (("pass", "passed"), ("fail", "failed")),
+        usd, (("pass", "passed"), ("fail", "failed")), "US dollars",
     )  # fmt: skip
     segments = []
     for r in runs:
         other = max(0.0, (r.elapsed or 0.0) - r.llm_seconds - r.tool_seconds)
         segments.append([("llm", r.llm_seconds), ("tool", r.tool_seconds), ("other", other)])
     legend = (("llm", "LLM"), ("tool", "tools"), ("other", "other (copy, check)"))
-    time_chart = _bar_chart("time per task", runs, segments, seconds, legend)
+    time_chart = _bar_chart("time per task", runs, segments, seconds, legend, "seconds")
     return tuple(c for c in (cost, time_chart) if c is not None)
 
 
@@ -1113,6 +1203,7 @@ def _bar_chart(
     segments: Sequence[Sequence[tuple[str, float]]],
     show: Any,
     legend: tuple[tuple[str, str], ...],
+    unit: str,
 ) -> Chart | None:
     top = max((sum(v for _, v in s) for s in segments), default=0.0)
     if top <= 0:
@@ -1136,10 +1227,17 @@ def _bar_chart(
                             f"#{run.anchor}"))  # fmt: skip
     ticks = tuple((round(CHART_HEIGHT - f * (CHART_HEIGHT - CHART_TOP), 2), show(top * f))
                   for f in (0.0, 0.5, 1.0))  # fmt: skip
-    return Chart(title, tuple(bars), ticks, legend)
+    x_label = f"tasks, in the tasks file's order ({len(runs)}; a bar links to its task)"
+    return Chart(title, tuple(bars), ticks, legend, x_label=x_label, y_label=unit)
 
 
 # -------------------------------------------------------------------------------- formats
+def when(value: str) -> str:
+    """A saved time (2026-11-26T02:43:04+0000) as people read it: 2026-11-26 02:43:04 +0000."""
+    found = re.fullmatch(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)([+-]\d{4}|Z)?", value)
+    return " ".join(part for part in found.groups() if part) if found else value
+
+
 def usd(value: float | None) -> str:
     if value is None:
         return "—"
@@ -1186,7 +1284,7 @@ def render(report: Report) -> str:
     env = jinja2.Environment(
         autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
     )
-    env.filters.update(usd=usd, signed_usd=signed_usd, seconds=seconds, count=count)
+    env.filters.update(usd=usd, signed_usd=signed_usd, seconds=seconds, count=count, when=when)
     env.globals.update(percent=percent)
     template = env.from_string((templates / "report.html.j2").read_text(encoding="utf-8"))
     policy = (f"default-src 'none'; style-src '{_sha256(css)}'; script-src '{_sha256(script)}'; "

@@ -62,6 +62,17 @@ UNDO_FORMAT = "toy_agent.undo/1"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
+NOTE_START = "(Note: "  # what the model is told with the next task (after an undo)
+
+
+def without_note(task: str) -> str:
+    """The task as the user gave it, without the note the model got with it (sessions saved
+    before notes were kept apart recorded the two together)."""
+    if task.startswith(NOTE_START) and ".)\n\n" in task:
+        return task.partition(".)\n\n")[2]
+    return task
+
+
 class SessionError(Exception):
     """A session that cannot be found, read or written (a usage error at the command line)."""
 
@@ -72,6 +83,10 @@ class UndoRefused(SessionError):
 
 class NothingToUndo(SessionError):
     pass
+
+
+def is_session_id(text: str) -> bool:
+    return _ID.fullmatch(text) is not None
 
 
 def state_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -342,7 +357,8 @@ class SessionRecorder:
         match event:
             case RunStarted(task=task, settings=settings):
                 self.session.settings = {k: v for k, v in settings.items() if k != "tools"}
-                self.session.runs.append({"task": self.redact(task), "started_at": _now(),
+                self.session.runs.append({"task": self.redact(without_note(task)),
+                                          "started_at": _now(),
                                           "outcome": "running"})  # fmt: skip
                 self._own_tracker = event.changes is None
                 self._changes = event.changes or ChangeTracker(self.tools)
@@ -396,6 +412,7 @@ class SessionRecorder:
             self.session.messages = [self.redact(m.to_dict()) for m in compacted.messages]
         self.session.compactions.append({
             "compacted_at": _now(), "model": getattr(llm, "model", ""), "applied": applied,
+            "runs": len(self.session.runs),  # the runs it summarised (their steps are gone)
             "messages_before": len(self._cache), "messages_after": len(compacted.messages),
             "tokens_before": compacted.tokens_before, "tokens_after": compacted.tokens_after,
             "usage": compacted.usage.to_dict(), "cost_usd": cost_usd,
@@ -444,7 +461,7 @@ class SessionInfo:
     @classmethod
     def of(cls, session: Session) -> SessionInfo:
         runs = [run for run in session.runs if isinstance(run, dict)]
-        first = str(runs[0].get("task", "")) if runs else ""
+        first = without_note(str(runs[0].get("task", ""))) if runs else ""
         outcome = str(runs[-1].get("outcome") or "") if runs else ""
         line = first.strip().splitlines()[0] if first.strip() else ""
         return cls(session.id, session.updated_at or session.created_at, session.repo, line,
@@ -573,7 +590,7 @@ def describe_session(session: Session) -> str:
         f"cost      {format_cost(cost, unpriced)}",
     ]
     for number, run in enumerate((r for r in session.runs if isinstance(r, dict)), 1):
-        task = str(run.get("task", "")).strip()
+        task = without_note(str(run.get("task", ""))).strip()
         more = " …" if len(task.splitlines()) > 1 else ""
         undone = ", undone" if run.get("undone") else ""
         lines.append(f"task {number}: [{run.get('outcome')}{undone}] "
@@ -774,8 +791,9 @@ def _undo(
     task = str(session.runs[index].get("task", ""))
     session.runs[index]["undone"] = True
     files = ", ".join(restored + removed)
-    session.note = (f"(Note: the user reverted the file changes of the earlier task {task!r}; "
-                    f"{files} are as they were before it.)")  # fmt: skip
+    state = "is as it was" if len(restored + removed) == 1 else "are as they were"
+    session.note = (f"{NOTE_START}the user reverted the file changes of the earlier task "
+                    f"{task!r}; {files} {state} before it.)")  # fmt: skip
     try:
         store.save(session)
     except OSError as exc:

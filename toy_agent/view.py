@@ -10,16 +10,19 @@ Text from the model, the tools or the repository goes through `visible()` before
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import logging
 import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from toy_agent.events import (
+    ChangeTracker,
     CheckFinished,
     Event,
     HookAnswered,
@@ -36,17 +39,24 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
+from toy_agent.files import FileState
 from toy_agent.lint import EditCheck
 from toy_agent.messages import CommandResult, FailedAttempt, visible
 from toy_agent.parsing import Action
 from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
-from toy_agent.tools import CodeRepositoryTools
+from toy_agent.tools import CodeRepositoryTools, ToolError
+
+try:
+    import termios
+except ImportError:  # Windows: no terminal modes to set
+    termios = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.text import Text
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+THOUGHT_LINES = 6  # a thought longer than this, wrapped, shows its first lines and a count
 COMMAND_TAIL_LINES = 5  # of a failed command's output, under its line (20 with --stream)
 KEY_ARGUMENTS = ("path", "pattern", "command", "query", "url", "name")
 LOG_LEVEL_STYLES = {logging.WARNING: "yellow", logging.ERROR: "red", logging.CRITICAL: "bold red"}
@@ -229,16 +239,20 @@ class TerminalView:
         self._stream_lines = 0
         self._stream_gap = False
         self._refused: tuple[Action, str, str] | None = None
+        self._changes: ChangeTracker | None = None  # the run's: what files were before an edit
+        self._before: tuple[Action, str, FileState] | None = None  # an edit, its file before
         self.tail_lines = tail_lines  # of a failed command's output (more with --stream)
         self._live = Live(
             console=self.console, get_renderable=self._live_line, refresh_per_second=10,
             transient=True,
         )  # fmt: skip
+        self._echo = _TypeAhead()
 
     def __call__(self, event: Event) -> None:
         match event:
-            case RunStarted(settings=settings):
+            case RunStarted(settings=settings, changes=changes):
                 self._tool_format = str(settings.get("tool_format", "xml"))
+                self._changes = changes
             case StepStarted(iteration=i, max_iterations=n):
                 self._new_reply()
                 self._step = f"step {i}/{n}"
@@ -254,6 +268,7 @@ class TerminalView:
                 self._show_thought(response.text, seconds)
             case ToolStarted(action=action):
                 self._tool = action
+                self._before = self._file_before(action)
                 self._set_status(f"running {describe_action(action)}")
             case ToolProgress() if self._status is not None:
                 since = self._status[1]  # the time runs on from the tool's start
@@ -271,10 +286,11 @@ class TerminalView:
                 elif obs.command is not None:
                     self._show_command(obs.action, obs.command, seconds)
                 else:
-                    self._show_tool(obs.action, obs.content, obs.is_error, seconds)
+                    stat = "" if obs.is_error else self._edit_stat(obs.action)
+                    self._show_tool(obs.action, obs.content, obs.is_error, seconds, stat)
                 if obs.edit_check is not None:
                     self._show_note(f"{obs.edit_check.path}: " + _introduced(obs.edit_check))
-                self._refused = None
+                self._refused, self._before = None, None
             case CheckFinished(result=result, attempt=attempt, limit=limit):
                 self._show_check(result, attempt, limit)
             case StepFinished(step=step) if step.parse_error:
@@ -283,9 +299,13 @@ class TerminalView:
             case RunFinished():
                 self.close()
 
-    def start(self, banner: str) -> None:
-        """The first line, at once, then the live line until the run's first step."""
+    def start(self, banner: str, notes: Sequence[str] = ()) -> None:
+        """The first line, at once (and a line for each note: the settings a resumed session
+        restored, a provider chosen for a model no provider claims), then the live line until
+        the run's first step."""
         self._print_line(self._fitted(banner))
+        for note in notes:
+            self._show_note(visible(note))
         self._set_status("starting")
 
     def ask(self, preview: str, question: str) -> str:
@@ -295,6 +315,7 @@ class TerminalView:
 
         status, self._status = self._status, None
         self._live.stop()
+        self._echo.restore()  # the answer is typed and seen
         try:
             self.console.print()
             self.console.print(_diff_text(preview))
@@ -318,6 +339,7 @@ class TerminalView:
         """Erase the live line and stop its thread; the view may start again later."""
         self._status, self._partial = None, ""
         self._live.stop()
+        self._echo.restore()
 
     # -- lines above the live line --------------------------------------------------------
 
@@ -349,9 +371,21 @@ class TerminalView:
                 self._partial = ""
             return
         thought = ThoughtText.of(visible(text.replace("\r\n", "\n")), self._tool_format)
-        thought = " ".join(word for word in thought.split() if not word.startswith("```"))
-        head = Text(f"  thought ({seconds:.1f}s)" + (": " if thought else ""), style="dim")
-        self._print_line(self._fitted(thought, head=head))
+        lines = [" ".join(line.split()) for line in thought.splitlines() if not _is_blank(line)]
+        head = Text(f"  thought ({seconds:.1f}s)" + (":" if lines else ""), style="dim")
+        body = Text("\n".join(lines), style="dim")
+        indent = 4
+        wrapped = list(body.wrap(self.console, max(self.console.width - indent, 10)))
+        if len(wrapped) > THOUGHT_LINES:  # folded: the start, and how much more there is
+            more = len(wrapped) - (THOUGHT_LINES - 1)
+            rest = Text(f"… {more} more lines (--stream shows it all)", style="dim italic")
+            wrapped = [*wrapped[: THOUGHT_LINES - 1], rest]
+        if len(wrapped) == 1 and head.cell_len + 1 + wrapped[0].cell_len <= self.console.width:
+            self._print_line(Text.assemble(head, " ", wrapped[0]))
+            return
+        self._print_line(head)
+        for line in wrapped:
+            self._print_line(Text.assemble(" " * indent, line))
 
     def _show_thinking(self, thinking: str) -> None:
         """The model's thinking (as the provider shows it: a summary), dim, folded to its first
@@ -364,13 +398,47 @@ class TerminalView:
         for number, line in enumerate(shown):
             self.console.print(_streamed(("thinking: " if number == 0 else "") + line))
 
-    def _show_tool(self, action: Action, content: str, is_error: bool, seconds: float) -> None:
+    def _show_tool(
+        self, action: Action, content: str, is_error: bool, seconds: float, stat: str = ""
+    ) -> None:
         from rich.text import Text
 
         mark = Text("  ✗ ", style="red") if is_error else Text("  ✓ ", style="green")
-        took = Text(f" {seconds:.2f}s", style="dim")
+        took = Text(f"{stat} {seconds:.2f}s", style="dim")
+        if stat:
+            added, removed = stat.split()
+            took = Text.assemble(" ", (added, "green"), " ", (removed, "red"),
+                                 (f" {seconds:.2f}s", "dim"))  # fmt: skip
         error = f" {_first_line(visible(content))}" if is_error else ""
         self._print_line(self._fitted(describe_action(action), head=mark, tail=took, after=error))
+
+    def _file_before(self, action: Action) -> tuple[Action, str, FileState] | None:
+        """An edit's file as it is before the edit, for its `+N -M` (None: not an edit)."""
+        changes = self._changes
+        path = action.parameters.get("path")
+        if changes is None or not isinstance(path, str):
+            return None
+        if changes.tools.changes(action.tool_name) != "files":
+            return None
+        try:
+            rel = changes.tools.relative(path)
+        except ToolError:
+            return None
+        return action, rel, changes.now(rel)
+
+    def _edit_stat(self, action: Action) -> str:
+        """The lines the edit added and removed, as "+N -M" ("" for no edit, or a file too big
+        to compare)."""
+        if self._before is None or self._changes is None or self._before[0] is not action:
+            return ""
+        _, rel, was = self._before
+        now = self._changes.now(rel)
+        if was.too_big or now.too_big or (was.text() is None and now.text() is None):
+            return ""
+        diff = difflib.unified_diff((was.text() or "").splitlines(),
+                                    (now.text() or "").splitlines(), n=0, lineterm="")  # fmt: skip
+        codes = [line[:1] for line in list(diff)[2:] if not line.startswith("@@")]
+        return f"+{codes.count('+')} -{codes.count('-')}"
 
     def _show_command(self, action: Action, command: CommandResult, seconds: float) -> None:
         """`✗ run_command pytest -q · exit 1`, then the last lines of its output."""
@@ -448,6 +516,7 @@ class TerminalView:
     def _set_status(self, label: str) -> None:
         self._status = (label, time.monotonic())
         if not self._live.is_started:
+            self._echo.off()
             self._live.start()
         self._live.refresh()
 
@@ -485,6 +554,42 @@ class TerminalView:
         line.append(after)
         line.no_wrap, line.overflow = True, "ellipsis"  # for the live region
         return line
+
+
+class _TypeAhead:
+    """While the live line runs, what is typed on the terminal is not echoed (it would land
+    on the spinner's line), yet kept: the terminal holds it for whoever reads next (the
+    session's next prompt). `restore` puts the terminal's echo back as it was."""
+
+    def __init__(self) -> None:
+        self._saved: list[Any] | None = None
+
+    def off(self) -> None:
+        if self._saved is not None or termios is None or not _stdin_is_a_terminal():
+            return
+        try:
+            fd = sys.stdin.fileno()
+            saved = termios.tcgetattr(fd)
+            quiet = list(saved)
+            quiet[3] &= ~(termios.ECHO | termios.ECHONL)
+            termios.tcsetattr(fd, termios.TCSANOW, quiet)  # not TCSAFLUSH: keep what is typed
+        except (termios.error, OSError, ValueError):
+            return
+        self._saved = saved
+
+    def restore(self) -> None:
+        saved, self._saved = self._saved, None
+        if saved is None or termios is None:
+            return
+        with contextlib.suppress(termios.error, OSError, ValueError):
+            termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, saved)
+
+
+def _stdin_is_a_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (OSError, ValueError):  # closed
+        return False
 
 
 class _LogAboveLiveLine(logging.Handler):
@@ -526,10 +631,13 @@ def _streamed(line: str) -> RenderableType:
 
 
 def _diff_text(preview: str) -> Text:
-    """--confirm's preview with the diff's lines coloured, wrapped to the width."""
+    """--confirm's preview with the diff's lines coloured, wrapped to the width (a command's
+    lines as they are: one may start with `-` or `+`)."""
     from rich.text import Text
 
     text = Text(overflow="fold")
+    if preview.startswith("$ "):
+        return Text(preview, overflow="fold")
     for line in preview.splitlines(keepends=True):
         if line.startswith(("+++", "---", "$ ")):
             style = "bold"
@@ -698,6 +806,34 @@ def preview_action(action: Action, tools: CodeRepositoryTools) -> str:
     return tools.preview(action.tool_name, action.parameters)
 
 
+def command_preview(preview: str) -> str:
+    """A command's preview (`$ LINE`, already `visible`) as the confirm prompt shows it: all
+    of it, so nothing hides above the question: each run of blank lines as one note, a long run
+    of blanks inside a line as its length, invisible format characters (a zero-width space, a
+    word joiner) as escapes, and under it how many lines the command has."""
+    text = _INVISIBLE.sub(lambda m: f"\\u{ord(m[0]):04x}", preview)
+    lines = text.removesuffix("\n").split("\n")  # a last newline ends a line, starts none
+    shown: list[str] = []
+    blank = 0
+    for line in [*lines, "end"]:
+        if not line.strip():
+            blank += 1
+            continue
+        if blank:
+            shown += [""] * blank if blank < 3 else [f"[{blank} blank lines]"]
+            blank = 0
+        shown.append(_BLANKS.sub(lambda m: f" [{len(m[0])} blanks] ", line))
+    shown.pop()
+    count = len(lines)
+    if count > 1:
+        shown.append(f"[the command has {count} lines]")
+    return "\n".join(shown)
+
+
+_INVISIBLE = re.compile("[\u00ad\u061c\u115f\u1160\u180e\u200b-\u200f\u2060-\u2064\ufeff]")
+_BLANKS = re.compile(r"[ \t]{20,}")
+
+
 def make_confirm(
     tools: CodeRepositoryTools, ask: Callable[[str, str], str]
 ) -> Callable[[Action], Answer]:
@@ -714,6 +850,8 @@ def make_confirm(
         if approve_all:
             return Answer(True)
         preview = visible(preview_action(action, tools))
+        if tools.changes(action.tool_name) == "commands":
+            preview = command_preview(preview)
         question = f"Allow {describe_action(action)}? [y]es/[n]o[, why]/[a]ll: "
         try:
             answer = parse_answer(ask(preview, question))
