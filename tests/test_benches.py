@@ -34,6 +34,12 @@ def test_bench_tokens_counts_six_requests_in_each_format() -> None:
     assert rows == [("xml", "6"), ("react", "6"), ("native", "6")], out
 
 
+def test_bench_git_guard_times_a_sweep_that_removes_what_it_planted() -> None:
+    out = run_bench("bench_git_guard.py", "30", "1")
+    assert re.search(r"^30 folders, [\d,]+ entries", out, re.MULTILINE), out
+    assert "sweep, one .git planted:" in out
+
+
 def test_bench_lint_times_checked_and_unchecked_edits() -> None:
     out = run_bench("bench_lint.py", "--lines", "200", "--edits", "2")
     assert re.search(r"^edit_file \+ check\s+[\d.]+\s+[\d.]+$", out, re.MULTILINE), out

@@ -99,7 +99,9 @@ _LINES = st.lists(
 
 
 @given(lines=_LINES, start=st.integers(0, 20), length=st.integers(1, 20), new=st.text("xy\n"))
-@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 def test_an_edited_file_reads_back_as_exactly_the_text_the_edit_made(
     tmp_path: Path, lines: list[tuple[str, str]], start: int, length: int, new: str
 ) -> None:

@@ -353,6 +353,7 @@ def test_what_runs_text_unknown_before_it_runs_or_sets_the_environment_is_never_
     ("line", "why"),
     [
         ("pytest 'unclosed", "a syntax error"),
+        ("pytest ( pytest );", "a syntax error"),  # the grammar takes a subshell as a word
         ("pytest >(cat)", "process substitution"),
         ("pytest $'\\'; touch PWNED #'", "`$'...'` quoting"),  # bash: one word; dash: touch runs
         ('pytest $"x"', '`$"..."` quoting'),

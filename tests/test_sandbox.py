@@ -479,7 +479,7 @@ def test_a_command_still_running_when_the_agent_exits_is_killed(repo: Path) -> N
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, timeout=60,
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0 and "exiting" in done.stdout, done.stderr
-    assert wait_until(lambda: not running(a) and not running(b), 5)
+    assert wait_until(lambda: not running(a) and not running(b), 30)
 
 
 @needs_bwrap

@@ -81,8 +81,9 @@ def test_a_git_file_shipped_in_the_repository_mounts_nothing(repo: Path, home: P
 
 def test_a_git_file_written_by_a_command_mounts_nothing_for_the_next(repo: Path, home: Path):
     tools = sandboxed(repo)
-    tools.run_command(f"printf 'gitdir: {home}\\n' > .git")
-    assert (repo / ".git").read_text() == f"gitdir: {home}\n"  # the attack was written...
+    # The attack is written, and removed after the command (see test_sandbox_git.py)...
+    assert "removed .git" in tools.run_command(f"printf 'gitdir: {home}\\n' > .git")
+    (repo / ".git").write_text(f"gitdir: {home}\n")  # ...so write it here, as if it stayed
     out = tools.run_command(f"cat {home}/.ssh/id_rsa {home}/.aws/credentials")
     assert "MARKER-SECRET" not in out and "No such file" in out  # ...and changed nothing
     # Nor for tools built later on the same folder: the folder named is not a git folder

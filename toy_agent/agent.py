@@ -327,6 +327,7 @@ class ReactAgent:
                 else:
                     reason = f"the user's prompt hook refused the task: {refused.text}"
                     outcome, answer, error = "hook_refused", "", reason
+                self.tools.remove_planted_git(run_ended=True)
                 diffs = changes.diffs()
                 result = RunResult(
                     outcome, self.iteration, len(self.conversation_history), answer, error,

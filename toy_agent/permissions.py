@@ -343,6 +343,8 @@ class _Reader:
                 )
                 last = []
                 continue
+            if child.type == "subshell":  # `a ( b )`: the grammar takes it, sh refuses the line
+                self.uncertain("a syntax error")
             parts = child.named_children[:1] if child.type == "command_name" else [child]
             if joined and last:  # `'p'\y` is one word, `py`, which the grammar reads as two
                 parts = last + parts

@@ -26,8 +26,9 @@ import signal
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -45,10 +46,12 @@ _HOST_PATH_VARIABLES = frozenset(
     {"XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR",
      "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS", "TMPDIR"}
 )  # fmt: skip
-# What a command prints when the sandbox refused it (EROFS, no route, no DNS).
+# What a command prints when the sandbox refused it (EROFS, a folder holding git's files
+# moved or removed, no route, no DNS).
 _REFUSALS = (
-    "Read-only file system", "Network is unreachable", "Temporary failure in name resolution",
-    "Could not resolve host", "Name or service not known", "No address associated with hostname",
+    "Read-only file system", "Device or resource busy", "Network is unreachable",
+    "Temporary failure in name resolution", "Could not resolve host", "Name or service not known",
+    "No address associated with hostname",
 )  # fmt: skip
 
 
@@ -261,9 +264,10 @@ class SandboxPolicy:
     network: bool = False
     hidden: tuple[Path, ...] = ()  # the home folders and /run: empty read-only tmpfs
     exposed: tuple[Path, ...] = ()  # read-only inside the hidden ones: tools, --sandbox-read
-    git: tuple[Path, ...] = ()  # the repository's git folder or file: read-only
+    git: tuple[Path, ...] = ()  # git's paths inside the repository (GitGuard): read-only
     outside_git: tuple[Path, ...] = ()  # a worktree's or submodule's git folder elsewhere
     masked: tuple[Path, ...] = ()  # credential files inside exposed folders
+    git_guard: GitGuard | None = field(default=None, compare=False)  # how `git` is mounted
 
     def argv(self) -> list[str]:
         """bwrap and its options, up to the `--` before the command.
@@ -275,8 +279,17 @@ class SandboxPolicy:
         hidden = [p for p in self.hidden if p != self.repo]
         mounts = [(p, ["--tmpfs", str(p)]) for p in [Path("/tmp"), *hidden]]
         mounts.append((self.repo, ["--bind", str(self.repo), str(self.repo)]))
-        for path in (*self.exposed, *self.outside_git, *self.git):
+        git, pinned, empty_dirs, empty_files = (
+            self.git_guard.mounts() if self.git_guard else (list(self.git), [], [], [])
+        )
+        for path in (*self.exposed, *self.outside_git, *git):
             mounts.append((path, ["--ro-bind", str(path), str(path)]))
+        for path in pinned:  # see GitGuard.mounts
+            mounts.append((path, ["--bind", str(path), str(path)]))
+        for path in empty_dirs:
+            mounts.append((path, ["--tmpfs", str(path)]))
+        for path in empty_files:
+            mounts.append((path, ["--ro-bind", "/dev/null", str(path)]))
         bwrap = shutil.which("bwrap") or "bwrap"
         argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for _, options in sorted(mounts, key=lambda mount: len(mount[0].parts)):
@@ -284,7 +297,7 @@ class SandboxPolicy:
         for path in self.masked:
             argv += ["--ro-bind", "/dev/null", str(path)]
         argv += ["--dir", SCRATCH_HOME]
-        for path in hidden:
+        for path in (*hidden, *empty_dirs):
             argv += ["--remount-ro", str(path)]
         argv += ["--unshare-all", *(["--share-net"] if self.network else [])]
         argv += privilege_options(bwrap)
@@ -318,17 +331,19 @@ def sandbox_policy(
     read: Iterable[str | Path] = (),
     homes: Iterable[Path] | None = None,
     environ: Mapping[str, str] | None = None,
+    git: GitGuard | None = None,
 ) -> SandboxPolicy:
     """The policy for commands in `repo`: see SandboxPolicy. `read`: folders the user exposes
-    (read-only) with --sandbox-read; `homes` and `environ` default to this process's."""
+    (read-only) with --sandbox-read; `homes` and `environ` default to this process's; `git`:
+    the repository's GitGuard, when the caller has one."""
     environ = os.environ if environ is None else environ
     repo = repo.resolve()
     hidden = _hidden_folders(network, homes, environ)
     exposed = _outermost(p for p in [*toolchain_folders(environ, hidden, repo), *_existing(read)]
                          if p != repo)  # fmt: skip
-    inner, outer = _git_paths(repo)
-    return SandboxPolicy(repo, network, tuple(hidden), tuple(exposed), inner, outer,
-                         tuple(_credential_files(exposed)))  # fmt: skip
+    git = GitGuard(repo) if git is None else git
+    return SandboxPolicy(repo, network, tuple(hidden), tuple(exposed), git.read_only,
+                         git.outside, tuple(_credential_files(exposed)), git)  # fmt: skip
 
 
 def toolchain_folders(
@@ -480,53 +495,6 @@ def _credential_files(exposed: Iterable[Path]) -> list[Path]:
     return sorted(found)
 
 
-def _git_paths(repo: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
-    """The repository's own `.git` (a folder, or a worktree's or submodule's `.git` file),
-    re-bound read-only, and the git folder outside the repository that such a file leads to,
-    only when that folder names this repository back (a linked worktree's `gitdir` file, a
-    submodule's core.worktree): a `.git` file alone, which anyone can write, decides nothing."""
-    dot_git = repo / ".git"
-    try:
-        st = os.lstat(dot_git)
-    except OSError:
-        return (), ()
-    if stat.S_ISDIR(st.st_mode):
-        return (dot_git,), ()
-    if not stat.S_ISREG(st.st_mode) or st.st_size > 4096:
-        return (), ()
-    try:
-        text = dot_git.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return (dot_git,), ()
-    if not text.startswith("gitdir:"):
-        return (dot_git,), ()
-    gitdir = (repo / text[7:].strip()).resolve()
-    if gitdir.is_relative_to(repo) or not _names_back(gitdir, dot_git, repo):
-        return (dot_git,), ()
-    common = gitdir
-    with contextlib.suppress(OSError, ValueError):
-        common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
-    if not (common / "objects").is_dir() or not (common / "HEAD").is_file():
-        return (dot_git,), ()
-    return (dot_git,), tuple(_outermost([common, gitdir]))
-
-
-def _names_back(gitdir: Path, dot_git: Path, repo: Path) -> bool:
-    """Whether the git folder `gitdir` says its work tree is `repo`: git writes this when it
-    makes a worktree (`gitdir` holds the path of its `.git` file) or a submodule
-    (core.worktree in its config)."""
-    with contextlib.suppress(OSError, ValueError):
-        back = (gitdir / "gitdir").read_text(encoding="utf-8").strip()
-        if Path(back).resolve() == dot_git.resolve():
-            return True
-    with contextlib.suppress(OSError, ValueError):
-        for line in (gitdir / "config").read_text(encoding="utf-8").splitlines():
-            key, _, value = line.strip().partition("=")
-            if key.strip().lower() == "worktree" and value.strip():
-                return (gitdir / value.strip()).resolve() == repo
-    return False
-
-
 def _hidden_folders(
     network: bool, homes: Iterable[Path] | None, environ: Mapping[str, str]
 ) -> list[Path]:
@@ -626,8 +594,10 @@ def sandbox_note(
     if not (refused or missing):
         return None
     exposed = _listing(policy.exposed)
-    limits = "only the repository and /tmp are writable, the home folder is hidden (HOME is an "
-    limits += "empty scratch folder" + (f"; readable: {exposed}" if exposed else "") + ")"
+    limits = "only the repository (but not git's files in it: .git, hooks, included config, "
+    limits += "nor the folders holding them) and /tmp are writable, the home folder is hidden "
+    limits += "(HOME is an empty scratch folder" + (f"; readable: {exposed}" if exposed else "")
+    limits += ")"
     limits += "" if policy.network else ", there is no network at all"
     verb = "is" if len(hidden) == 1 else "are"
     named = f" {', '.join(hidden[:5])} {verb} hidden." if hidden else ""
@@ -679,6 +649,451 @@ def _program_target(path: Path) -> Path | None:
         return None
     words = first[2:].split(b"\n", 1)[0].split() if first.startswith(b"#!") else []
     return Path(os.path.realpath(os.fsdecode(words[0]))) if words else None
+
+
+# ------------------------------------------------------------------------------- git's paths
+GIT_TIMEOUT = 10  # seconds for one of git's own answers (a config include may name a FIFO)
+_GIT_FILE_MAX = 65_536  # a `.git` file's bytes kept to tell it changed (git's are one line)
+_RACY_NS = 2_000_000_000  # a folder changed this close to its reading is read again next time
+# Settings whose value is a program git runs (the first word): at `git status`
+# (core.fsmonitor), on a diff, a checkout, a commit, a fetch, an alias.
+_GIT_PROGRAM_KEYS = (
+    "core.fsmonitor", "core.editor", "core.pager", "core.sshcommand", "core.askpass",
+    "core.alternaterefscommand", "core.gitproxy", "sequence.editor", "diff.external",
+    "diff.*.command", "diff.*.textconv", "difftool.*.cmd", "mergetool.*.cmd", "merge.*.driver",
+    "filter.*.clean", "filter.*.smudge", "filter.*.process", "credential.helper",
+    "credential.*.helper", "gpg.program", "gpg.*.program", "alias.*", "pager.*",
+    "interactive.difffilter", "uploadpack.packobjectshook", "remote.*.uploadpack",
+    "remote.*.receivepack",
+)  # fmt: skip
+_GIT_DIR_NAMES = ("HEAD", "objects", "refs")  # a folder holding all three is a repository
+# githooks(5): what a hooks folder that is the repository folder itself would hold.
+_HOOK_NAMES = (
+    "applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit",
+    "prepare-commit-msg", "commit-msg", "post-commit", "pre-rebase", "post-checkout",
+    "post-merge", "pre-push", "pre-receive", "update", "proc-receive", "post-receive",
+    "post-update", "reference-transaction", "push-to-checkout", "pre-auto-gc",
+    "post-rewrite", "sendemail-validate", "fsmonitor-watchman", "p4-changelist",
+    "p4-prepare-changelist", "p4-post-changelist", "p4-pre-submit", "post-index-change",
+)  # fmt: skip
+# What decides which configuration git reads: the user's own, kept for git's answers here.
+_GIT_CONFIG_VARIABLES = ("HOME", "PATH", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL",
+                         "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_COUNT",
+                         "GIT_CONFIG_PARAMETERS", "GIT_CEILING_DIRECTORIES",
+                         "GIT_DISCOVERY_ACROSS_FILESYSTEM")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A `.git` (or a folder git takes for a repository) as a walk saw it."""
+
+    kind: str  # "dir", "file", "link" or "other"
+    identity: object  # a folder's (device, inode), a file's bytes, a link's target
+
+
+@dataclass(frozen=True)
+class _Scan:
+    ctime_ns: int
+    read_ns: int  # when it was read: a folder changed within _RACY_NS of it is read again
+    folders: tuple[str, ...]  # the sub-folders to walk on
+    git: tuple[str, ...]  # entries named .git (any case), or "." when the folder is a git dir
+    locked: bool = False  # not readable
+
+
+class GitGuard:
+    """Where git, run later by the user outside any sandbox, would execute code or read its
+    configuration in this repository, decided once before any command runs; and the sweep
+    after each command that removes the repositories a command made.
+
+    Decided from git's own answers (`git rev-parse`, `git config --list --show-origin`, with
+    the user's configuration and nothing else from the environment) and one walk of the work
+    tree, never from what a command wrote:
+
+    - `read_only`: inside the repository, every `.git` folder or file and every folder git
+      takes for a repository (HEAD with objects and refs): the repository's own, its
+      submodules' (recursively), its worktrees', nested clones'; the core.hooksPath folders of
+      each; the files an include.path or includeIf.*.path names (in every scope, whatever
+      the condition); and the programs the settings that run one name (core.fsmonitor,
+      alias.*, filter and diff drivers, ...);
+    - `absent`: such paths that do not exist yet (a hooks folder husky has not made): a
+      command must not create them;
+    - `outside`: a git folder outside the repository that a `.git` file leads to and that
+      names its work tree back (a linked worktree, a submodule): git needs it, read-only.
+
+    Paths outside the repository need nothing: a sandboxed command cannot write there."""
+
+    def __init__(self, repo: Path):
+        self.repo = repo.resolve()
+        self._scans: dict[str, _Scan] = {}  # by folder
+        self._mount_points: set[Path] = set()  # made by bwrap for absent paths: see mounts()
+        self._accepted: set[Path] = set()  # made by the user since: see accept()
+        self._locked: set[str] | None = None  # folders unreadable at the start: left so
+        self.found = self._walk()  # the .git entries before any command
+        self._locked = {folder for folder, scan in self._scans.items() if scan.locked}
+        self._known_dirs = {f.identity for f in self.found.values() if f.kind == "dir"}
+        wanted: dict[Path, bool] = {}  # path -> is a folder
+        outside: list[Path] = []
+        top = _git_top(self.repo)
+        trees = {path.parent for path in self.found if path.name.lower() == ".git"}
+        for tree in sorted({*trees, *([top] if top else [])}):
+            wanted.update(_configured_paths(tree, self.repo))
+        if not trees and top is None:  # no repository: the system and global settings still
+            wanted.update(_configured_paths(self.repo, self.repo, work_tree=False))  # include
+        for path, found in self.found.items():
+            if found.kind in ("dir", "file"):
+                wanted[path] = found.kind == "dir"
+            if found.kind == "file" and path.name.lower() == ".git":
+                outside += _linked_git_dirs(path, self.repo)
+        inside = {p: d for p, d in wanted.items() if p != self.repo and p.is_relative_to(self.repo)}
+        present = _outermost(p for p in inside if _unlinked(p) and os.path.lexists(p))
+        self.read_only = tuple(present)
+        self.absent = tuple(sorted(p for p in inside if not os.path.lexists(p)
+                                   and not any(p.is_relative_to(q) for q in present)))  # fmt: skip
+        self._absent_dirs = frozenset(p for p in self.absent if inside[p])
+        self.outside = tuple(_outermost(outside))
+
+    def protects(self, path: Path) -> bool:
+        """Whether `path` (resolved) is or lies in one of git's paths: no tool writes there."""
+        return any(path.is_relative_to(p) for p in (*self.read_only, *self.absent))
+
+    def would_make_git_dir(self, path: Path) -> bool:
+        """Whether writing the file `path` (resolved, in the repository) would make one of the
+        folders on its way look like a repository to git (HEAD, objects and refs)."""
+        for folder in path.parents:
+            if not folder.is_relative_to(self.repo) or folder == self.repo:
+                return False
+            below = path.relative_to(folder).parts[0]
+            if all(name == below or os.path.lexists(folder / name) for name in _GIT_DIR_NAMES):
+                return True
+        return False
+
+    def accept(self) -> None:
+        """Take the `.git` entries and git folders that appeared since the last sweep for
+        the user's own, made while no command ran (call it before a sandboxed command: in the
+        sandbox nothing of a command outlives it, and write_file makes none): they are kept,
+        and read-only from this command on."""
+        for path, found in self._walk().items():
+            if self.found.get(path) != found and not (
+                found.kind == "dir" and found.identity in self._known_dirs
+            ):
+                self.found[path] = found
+                if found.kind == "dir":
+                    self._known_dirs.add(found.identity)
+                if found.kind in ("dir", "file"):
+                    self._accepted.add(path)
+
+    def mounts(self) -> tuple[list[Path], list[Path], list[Path], list[Path]]:
+        """How bwrap keeps git's paths inside the repository as they are, from what exists
+        now: (read-only paths, folders bound onto themselves, empty read-only folders, empty
+        read-only files).
+
+        A mount point cannot be renamed or removed, but its parent folder can, and a command
+        would then put its own in its place; so every folder between the repository and a
+        protected path is bound onto itself. A path that does not exist is covered at its
+        first missing folder (or, a file, itself): bwrap makes that mount point in the
+        repository, and `sweep` removes it again when it is empty."""
+        read_only = _outermost(p for p in (*self.read_only, *self._accepted) if os.path.lexists(p))
+        pinned: set[Path] = set()
+        empty_dirs: list[Path] = []
+        empty_files: list[Path] = []
+        for path in (*read_only, *self.absent):
+            for parent in reversed(path.parents):
+                if parent == path or not parent.is_relative_to(self.repo) or parent == self.repo:
+                    continue
+                if not os.path.lexists(parent):
+                    empty_dirs.append(parent)
+                    break
+                if os.path.islink(parent) or not parent.is_dir():
+                    break  # a link on the way: no mount could hold it (see docs/safety.md)
+                pinned.add(parent)
+            else:
+                if path in self.absent:
+                    (empty_dirs if path in self._absent_dirs else empty_files).append(path)
+        protected = {*read_only, *empty_dirs, *empty_files}
+        self._mount_points.update((*empty_dirs, *empty_files))
+        return (read_only, sorted(pinned - protected), _outermost(empty_dirs),
+                sorted(set(empty_files)))  # fmt: skip
+
+    def sweep(self) -> list[str]:
+        """Remove every `.git` and git folder in the work tree that was not there before (a
+        known `.git` file that changed is written back as it was), and whatever a command
+        made at an absent path; the repository-relative names of what went, for the model
+        and the user. Run after each command, and at the end of a run."""
+        removed: list[str] = []
+        for path, found in sorted(self._walk().items()):
+            before = self.found.get(path)
+            if found == before or (found.kind == "dir" and found.identity in self._known_dirs):
+                continue
+            if not _remove(path):
+                continue
+            removed.append(str(path.relative_to(self.repo)))
+            if before is not None and before.kind == "file" and isinstance(before.identity, bytes):
+                with contextlib.suppress(OSError):
+                    path.write_bytes(before.identity)
+            elif before is not None and before.kind == "link":
+                with contextlib.suppress(OSError):
+                    os.symlink(str(before.identity), path)
+        for point in sorted(self._mount_points, reverse=True):  # the ones bwrap left, empty
+            with contextlib.suppress(OSError):
+                st = os.lstat(point)
+                if stat.S_ISDIR(st.st_mode):
+                    os.rmdir(point)
+                elif stat.S_ISREG(st.st_mode) and st.st_size == 0:
+                    os.unlink(point)
+        for path in self.absent:  # made by a command that ran without the sandbox
+            if os.path.lexists(path) and _remove(path):
+                removed.append(str(path.relative_to(self.repo)))
+        if removed:
+            logger.warning(
+                "removed %s from %s: made by a command, git would run its hooks or settings "
+                "when you use git there",
+                ", ".join(removed),
+                _tilde(self.repo),
+            )
+        return removed
+
+    def _walk(self) -> dict[Path, _Found]:
+        """The `.git` entries and git folders in the work tree, without following links or
+        entering them. A folder whose ctime is the one its last reading saw (and not racily
+        close to it) is not read again: adding, removing or renaming an entry changes it, and
+        no one can set it back."""
+        found: dict[Path, _Found] = {}
+        top = str(self.repo)
+        stack = [top]
+        while stack:
+            folder = stack.pop()
+            try:
+                st = os.lstat(folder)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            scan = self._scans.get(folder)
+            if (
+                scan is None
+                or scan.ctime_ns != st.st_ctime_ns
+                or (scan.read_ns - st.st_ctime_ns < _RACY_NS)
+            ):
+                unlock = self._locked is not None and folder not in self._locked
+                scan = _scan(folder, folder == top, st.st_ctime_ns, unlock)
+                self._scans[folder] = scan
+            for name in scan.git:
+                path = Path(folder if name == "." else os.path.join(folder, name))
+                found[path] = _found(path)
+            stack += [os.path.join(folder, name) for name in scan.folders]
+        return found
+
+
+def _scan(folder: str, is_repo: bool, ctime_ns: int, unlock: bool) -> _Scan:
+    """What the walk needs of `folder`. `unlock`: a folder a command made unreadable, to hide
+    what it holds, is made readable to its owner again (never one that was so at the start)."""
+    read_ns = time.time_ns()
+    try:
+        kinds = _kinds(folder)
+    except PermissionError:
+        try:
+            if not unlock:
+                raise
+            os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) | stat.S_IRWXU)
+            kinds = _kinds(folder)
+        except OSError:
+            return _Scan(ctime_ns, read_ns, (), (), locked=True)
+    except OSError:
+        return _Scan(ctime_ns, read_ns, (), ())
+    git = tuple(name for name in kinds if name.lower() == ".git")
+    looks_git = (
+        not is_repo
+        and "HEAD" in kinds
+        and ((kinds.get("objects") and kinds.get("refs")) or kinds.get("commondir") is False)
+    )
+    if looks_git:  # git would take this folder for a repository: nothing below matters
+        return _Scan(ctime_ns, read_ns, (), (".",))
+    folders = tuple(name for name, is_dir in kinds.items() if is_dir and name not in git)
+    return _Scan(ctime_ns, read_ns, folders, git)
+
+
+def _kinds(folder: str) -> dict[str, bool]:
+    """Each entry's name, and whether it is a folder (a link is not)."""
+    with os.scandir(folder) as entries:
+        return {e.name: e.is_dir(follow_symlinks=False) for e in entries}
+
+
+def _found(path: Path) -> _Found:
+    try:
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            return _Found("dir", (st.st_dev, st.st_ino))
+        if stat.S_ISLNK(st.st_mode):
+            return _Found("link", os.readlink(path))
+        if stat.S_ISREG(st.st_mode) and st.st_size <= _GIT_FILE_MAX:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                return _Found("file", f.read(_GIT_FILE_MAX + 1))
+        return _Found("other", (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    except OSError:
+        return _Found("other", None)
+
+
+def _remove(path: Path) -> bool:
+    """Remove `path` (a folder with all it holds, even made unreadable) without following a
+    link; False, with an error logged, when that failed."""
+    try:
+        if not os.path.isdir(path) or os.path.islink(path):
+            os.unlink(path)
+            return True
+        stack = [path]
+        while stack:  # a command may have made folders unreadable; they are the user's
+            folder = stack.pop()
+            if not os.path.islink(folder):
+                os.chmod(folder, stat.S_IRWXU)
+                with os.scandir(folder) as entries:
+                    stack += [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+        shutil.rmtree(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        logger.error("could not remove %s, made by a command: %s; remove it before you use "
+                     "git there", path, exc)  # fmt: skip
+        return False
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    """git's answer, or None when it failed: with the user's configuration variables and
+    nothing else from the environment (no GIT_DIR, no GIT_WORK_TREE, no loader variables)."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if k in _GIT_CONFIG_VARIABLES
+           or k.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_"))}  # fmt: skip
+    env.update(LC_ALL="C", GIT_OPTIONAL_LOCKS="0", GIT_TERMINAL_PROMPT="0")
+    try:
+        done = subprocess.run([git, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=GIT_TIMEOUT)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return os.fsdecode(done.stdout) if done.returncode == 0 else None
+
+
+def _git_top(repo: Path) -> Path | None:
+    """The top of the work tree holding `repo` (the enclosing repository's when `repo` is a
+    folder inside one), or None. git is asked only when a folder on the way up holds a `.git`
+    or is a git folder itself: elsewhere it would find none either."""
+    if not any(
+        os.path.lexists(folder / ".git") or all(os.path.lexists(folder / name) for name in
+                                                 _GIT_DIR_NAMES)
+        for folder in (repo, *repo.parents)
+    ):  # fmt: skip
+        return None
+    out = _git(["rev-parse", "--show-toplevel"], repo)
+    return Path(out.strip()).resolve() if out and out.strip() else None
+
+
+def _configured_paths(top: Path, repo: Path, *, work_tree: bool = True) -> dict[Path, bool]:
+    """What the configuration git reads in work tree `top` names (path -> is a folder): the
+    core.hooksPath folders, every file include.path and includeIf.*.path name (followed
+    through the included files, the ones whose condition is false today too), and the
+    programs _GIT_PROGRAM_KEYS name by a path. Outside a work tree (`work_tree` False: the
+    system and global settings alone), a relative hooks folder or program names nothing."""
+    paths: dict[Path, bool] = {}
+    tree = top if work_tree else None
+    listing = ["config", "--list", "--show-origin", "-z"]
+    # Where git refuses the repository (owned by another user: "dubious ownership"), your
+    # system and global settings still apply the day you mark it safe.
+    out = _git(listing, top) or _git(listing, Path("/"))
+    entries = _config_entries(out, top)
+    read = {origin for origin, _, _ in entries if origin is not None}
+    while entries:
+        origin, key, value = entries.pop()
+        key = key.lower()
+        if key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+            base = origin.parent if origin is not None else None
+            target = _config_path(value, base)
+            if target is None:
+                continue
+            paths[target] = False
+            if target not in read and target.is_file():
+                read.add(target)
+                out = _git(["config", "--file", str(target), "--no-includes", "--list",
+                            "--show-origin", "-z"], top)  # fmt: skip
+                entries += _config_entries(out, top)
+        elif key == "core.hookspath":
+            hooks = _config_path(value, tree)
+            if hooks == repo:
+                paths.update({hooks / name: False for name in _HOOK_NAMES})
+            elif hooks is not None:
+                paths[hooks] = True
+        elif any(fnmatch.fnmatchcase(key, pattern) for pattern in _GIT_PROGRAM_KEYS):
+            words = value.lstrip("!").split()
+            if words and "/" in words[0] and (program := _config_path(words[0], tree)):
+                paths[program] = False
+    return {p: is_dir for p, is_dir in paths.items() if p.is_relative_to(repo)}
+
+
+def _config_entries(out: str | None, cwd: Path) -> list[tuple[Path | None, str, str]]:
+    """(file, key, value) of `git config --list --show-origin -z` (a file named relative to
+    the folder git ran in; None for the command line)."""
+    fields = (out or "").split("\0")
+    entries = []
+    for origin, item in zip(fields[::2], fields[1::2], strict=False):
+        key, _, value = item.partition("\n")
+        file = cwd / origin[5:] if origin.startswith("file:") else None
+        entries.append((Path(os.path.normpath(file)) if file else None, key, value))
+    return entries
+
+
+def _config_path(value: str, base: Path | None) -> Path | None:
+    """A path as git reads a pathname setting: `~/` is the home, relative is from `base`."""
+    value = os.path.expanduser(value.strip())
+    if not value or (not os.path.isabs(value) and base is None):
+        return None
+    return Path(os.path.normpath(os.path.join(base or "/", value)))
+
+
+def _unlinked(path: Path) -> bool:
+    """Whether no link lies on `path`'s way: bwrap would mount where a link leads."""
+    return os.path.realpath(path) == str(path)
+
+
+def _linked_git_dirs(dot_git: Path, repo: Path) -> list[Path]:
+    """The git folder outside the repository that the `.git` file `dot_git` leads to, and its
+    common folder, when that folder names `dot_git`'s work tree back (a linked worktree's
+    `gitdir` file, a submodule's core.worktree): a `.git` file alone, which anyone can
+    write, decides nothing."""
+    work_tree = dot_git.parent
+    try:
+        if os.lstat(dot_git).st_size > 4096:
+            return []
+        text = dot_git.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    if not text.startswith("gitdir:"):
+        return []
+    gitdir = (work_tree / text[7:].strip()).resolve()
+    if gitdir.is_relative_to(repo) or not _names_back(gitdir, dot_git, work_tree):
+        return []
+    common = gitdir
+    with contextlib.suppress(OSError, ValueError):
+        common = (gitdir / (gitdir / "commondir").read_text().strip()).resolve()
+    if not (common / "objects").is_dir() or not (common / "HEAD").is_file():
+        return []
+    return _outermost([common, gitdir])
+
+
+def _names_back(gitdir: Path, dot_git: Path, repo: Path) -> bool:
+    """Whether the git folder `gitdir` says its work tree is `repo`: git writes this when it
+    makes a worktree (`gitdir` holds the path of its `.git` file) or a submodule
+    (core.worktree in its config)."""
+    with contextlib.suppress(OSError, ValueError):
+        back = (gitdir / "gitdir").read_text(encoding="utf-8").strip()
+        if Path(back).resolve() == dot_git.resolve():
+            return True
+    with contextlib.suppress(OSError, ValueError):
+        for line in (gitdir / "config").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.strip().partition("=")
+            if key.strip().lower() == "worktree" and value.strip():
+                return (gitdir / value.strip()).resolve() == repo
+    return False
 
 
 # ------------------------------------------------------------------------------- lifetime

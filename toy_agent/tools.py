@@ -70,6 +70,7 @@ from toy_agent.messages import (
 )
 from toy_agent.redaction import Redactor, is_secret_variable
 from toy_agent.sandbox import (
+    GitGuard,
     bwrap_problem,
     resolve_sandbox,
     sandbox_note,
@@ -155,10 +156,13 @@ class CodeRepositoryTools:
             bwrap_problem() if (sandbox, self.sandbox) == ("auto", "off") else None
         )
         self.sandbox_network = sandbox_network
-        # What a sandboxed command sees, decided now, before any command could change the
-        # repository (a `.git` file it writes later names no mount).
+        # Where git would later run code or read config, and what a sandboxed command sees,
+        # decided now, before any tool could change the repository (a `.git` file a command
+        # writes later names no mount; a repository it makes is removed: see GitGuard).
+        self.git_guard = GitGuard(self.repo_path)
         self.sandbox_policy = (
-            sandbox_policy(self.repo_path, network=sandbox_network, read=sandbox_read)
+            sandbox_policy(self.repo_path, network=sandbox_network, read=sandbox_read,
+                           git=self.git_guard)
             if self.sandbox == "bwrap" else None
         )  # fmt: skip
         self._sandbox_named = False  # the model is told about the sandbox once
@@ -525,6 +529,8 @@ class CodeRepositoryTools:
         if dry_run:
             return ToolOutput(f"$ {command}")
         started = time.perf_counter()
+        if self.sandbox_policy is not None:
+            self.git_guard.accept()  # a repository you made since the last command stays
         code, output, timed_out = run_shell(
             command, self.repo_path, timeout, policy=self.sandbox_policy, named=self.command_env
         )
@@ -538,6 +544,8 @@ class CodeRepositoryTools:
         )  # fmt: skip
         if notes := self._command_notes(output, None if timed_out else code):
             output = "\n".join([output.rstrip(), *notes])
+        if removed := self.remove_planted_git():
+            output = f"{output.rstrip()}\n{_planted_git_note(removed)}"
         if timed_out:
             return ToolOutput(
                 f"Command timed out after {timeout}s and was killed with its child processes. "
@@ -554,10 +562,13 @@ class CodeRepositoryTools:
         when the sandbox is on, no secrets, no stdin), whether or not the model may run
         commands, killed after `timeout` seconds. Its output tail is redacted."""
         started = time.perf_counter()
+        if self.sandbox_policy is not None:
+            self.git_guard.accept()
         code, output, timed_out = run_shell(
             command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy,
             named=self.command_env,
         )  # fmt: skip
+        self.remove_planted_git()  # the project's tests run: the user is warned in the log
         policy = self.sandbox_policy
         note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
         tail = cuts.cut(self.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
@@ -566,6 +577,16 @@ class CodeRepositoryTools:
         return CommandResult(command, None if timed_out else code,
                              time.perf_counter() - started, timed_out,
                              self.redactor.redact(note) if note else None, tail)  # fmt: skip
+
+    def remove_planted_git(self, *, run_ended: bool = False) -> list[str]:
+        """Remove the repositories (`.git`, git folders) and git paths that a command made in
+        the work tree: git, run later by the user, would run their hooks and settings. What
+        went, repository-relative; the user is warned in the log. Called after each command,
+        and when a run ends (`run_ended`) for what an unsandboxed command left running may
+        have made since (see GitGuard.sweep)."""
+        if run_ended and self.sandbox_policy is not None:
+            return []  # nothing of a sandboxed command outlives it: what is new is yours
+        return self.git_guard.sweep()
 
     def _command_notes(self, output: str, code: int | None) -> list[str]:
         """What the model is told, once each, when a command seems to have failed on the
@@ -674,6 +695,16 @@ class CodeRepositoryTools:
         target = self._resolve(path)
         if ".git" in target.relative_to(self.repo_path).parts:
             raise ToolError("Refusing to write inside .git/; git's own files are off limits.")
+        if self.git_guard.protects(target):
+            raise ToolError(
+                f"Refusing to write {self._shown(target)}: the user's git runs or reads it "
+                "(a hook, an included config file or a program their git config names)."
+            )
+        if self.git_guard.would_make_git_dir(target):
+            raise ToolError(
+                f"Refusing to write {self._shown(target)}: a folder on its way would then hold "
+                "HEAD, objects and refs, which git takes for a repository."
+            )
         if target.is_dir():
             raise ToolError(f"{self._shown(target)} is a directory; give a file path.")
         return target
@@ -687,6 +718,15 @@ class CodeRepositoryTools:
         close = same_name[:5] or difflib.get_close_matches(wanted, known, n=3, cutoff=0.6)
         hint = f" Did you mean: {', '.join(map(shown_path, close))}?" if close else ""
         return ToolError(f"No such file or directory: {path}.{hint} Use list_files to look around.")
+
+
+def _planted_git_note(removed: list[str]) -> str:
+    names = ", ".join(shown_path(name) for name in removed)
+    return (
+        f"[Note: removed {names}: a command may not make git repositories or git's files in "
+        "the work tree (the user's git would run their hooks and settings later). Make a "
+        "repository you need for a test under /tmp.]"
+    )
 
 
 # --------------------------------------------------------------------------------- files
