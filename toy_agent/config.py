@@ -9,7 +9,8 @@ as `--max-iterations 0` does, naming the key or the variable.
 The target repository is untrusted: a config file inside it is never read (unless the user
 names it with --config), and `TOY_AGENT_*` lines of a `.env` inside it or above it are
 ignored; a hostile repository must not turn on commands, switch the sandbox off or start an
-MCP server.
+MCP server. Hooks (`TOY_AGENT_HOOK`) are never taken from any `.env`, the user's own
+included: they run outside the sandbox, and a `.env` is often a project's.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ NOT_SETTINGS = frozenset(
 )
 PATH_METAVARS = frozenset({"FILE", "PATH", "DIR", "TASKS.jsonl", "ID_OR_FILE"})
 TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+HOOK_VARIABLES = f"{OWN_PREFIX}HOOK"  # TOY_AGENT_HOOK and TOY_AGENT_HOOK_TIMEOUT: never a .env's
 INSTRUCTIONS_FILE = "AGENTS.md"
 INSTRUCTIONS_FILES = (INSTRUCTIONS_FILE, "CLAUDE.md")  # in a folder: the first that is there
 MAX_INSTRUCTIONS_BYTES = 32 * 1024
@@ -181,7 +183,11 @@ def _dotenv_settings(
     if dotenv is None:
         return {}
     taken = load_dotenv_file(dotenv, repo, environ, warnings)
-    return {k: v for k, v in taken.items() if k.startswith(OWN_PREFIX)}
+    hooks = sorted(name for name in taken if name.startswith(HOOK_VARIABLES))
+    if hooks:  # a .env is often a project's: it must not name commands run outside the sandbox
+        warnings.append(f"ignoring {', '.join(hooks)} from {dotenv}: hooks come only from "
+                        "--hook, your config file or your exported environment")  # fmt: skip
+    return {k: v for k, v in taken.items() if k.startswith(OWN_PREFIX) and k not in hooks}
 
 
 def _resolved(path: str) -> Path:

@@ -1,13 +1,14 @@
 """The interactive mode: `toy-agent` on a terminal without a task.
 
 Each task typed runs in the same conversation as the ones before it (the session); input
-starting with `/` is a command. The prompt is prompt_toolkit's (imported only here, only on a
-terminal): line editing, a paste is one task however many lines it has (bracketed paste),
-Alt-Enter or a trailing backslash starts a new line, Up recalls earlier tasks (kept in
-`$XDG_STATE_HOME/toy-agent/history`, mode 0600: it holds whatever was typed). Ctrl-C cancels
-the task in flight and comes back to the prompt (what was typed meanwhile waits there); at
-the prompt it clears the line. Ctrl-D or /exit ends the session. SIGTERM and SIGHUP still end
-it (the caller maps the return value to 143 or 129).
+starting with `/` is a command, and a line starting with `!` a shell command run as
+run_command would run it (never a task). The prompt is prompt_toolkit's (imported only here,
+only on a terminal): line editing, a paste is one task however many lines it has (bracketed
+paste), Alt-Enter or a trailing backslash starts a new line, Up recalls earlier tasks (kept
+in `$XDG_STATE_HOME/toy-agent/history`, mode 0600: it holds whatever was typed). Ctrl-C
+cancels the task in flight and comes back to the prompt (what was typed meanwhile waits
+there); at the prompt it clears the line. Ctrl-D or /exit ends the session. SIGTERM and
+SIGHUP still end it (the caller maps the return value to 143 or 129).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
@@ -56,6 +58,7 @@ COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-comma
     "/check CMD": "run CMD when the model calls task_complete; the task is done when it passes "
     "(without CMD: show it; /check off: none)",
     "/compact": "replace the older steps by a summary the model writes, to save tokens",
+    "/plan TASK": "plan TASK read-only, then carry the plan out in the mode you pick",
     "/sessions": "the recent sessions (toy-agent --resume ID continues one)",
     "/clear": "start a new conversation",
     "/help": "this help",
@@ -64,7 +67,8 @@ COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-comma
 HELP = (
     "Type a task and press Enter; each task continues the conversation. Alt-Enter (or Esc,\n"
     "Enter) or a line ending in \\ starts a new line; a paste is one task; Up recalls earlier\n"
-    "tasks. Ctrl-C cancels a running task, or clears the line. Commands:\n"
+    "tasks. Ctrl-C cancels a running task, or clears the line. !COMMAND runs a shell command\n"
+    "as run_command would (same sandbox and rules), not as a task. Commands:\n"
     + "\n".join(f"  {name:<13} {what}" for name, what in COMMANDS.items())
 )
 INIT_TASK = f"""\
@@ -120,8 +124,13 @@ class Repl:
                     continue
                 try:
                     if _COMMAND.match(line):
-                        if self.command(line) == "exit":
+                        done = self.command(line)
+                        if done == "exit":
                             return 0
+                        if done == "stopped":
+                            return EXIT_INTERRUPTED
+                    elif line.startswith("!"):
+                        self._shell(line[1:].strip())
                     elif line and not self._task(line):
                         return EXIT_INTERRUPTED
                 except KeyboardInterrupt:  # Ctrl-C during a command, or the summary
@@ -145,6 +154,8 @@ class Repl:
             self._compact()
         elif name == "/check":
             self._check(argument)
+        elif name == "/plan":
+            return "" if self._plan(argument) else "stopped"
         elif name == "/sessions":
             found = recent_sessions(self.sessions.store, limit=10)
             self._say(format_sessions(found) if found else "no saved sessions yet")
@@ -226,6 +237,48 @@ class Repl:
             self._say(visible(str(exc)))
             return
         self._say(visible(rewound.describe()))
+
+    def _shell(self, command: str) -> None:
+        """!COMMAND: run by run_command under the session's rules (deny rules, permission
+        mode, the question where no sandbox works), never sent to the model as a task; its
+        output is added to the next task if the user says so."""
+        from toy_agent.parsing import Action
+        from toy_agent.permissions import Answer
+        from toy_agent.tools import COMMAND_MAX_TIMEOUT, ToolError
+
+        tools = self.agent.tools
+        if not command:
+            self._say("!COMMAND runs COMMAND in the repository, as run_command would")
+            return
+        if not tools.allow_commands:
+            self._say("!: commands are off in this session (start it with --allow-commands)")
+            return
+        decision = self.agent.permissions.decide("run_command", {"command": command}, "commands")
+        if decision.verdict == "deny":
+            self._say(f"! refused: {visible(decision.reason)}")
+            return
+        if decision.verdict == "ask":
+            answer = self.agent.confirm(Action("run_command", {"command": command})) if (
+                self.agent.confirm) else Answer(False)  # fmt: skip
+            if not (answer.approved if isinstance(answer, Answer) else answer):
+                self._say("not run")
+                return
+        try:  # yours, so the longest limit a command has; Ctrl-C stops it sooner
+            output = tools.run_command(command, COMMAND_MAX_TIMEOUT)
+        except ToolError as exc:
+            output = f"$ {command}\n{exc}"
+        self._say(visible(output.rstrip("\n")))
+        read = self.read or input
+        try:
+            keep = read("add this to the conversation for the next task? [y/N] ")
+        except EOFError:
+            keep = ""
+        if keep.strip().lower() in ("y", "yes"):
+            shown = self.agent.redactor.redact(output.rstrip("\n"))
+            note = f"(The user ran a shell command; what it printed:)\n{shown}"
+            session = self.sessions.session
+            session.note = f"{session.note}\n\n{note}" if session.note else note
+            self._say("added: the next task comes with it")
 
     def _check(self, command: str) -> None:
         """/check CMD: the next tasks are done when CMD passes (see ReactAgent's check)."""
@@ -336,7 +389,43 @@ class Repl:
         self._summary(result)
         if self.sessions.error:
             self._say(f"toy-agent: warning: {self.sessions.error}")
-        return result.outcome != "cancelled" or self._was_ctrl_c()
+        if result.outcome == "cancelled":
+            return self._was_ctrl_c()
+        if result.success and self.agent.permissions.mode == "plan":
+            return self._carry_out(result.result)
+        return True
+
+    def _plan(self, task: str) -> bool:
+        """/plan TASK: TASK in plan mode; the session keeps the mode the plan is carried out
+        in, or goes back to its own. False when a stop signal ended it."""
+        if not task:
+            self._say("/plan TASK: plans TASK read-only, then asks how to carry the plan out")
+            return True
+        previous = self.agent.permissions
+        self.agent.permissions = replace(previous, mode="plan")
+        try:
+            return self._task(task)
+        finally:
+            if self.agent.permissions.mode == "plan":
+                self.agent.permissions = previous
+
+    def _carry_out(self, plan: str) -> bool:
+        """The plan is saved and shown; carried out, on approval, in the mode the user picks."""
+        from toy_agent.plans import QUESTION, carry_out_task, chosen_mode, save_plan
+
+        path = save_plan(plan, self.sessions.session.id)
+        self._say(f"The plan is saved in {visible(str(path))}.")
+        read = self.read or input
+        try:
+            mode = chosen_mode(read(QUESTION))
+        except EOFError:
+            mode = None
+        if mode is None:
+            self._say(f"not carried out; the plan stays in {visible(str(path))}")
+            return True
+        self.agent.permissions = replace(self.agent.permissions, mode=mode)
+        self._say(f"carrying out the plan in {mode} mode (the session stays in it)")
+        return self._task(carry_out_task(plan, path))
 
     def _summary(self, outcome: RunResult) -> None:
         redact = self.agent.redactor.redact_obj

@@ -22,6 +22,7 @@ from toy_agent.agent import DEFAULT_CHECK_RETRIES, ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.copies import GitError, collect_patch, prepare_copy, remove_copy
 from toy_agent.events import TrajectoryRecorder, json_text
+from toy_agent.hooks import Hooks
 from toy_agent.lint import LintMode
 from toy_agent.llm import LlmClient, LlmConfigError, client_for
 from toy_agent.mcp_config import McpError, McpServerConfig
@@ -95,6 +96,7 @@ class RunSettings:
     price_output: float | None = None
     # What would ask is refused (no one is there to answer), the model told why.
     permissions: Permissions | None = None
+    hooks: Hooks | None = None  # the user's --hook commands, run in each task's copy
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -385,7 +387,7 @@ def _run_agent(
             context_budget=settings.context_budget, redactor=redactor, cost=cost,
             permissions=settings.permissions, check=task.check or settings.check,
             check_retries=settings.check_retries, check_timeout=settings.check_timeout,
-            lint=settings.lint, lint_commands=settings.lint_commands,
+            lint=settings.lint, lint_commands=settings.lint_commands, hooks=settings.hooks,
             on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
                       lambda event: agent.cancel() if stop and stop.is_set() else None],
         )  # fmt: skip
