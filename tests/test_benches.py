@@ -51,6 +51,12 @@ def test_bench_commands_times_each_sandbox_and_the_walk() -> None:
     assert re.search(r"^/proc walk alone \(\d+ processes\)\s+[\d.]+$", out, re.MULTILINE), out
 
 
+def test_bench_checkpoints_times_snapshots_and_a_restore() -> None:
+    out = run_bench("bench_checkpoints.py", "--files", "50", "--runs", "2")
+    assert re.search(r"^snapshot, tree unchanged:\s+[\d.]+ ms$", out, re.MULTILINE), out
+    assert re.search(r"^restore of those 3 files:\s+[\d.]+ ms$", out, re.MULTILINE), out
+
+
 @pytest.mark.skipif(
     not (BENCH.parent / ".git").exists(), reason="compares with the scanner in git history"
 )

@@ -342,6 +342,73 @@ def test_help_lists_every_command_and_an_unknown_one_names_them(home, repo, term
     assert server.requests == []  # no command reached the model
 
 
+def test_a_bang_line_runs_as_run_command_would_and_its_output_can_join_the_next_task(
+    home, repo, terminal
+):
+    with FakeProvider() as server:
+        server.enqueue(quick_done("Seen."))
+        term = terminal(["--repo", str(repo), "--allow-commands", "--sandbox", "off",
+                         "--deny-command", "rm*"], quickest_provider_env(server))  # fmt: skip
+        term.prompt()
+        term.enter("!rm hello.py")
+        term.expect("! refused: the command `rm hello.py` matches the user's deny rule `rm*`")
+        term.prompt()
+        term.enter("!echo made > made.txt; cat hello.py made.txt")
+        term.expect("add this to the conversation for the next task? [y/N]")
+        screen = term.screen
+        assert "[exit code 0" in screen and "print('helo')\nmade" in screen
+        term.enter("y")
+        term.expect("added: the next task comes with it")
+        term.prompt()
+        term.enter("!ls")
+        term.expect("add this to the conversation for the next task? [y/N]", count=2)
+        term.enter("n")
+        term.prompt()
+        term.enter("what did the command print?")
+        term.expect("Seen.")
+        assert term.end() == 0
+
+    assert (repo / "hello.py").exists() and (repo / "made.txt").read_text() == "made\n"
+    assert len(server.requests) == 1  # no ! line went to the model
+    task = server.requests[0].body["messages"][1]["content"]
+    assert "(The user ran a shell command; what it printed:)\n$ echo made > made.txt" in task
+    assert "print('helo')\nmade" in task and task.endswith("what did the command print?")
+    assert "$ ls" not in task  # declined
+    [session] = saved_sessions(home)
+    [run] = session["runs"]  # one task: the ! lines were not tasks
+    assert run["task"] == task
+
+
+def test_plan_plans_read_only_then_carries_the_plan_out_in_the_mode_picked(home, repo, terminal):
+    plan = "1. fix helo in hello.py"
+    with FakeProvider() as server:
+        server.enqueue(
+            openai_reply(xml_action("write_file", path="hello.py", content="x")),
+            quick_done(plan),
+            openai_reply(
+                xml_action("edit_file", path="hello.py", old_str="helo", new_str="hello")
+            ),  # fmt: skip
+            quick_done("Fixed."),
+        )
+        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
+        term.prompt()
+        term.enter("/plan fix the greeting")
+        term.expect("Carry out this plan? edits, auto or ask")
+        assert (repo / "hello.py").read_text() == "print('helo')\n"  # planning changed nothing
+        term.enter("edits")
+        term.expect("Fixed.")
+        assert term.end() == 0
+
+    assert (repo / "hello.py").read_text() == "print('hello')\n"
+    assert "this run is read-only (--permission-mode plan)" in json.dumps(
+        server.requests[1].body["messages"]
+    )
+    [plan_file] = (home / "state" / "toy-agent" / "plans").glob("*.md")
+    assert plan_file.read_text() == plan + "\n"
+    carry_out = server.requests[2].body["messages"][-1]["content"]
+    assert f"The user approved your plan (saved in {plan_file})" in carry_out
+
+
 def test_cost_adds_up_the_tokens_and_dollars_of_the_session(home, repo, terminal):
     usage = Usage(1000, 200)
     with FakeProvider() as server:

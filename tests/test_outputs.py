@@ -247,7 +247,8 @@ def test_every_line_and_object_follows_the_documented_schema(repo, tmp_path, cap
         xml_action("task_complete", result="done"),
     )
     args = ["--task", "fix", "--repo", str(repo), "--replay", str(recording), "--allow-commands",
-            "--deny-command", "curl*", "--sandbox", "off"]  # fmt: skip
+            "--deny-command", "curl*", "--sandbox", "off",
+            "--hook", "post_tool:edit_file=echo checked"]  # fmt: skip
     lines = run_main(capsys, *args, "--output", "stream-json").stdout.splitlines()
     (repo / "hello.py").write_text("print('helo')\n")
     objects = [json.loads(line) for line in lines]
@@ -262,6 +263,7 @@ def test_every_line_and_object_follows_the_documented_schema(repo, tmp_path, cap
         "llm_response",
         "tool_started",
         "tool_refused",
+        "hook",
         "tool_finished",
         "step_finished",
         "run_finished",

@@ -40,6 +40,7 @@ _EXPORTS = {
     "Permissions": "toy_agent.permissions",
     "CommandRules": "toy_agent.permissions",
     "Answer": "toy_agent.permissions",
+    "Hooks": "toy_agent.hooks",
 }
 __all__ = ["__version__", *_EXPORTS]
 

@@ -26,6 +26,7 @@ from toy_agent.events import (
     ChangeTracker,
     CheckFinished,
     Event,
+    HookAnswered,
     LlmFailed,
     LlmRequested,
     LlmResponded,
@@ -43,6 +44,7 @@ from toy_agent.events import (
     ToolStarted,
     log_event,
 )
+from toy_agent.hooks import HookOutcome, Hooks
 from toy_agent.lint import EditCheck, LintMode, edit_checker
 from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
@@ -68,6 +70,7 @@ from toy_agent.parsing import (
     nesting_depth,
 )
 from toy_agent.permissions import (
+    PLAN_PROMPT,
     READ_ONLY_PROMPT,
     Answer,
     OfferedTools,
@@ -109,6 +112,8 @@ REFUSED = (
     "Refused: {reason}. It was not run. Do not try to get around this; use another way, or "
     "finish with task_complete."
 )
+HOOK_REFUSED = "the user's pre_tool hook refused it: {reason}"
+HOOK_OBJECTS = "The user's post_tool hook reports a problem with this result: {reason}"
 
 # A confirm hook: True or Answer(approved=True) runs the action; False or a declining Answer
 # (with the user's reason) does not.
@@ -121,6 +126,7 @@ Outcome = Literal[
     "replay_diverged",
     "cost_limit",
     "check_failed",
+    "hook_refused",
 ]
 DEFAULT_CHECK_RETRIES = 2
 DEFAULT_CHECK_TIMEOUT = 600.0
@@ -150,7 +156,7 @@ class RunResult:
     tool_errors: int = 0  # observations that were errors (declined ones included)
     declined: int = 0  # actions the user declined under --confirm
     cost_usd: float | None = None  # None: no price known for the model
-    refused: int = 0  # actions a deny rule or the permission mode refused
+    refused: int = 0  # actions a deny rule, the permission mode or a user's hook refused
     # Every command's result ({"iteration", "command", "exit_code", ...}, CommandResult's).
     commands: tuple[dict[str, Any], ...] = ()
     # Every action that did not run: {"iteration", "tool", "by" (user, rule, mode), "reason"}.
@@ -204,6 +210,7 @@ class _Run:
     commands: list[dict[str, Any]] = field(default_factory=list)
     refusals: list[dict[str, Any]] = field(default_factory=list)
     check: dict[str, Any] | None = None  # the check's last run (see RunResult.check)
+    hook_notes: list[str] = field(default_factory=list)  # for the action's observation
 
 
 class ReactAgent:
@@ -211,7 +218,7 @@ class ReactAgent:
 
     `run()` never raises for the model's or the provider's failures: the returned dict says
     how the run ended (`outcome`: completed, max_iterations, cancelled, provider_error,
-    replay_diverged, cost_limit).
+    replay_diverged, cost_limit, hook_refused: the user's prompt hook refused the task).
     `run_result()` does the same and returns the typed `RunResult`; given a `history` (an
     earlier conversation) it continues it with the new task.
     `instructions` (the project's AGENTS.md, the user's own) end the system prompt; `cost`
@@ -225,6 +232,8 @@ class ReactAgent:
     run_command, under the deny rules) when the model calls task_complete; when it fails, the
     model is given its exit code and output and the run goes on, up to `check_retries` more
     times within the iteration limit. A run whose check never passed ends "check_failed".
+    `hooks`: the user's own commands, run before and after each tool and around the run
+    (toy_agent.hooks; never from the repository).
     """
 
     def __init__(
@@ -251,6 +260,7 @@ class ReactAgent:
         check_timeout: float = DEFAULT_CHECK_TIMEOUT,
         lint: LintMode = "on",
         lint_commands: Sequence[str] = (),
+        hooks: Hooks | None = None,
     ):
         if max_iterations < 1:
             raise ValueError("max_iterations must be at least 1")
@@ -273,6 +283,8 @@ class ReactAgent:
         self.check_retries = check_retries
         self.check_timeout = check_timeout
         self.edits = edit_checker(self.tools, lint, lint_commands)
+        # hooks get what commands get: the allow-list and the variables the user named
+        self.hooks = replace(hooks or Hooks(), named=self.tools.command_env)
         self.cost = cost or CostMeter(price_for(getattr(llm_client, "model", "") or ""))
         if on_event is None:
             on_event = []
@@ -302,10 +314,19 @@ class ReactAgent:
             try:
                 self.system_prompt = self._build_system_prompt()
                 task = wire_text(task)
-                task_message = Message("user", self.redactor.redact(task))
+                hooked = self._start_hooks(task)
+                notes = hooked.notes()
+                told = f"{task}\n\n{notes}" if notes else task
+                task_message = Message("user", self.redactor.redact(told))
                 self.conversation_history = _continued(history, task_message, self.format)
                 self._emit(RunStarted(task, self.system_prompt, self.settings(), changes))
-                outcome, answer, error = self._loop()
+                self._emit_hooks(hooked)
+                refused = hooked.blocked
+                if refused is None:
+                    outcome, answer, error = self._loop()
+                else:
+                    reason = f"the user's prompt hook refused the task: {refused.text}"
+                    outcome, answer, error = "hook_refused", "", reason
                 self.tools.remove_planted_git(run_ended=True)
                 diffs = changes.diffs()
                 result = RunResult(
@@ -316,6 +337,8 @@ class ReactAgent:
                     self._run.check,
                 )  # fmt: skip
                 self._emit(RunFinished(result.to_dict(), diffs))
+                self.hooks.run("run_stop", self.repo_path, permission_mode=self.permissions.mode,
+                               task=task, **result.to_dict())  # fmt: skip
                 return result
             finally:
                 self._run = None
@@ -343,6 +366,7 @@ class ReactAgent:
             "command_rules": self.permissions.rules.to_dict(),
             "tools": self._routes.names,
             "image_types": sorted(self._image_types),
+            "hooks": self.hooks.describe(),
         }
 
     # -- the loop -----------------------------------------------------------------------
@@ -380,7 +404,8 @@ class ReactAgent:
     def _build_system_prompt(self) -> str:
         intro = SYSTEM_PROMPT_INTRO
         if self.permissions.read_only:
-            intro = f"{intro}\n{READ_ONLY_PROMPT}"
+            rule = PLAN_PROMPT if self.permissions.mode == "plan" else READ_ONLY_PROMPT
+            intro = f"{intro}\n{rule}"
         prompt = f"{intro}\n\n{self.format.prompt_section(self._routes.specs)}"
         return f"{prompt}\n\n{self.instructions}" if self.instructions else prompt
 
@@ -511,6 +536,10 @@ class ReactAgent:
         content = self.redactor.redact(content)
         task = self.conversation_history[0].content if self.conversation_history else ""
         content = cap_text(content, observation_cap(self.context_budget, task), action.tool_name)
+        if refusal is None:
+            self._post_tool_hooks(action, content, is_error)
+        notes, self._state.hook_notes = self._state.hook_notes, []
+        content += "".join(f"\n\n{self.redactor.redact(note)}" for note in notes)
         content += self._repetition_warning(action)
         observation = Observation(
             action,
@@ -574,11 +603,15 @@ class ReactAgent:
             return None  # not offered: no one is asked, the route table answers
         changes = self.tools.changes(action.tool_name)
         decision = self.permissions.decide(action.tool_name, action.parameters, changes)
-        if decision.verdict == "run":
-            return None
         if decision.verdict == "deny":
             by: RefusedBy = "rule" if decision.rule else "mode"
             return by, decision.reason, REFUSED.format(reason=decision.reason)
+        blocked = self._pre_tool_hooks(action)
+        if blocked is not None:
+            reason = HOOK_REFUSED.format(reason=blocked)
+            return "hook", blocked, REFUSED.format(reason=reason)
+        if decision.verdict == "run":
+            return None
         mode = self.permissions.label
         if self.confirm is None:
             return "mode", f"{mode} needs an answer", UNANSWERED.format(mode=mode)
@@ -621,6 +654,49 @@ class ReactAgent:
         if tool_name == "task_complete":
             return self._final_answer(parameters)
         return self._routes.call(tool_name, parameters)
+
+    # -- the user's hooks ----------------------------------------------------------------
+
+    def _start_hooks(self, task: str) -> HookOutcome:
+        """The prompt hooks, then (unless one refused the task) the run_start hooks."""
+        mode = self.permissions.mode
+        prompt = self.hooks.run("prompt", self.repo_path, permission_mode=mode, prompt=task)
+        if prompt.blocked:
+            return prompt
+        start = self.hooks.run("run_start", self.repo_path, permission_mode=mode, task=task)
+        return HookOutcome(prompt.replies + start.replies)
+
+    def _pre_tool_hooks(self, action: Action) -> str | None:
+        """The pre_tool hooks of an offered tool: the reason when one refused the call; the
+        notes wait for its observation."""
+        if action.tool_name not in self._routes.routes:
+            return None
+        outcome = self.hooks.run("pre_tool", self.repo_path, action.tool_name,
+                                 permission_mode=self.permissions.mode,
+                                 parameters=action.parameters)  # fmt: skip
+        self._emit_hooks(outcome, action.tool_name)
+        if outcome.blocked:
+            return " ".join(self.redactor.redact(outcome.blocked.text).split())
+        if notes := outcome.notes():
+            self._state.hook_notes.append(notes)
+        return None
+
+    def _post_tool_hooks(self, action: Action, result: str, is_error: bool) -> None:
+        outcome = self.hooks.run("post_tool", self.repo_path, action.tool_name,
+                                 permission_mode=self.permissions.mode,
+                                 parameters=action.parameters, result=result,
+                                 is_error=is_error)  # fmt: skip
+        self._emit_hooks(outcome, action.tool_name)
+        if outcome.blocked:
+            self._state.hook_notes.append(HOOK_OBJECTS.format(reason=outcome.blocked.text))
+        if notes := outcome.notes():
+            self._state.hook_notes.append(notes)
+
+    def _emit_hooks(self, outcome: HookOutcome, tool: str | None = None) -> None:
+        for reply in outcome.replies:
+            text = self.redactor.redact(reply.text)
+            self._emit(HookAnswered(self.iteration, reply.hook.event, reply.hook.command,
+                                    reply.blocked, text, tool))  # fmt: skip
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from toy_agent.modes import (
 )
 
 if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
+    from toy_agent.hooks import Hooks
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_tools import McpTools
     from toy_agent.permissions import Permissions
@@ -121,6 +122,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> _Parser:
     from toy_agent.context import DEFAULT_CONTEXT_BUDGET
     from toy_agent.environment import command_env_item
+    from toy_agent.hooks import DEFAULT_HOOK_TIMEOUT
     from toy_agent.parsing import FORMAT_NAMES
     from toy_agent.permissions import PERMISSION_MODES
     from toy_agent.sandbox import SANDBOX_MODES
@@ -280,7 +282,8 @@ def build_parser() -> _Parser:
     add(
         "--permission-mode",
         choices=PERMISSION_MODES,
-        help="read-only: only tools that change nothing; ask: confirm every change and "
+        help="read-only: only tools that change nothing; plan: read-only, ending with a plan "
+        "you approve, then carried out in the mode you pick; ask: confirm every change and "
         "command; edits: file changes run, commands ask; auto: everything the sandbox allows "
         "runs (default: auto, or ask with --confirm)",
     )
@@ -333,6 +336,28 @@ def build_parser() -> _Parser:
         "--strict",
         action="store_true",
         help="a run that completes after an action was refused or declined exits 1, not 0",
+    )
+    add = parser.add_argument_group(
+        "hooks",
+        "your own commands at points of a run (docs/hooks.md); only from the command "
+        "line, your environment or your config file, never from the repository",
+    ).add_argument
+    add(
+        "--hook",
+        action="append",
+        default=[],
+        metavar="EVENT[:MATCHER]=COMMAND",
+        help="run COMMAND (sh, outside the sandbox, the event as JSON on stdin) at EVENT: "
+        "pre_tool, post_tool, prompt, run_start or run_stop; MATCHER: tool names, globs "
+        "joined by | (repeatable); exit 2 refuses, stdout is a note for the model",
+    )
+    add(
+        "--hook-timeout",
+        type=_positive_float,
+        default=DEFAULT_HOOK_TIMEOUT,
+        metavar="SECONDS",
+        help=f"limit for each hook; one that takes longer is killed and ignored "
+        f"(default: {DEFAULT_HOOK_TIMEOUT:g})",
     )
     add = parser.add_argument_group("MCP", "MCP servers whose tools are offered too").add_argument
     add(
@@ -594,6 +619,7 @@ def _settings(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpar
     for warning in settings.warnings:  # they may quote a .env or config file
         print(f"toy-agent: warning: {visible(warning)}", file=sys.stderr)
     args = settings.args
+    args.hooks = _hooks(args)
     if args.demo:
         _use_demo(args)
     if args.task_text is not None:
@@ -767,6 +793,15 @@ def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Permissions
     return Permissions(mode or DEFAULT_MODE, rules)
 
 
+def _hooks(args: argparse.Namespace) -> Hooks:
+    from toy_agent.hooks import HookError, Hooks
+
+    try:
+        return Hooks.parse(args.hook, args.hook_timeout)
+    except HookError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def _pick_session(args: argparse.Namespace, given: frozenset[str]) -> str:
     """--resume without an id: the recent sessions (of --repo, when given) to pick from on a
     terminal; elsewhere the list, and a usage error asking for an id."""
@@ -863,7 +898,7 @@ def _collector_paused(pause: bool) -> Iterator[Callable[[], None]]:
 
 
 def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -> int:
-    from toy_agent.config import load_instructions
+    from toy_agent.config import HOOK_VARIABLES, load_instructions
     from toy_agent.context import oversized_task
     from toy_agent.environment import load_dotenv_file
     from toy_agent.llm import preload_sdk
@@ -885,6 +920,8 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     redactor, handlers = _setup_logging(args, live or batch, view, batch=batch)
     keys = providers.key_variables()
     for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():
+        if name.startswith(HOOK_VARIABLES):
+            continue  # never from a .env (toy_agent.config says why), nor for what it starts
         os.environ[name] = value
         if name in keys:
             redactor.add_secret(value)

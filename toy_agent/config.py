@@ -9,13 +9,15 @@ as `--max-iterations 0` does, naming the key or the variable.
 The target repository is untrusted: a config file inside it is never read (unless the user
 names it with --config), and `TOY_AGENT_*` lines of a `.env` inside it or above it are
 ignored; a hostile repository must not turn on commands, switch the sandbox off or start an
-MCP server.
+MCP server. Hooks (`TOY_AGENT_HOOK`) are never taken from any `.env`, the user's own
+included: they run outside the sandbox, and a `.env` is often a project's.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,9 @@ NOT_SETTINGS = frozenset(
 )
 PATH_METAVARS = frozenset({"FILE", "PATH", "DIR", "TASKS.jsonl", "ID_OR_FILE"})
 TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+HOOK_VARIABLES = f"{OWN_PREFIX}HOOK"  # TOY_AGENT_HOOK and TOY_AGENT_HOOK_TIMEOUT: never a .env's
 INSTRUCTIONS_FILE = "AGENTS.md"
+INSTRUCTIONS_FILES = (INSTRUCTIONS_FILE, "CLAUDE.md")  # in a folder: the first that is there
 MAX_INSTRUCTIONS_BYTES = 32 * 1024
 
 
@@ -179,7 +183,11 @@ def _dotenv_settings(
     if dotenv is None:
         return {}
     taken = load_dotenv_file(dotenv, repo, environ, warnings)
-    return {k: v for k, v in taken.items() if k.startswith(OWN_PREFIX)}
+    hooks = sorted(name for name in taken if name.startswith(HOOK_VARIABLES))
+    if hooks:  # a .env is often a project's: it must not name commands run outside the sandbox
+        warnings.append(f"ignoring {', '.join(hooks)} from {dotenv}: hooks come only from "
+                        "--hook, your config file or your exported environment")  # fmt: skip
+    return {k: v for k, v in taken.items() if k.startswith(OWN_PREFIX) and k not in hooks}
 
 
 def _resolved(path: str) -> Path:
@@ -202,45 +210,136 @@ def _is_inside(path: Path, folder: Path) -> bool:
 @dataclass(frozen=True)
 class Instructions:
     text: str = ""  # what ends the system prompt
-    source: str = ""  # for the view's first line: "AGENTS.md" or "AGENTS.md (cut at 32 KB)"
+    source: str = ""  # for the view's first line: "AGENTS.md", "AGENTS.md (cut at 32 KB)", ...
+
+
+@dataclass(frozen=True)
+class InstructionsFile:
+    name: str  # as the prompt and the view name it: "~/.config/toy-agent/AGENTS.md", "AGENTS.md"
+    text: str  # at most MAX_INSTRUCTIONS_BYTES of it
+    size: int
+    readable: str | None = None  # the path read_file takes for the rest (None: outside --repo)
+    own: bool = False  # the user's own file (beside the config file), not the project's
 
 
 def load_instructions(
-    tools: CodeRepositoryTools, append: str | None = None, redact: Callable[[str], str] = str
+    tools: CodeRepositoryTools,
+    append: str | None = None,
+    redact: Callable[[str], str] = str,
+    environ: Mapping[str, str] | None = None,
 ) -> Instructions:
-    """AGENTS.md at the repository root (its first 32 KB; the prompt says when it was cut),
-    then the user's own instructions (--append-system-prompt). A link out of the repository,
-    a FIFO or a folder named AGENTS.md is ignored."""
-    parts, source = [], ""
-    found = _read_agents_md(tools)
-    if found is not None:
-        text, size = found
-        cut = size > MAX_INSTRUCTIONS_BYTES
-        source = f"{INSTRUCTIONS_FILE} (cut at 32 KB)" if cut else INSTRUCTIONS_FILE
-        parts.append(
-            f"# Project instructions ({INSTRUCTIONS_FILE})\nThe repository's {INSTRUCTIONS_FILE}, "
-            "written by its maintainers for coding agents. Follow it where it applies to the "
-            f"task.\n\n{redact(text).strip()}"
-        )
-        if cut:
-            parts[-1] += (f"\n\n[{INSTRUCTIONS_FILE} was cut here: only its first 32 KB of "
-                          f"{size:,} bytes are shown; read_file {INSTRUCTIONS_FILE} for the "
-                          "rest.]")  # fmt: skip
+    """The instruction files (see instruction_files) concatenated in their order within
+    MAX_INSTRUCTIONS_BYTES in all (the prompt says where one was cut, and names the ones left
+    out), then the user's own instructions (--append-system-prompt)."""
+    parts, names, budget, cut = [], [], MAX_INSTRUCTIONS_BYTES, False
+    found = instruction_files(tools, environ)
+    for index, file in enumerate(found):
+        if budget <= 0:
+            rest = ", ".join(f.name for f in found[index:])
+            parts.append(f"[Left out, over the {MAX_INSTRUCTIONS_BYTES >> 10} KB of "
+                         f"instructions: {rest}.]")  # fmt: skip
+            break
+        data = file.text.encode("utf-8")
+        text = data[:budget].decode("utf-8", "ignore")
+        budget -= len(data)
+        names.append(file.name)
+        whose = ("your own instructions for every repository" if file.own else
+                 "written by the project's maintainers for coding agents (a file further down "
+                 "applies to its folder and wins over the ones before it)")  # fmt: skip
+        parts.append(f"# Instructions ({file.name})\n{file.name}, {whose}. Follow it where it "
+                     f"applies to the task.\n\n{redact(text).strip()}")  # fmt: skip
+        if len(text.encode("utf-8")) < file.size:
+            cut = True
+            more = f"; read_file {file.readable} for the rest" if file.readable else ""
+            parts[-1] += (f"\n\n[{file.name} was cut here: only its first "
+                          f"{len(text.encode('utf-8')):,} of {file.size:,} bytes are shown"
+                          f"{more}.]")  # fmt: skip
+    source = " + ".join(names) + (f" (cut at {MAX_INSTRUCTIONS_BYTES >> 10} KB)" if cut else "")
     if append and append.strip():
         parts.append(f"# The user's instructions\n{redact(append).strip()}")
     return Instructions("\n\n".join(parts), source)
 
 
-def _read_agents_md(tools: CodeRepositoryTools) -> tuple[str, int] | None:
+def instruction_files(
+    tools: CodeRepositoryTools, environ: Mapping[str, str] | None = None
+) -> list[InstructionsFile]:
+    """The instruction files, in the order they are read: yours (`AGENTS.md` beside the
+    config file, `~/.config/toy-agent/`), then one per folder from the root of the git work
+    tree that holds --repo down to --repo itself, as Codex reads them from the project root
+    down to the folder it works in (without a git work tree above it: --repo alone). In each
+    folder `AGENTS.md`, else `CLAUDE.md`. A link (symbolic, or a hard link from outside the
+    repository), a FIFO or a folder by those names is ignored."""
+    found = []
+    home_folder = config_path(environ).parent
+    for name in INSTRUCTIONS_FILES:
+        own = _read_own(home_folder / name)
+        if own is not None:
+            found.append(InstructionsFile(_shown(home_folder / name), *own, own=True))
+            break
+    repo = tools.repo_path
+    top = _work_tree_root(repo)
+    for folder in [*reversed((repo.relative_to(top)).parents), repo.relative_to(top)]:
+        for name in INSTRUCTIONS_FILES:
+            inside = (top / folder).is_relative_to(repo)
+            read = _read_in_repo(tools, name) if inside else _read_above(top, folder / name)
+            if read is not None:
+                shown = os.path.relpath(top / folder / name, repo)  # "../AGENTS.md" above it
+                found.append(InstructionsFile(shown, *read, readable=name if inside else None))
+                break
+    return found
+
+
+def _work_tree_root(repo: Path) -> Path:
+    """The top of the git work tree that holds `repo` (`repo` itself when there is none)."""
+    for folder in (repo, *repo.parents):
+        if os.path.lexists(folder / ".git"):
+            return folder
+    return repo
+
+
+def _shown(path: Path) -> str:
+    home = str(Path.home())
+    text = str(path)
+    return "~" + text[len(home) :] if text.startswith(home + os.sep) else text
+
+
+def _capped(f: Any, size: int) -> tuple[str, int]:
+    data = f.read(MAX_INSTRUCTIONS_BYTES)
+    text = data.decode("utf-8", "replace")
+    if size > MAX_INSTRUCTIONS_BYTES:
+        text = text.rstrip("\ufffd")  # a character the cut split in two
+    return text, size
+
+
+def _read_own(path: Path) -> tuple[str, int] | None:
+    """Your own file: a regular file (a link to one is fine: it is yours)."""
+    try:
+        with path.open("rb") as f:
+            st = os.fstat(f.fileno())
+            return _capped(f, st.st_size) if stat.S_ISREG(st.st_mode) else None
+    except OSError:
+        return None
+
+
+def _read_in_repo(tools: CodeRepositoryTools, name: str) -> tuple[str, int] | None:
     """(the first MAX_INSTRUCTIONS_BYTES as text, the file's size), or None."""
     try:
-        rel = tools.relative(INSTRUCTIONS_FILE)  # follows a link only inside the repository
+        rel = tools.relative(name)  # follows a link only inside the repository
         with open_regular(tools.repo_path, tuple(rel.split("/")), tools.links.check) as f:
-            st = os.fstat(f.fileno())
-            data = f.read(MAX_INSTRUCTIONS_BYTES)
+            return _capped(f, os.fstat(f.fileno()).st_size)
     except (ToolError, OSError):  # not a regular file, hard-linked from outside, unreadable
         return None
-    text = data.decode("utf-8", "replace")
-    if st.st_size > MAX_INSTRUCTIONS_BYTES:
-        text = text.rstrip("\ufffd")  # a character the cut split in two
-    return text, st.st_size
+
+
+def _read_above(top: Path, rel: Path) -> tuple[str, int] | None:
+    """A file between the work tree's root and --repo: no link of any kind is followed."""
+
+    def no_links(st: os.stat_result, shown: str) -> None:
+        if st.st_nlink > 1:
+            raise ToolError(f"{shown} is a hard link")
+
+    try:
+        with open_regular(top, rel.parts, no_links) as f:
+            return _capped(f, os.fstat(f.fileno()).st_size)
+    except (ToolError, OSError):
+        return None

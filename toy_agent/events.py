@@ -146,8 +146,25 @@ class ToolRefused(StepEvent):
     observation the model gets."""
 
     action: Action
-    by: str  # "user", "rule" or "mode"
+    by: str  # "user", "rule", "mode" or "hook"
     reason: str
+
+
+@dataclass(frozen=True)
+class HookAnswered(StepEvent):
+    """A user's hook (docs/hooks.md) refused something (`blocked`, with its reason in
+    `text`) or wrote a note for the model (`text`). `iteration` is 0 for the hooks that run
+    before the first step (prompt, run_start)."""
+
+    event: str
+    command: str
+    blocked: bool
+    text: str
+    tool: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "event": self.event, "command": self.command,
+                "tool": self.tool, "blocked": self.blocked, "text": self.text}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -232,6 +249,7 @@ Event = (
     | ToolStarted
     | ToolProgress
     | ToolRefused
+    | HookAnswered
     | ToolFinished
     | CheckFinished
     | StepFinished
@@ -274,6 +292,9 @@ def log_event(event: Event) -> None:
                         "passed" if result.ok else result.status, attempt, limit)  # fmt: skip
         case ToolRefused(action=action, by=by, reason=reason):
             logger.info("Tool %s refused by the %s: %s", action.tool_name, by, reason or "no")
+        case HookAnswered(event=hook_event, command=command, blocked=blocked, text=text):
+            said = "refused" if blocked else "noted"
+            logger.info("Hook %s `%s` %s: %s", hook_event, command, said, text[:300])
         case StepFinished(step=step) if step.parse_error:
             # The model is told and tries again: part of the run, not a problem of the user's.
             logger.info("Could not parse the LLM response: %s", step.parse_error)
@@ -296,7 +317,7 @@ class JsonLinesWriter:
     """`--output stream-json`: one JSON object per line as the run goes, flushed per line so
     `| jq` follows it live. Every line has a "type": run_started, step_started, thinking (the
     model's reasoning when the provider shows it, before its llm_response), llm_response,
-    tool_started, tool_refused, tool_progress, tool_finished, step_finished (every step, an
+    tool_started, tool_refused, tool_progress, hook, tool_finished, step_finished (every step, an
     unparsable reply too); the caller writes the last, run_finished, with the result. The
     schema: docs/cli.md.
     `session` is the run's session id, for run_started."""
@@ -331,6 +352,8 @@ class JsonLinesWriter:
             case ToolRefused(iteration=i, action=action, by=by, reason=reason):
                 self.write({"type": "tool_refused", "iteration": i, "tool": action.tool_name,
                             "by": by, "reason": reason})  # fmt: skip
+            case HookAnswered():
+                self.write({"type": "hook", **event.to_dict()})
             case ToolFinished(iteration=i, observation=obs, seconds=seconds):
                 self.write({"type": "tool_finished", "iteration": i,
                             "tool": obs.action.tool_name, "content": obs.content,
@@ -377,6 +400,8 @@ class TrajectoryRecorder:
                     "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "steps": [],
                 }
+            case HookAnswered():  # beside the steps: a prompt hook answers before any
+                self._data.setdefault("hooks", []).append(event.to_dict())
             case StepFinished(step=step):
                 self._data["steps"].append(step.to_dict())
                 self.write()

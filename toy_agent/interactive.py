@@ -1,13 +1,14 @@
 """The interactive mode: `toy-agent` on a terminal without a task.
 
 Each task typed runs in the same conversation as the ones before it (the session); input
-starting with `/` is a command. The prompt is prompt_toolkit's (imported only here, only on a
-terminal): line editing, a paste is one task however many lines it has (bracketed paste),
-Alt-Enter or a trailing backslash starts a new line, Up recalls earlier tasks (kept in
-`$XDG_STATE_HOME/toy-agent/history`, mode 0600: it holds whatever was typed). Ctrl-C cancels
-the task in flight and comes back to the prompt (what was typed meanwhile waits there); at
-the prompt it clears the line. Ctrl-D or /exit ends the session. SIGTERM and SIGHUP still end
-it (the caller maps the return value to 143 or 129).
+starting with `/` is a command, and a line starting with `!` a shell command run as
+run_command would run it (never a task). The prompt is prompt_toolkit's (imported only here,
+only on a terminal): line editing, a paste is one task however many lines it has (bracketed
+paste), Alt-Enter or a trailing backslash starts a new line, Up recalls earlier tasks (kept
+in `$XDG_STATE_HOME/toy-agent/history`, mode 0600: it holds whatever was typed). Ctrl-C
+cancels the task in flight and comes back to the prompt (what was typed meanwhile waits
+there); at the prompt it clears the line. Ctrl-D or /exit ends the session. SIGTERM and
+SIGHUP still end it (the caller maps the return value to 143 or 129).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
+from toy_agent.config import INSTRUCTIONS_FILE
 from toy_agent.sessions import (
     SessionError,
     SessionRecorder,
@@ -30,6 +33,8 @@ from toy_agent.sessions import (
     format_sessions,
     format_usage,
     recent_sessions,
+    rewind_points,
+    rewind_to,
     session_diff,
     state_dir,
     undo_last_run,
@@ -46,11 +51,14 @@ EXIT_INTERRUPTED = 130
 COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-command line say so
     "/diff": "the changes this session made so far",
     "/undo": "revert the file changes of the last task (refused if a file changed since)",
+    "/rewind [N]": "list the steps; files and conversation back to how step N left them",
     "/cost": "the tokens and money this session used so far",
     "/model NAME": "switch the model for the next tasks (without NAME: show it)",
+    "/init": "the model explores the repository (read-only) and drafts an AGENTS.md for you",
     "/check CMD": "run CMD when the model calls task_complete; the task is done when it passes "
     "(without CMD: show it; /check off: none)",
     "/compact": "replace the older steps by a summary the model writes, to save tokens",
+    "/plan TASK": "plan TASK read-only, then carry the plan out in the mode you pick",
     "/sessions": "the recent sessions (toy-agent --resume ID continues one)",
     "/clear": "start a new conversation",
     "/help": "this help",
@@ -59,9 +67,16 @@ COMMANDS = {  # name (and argument) -> what it does; /help and the unknown-comma
 HELP = (
     "Type a task and press Enter; each task continues the conversation. Alt-Enter (or Esc,\n"
     "Enter) or a line ending in \\ starts a new line; a paste is one task; Up recalls earlier\n"
-    "tasks. Ctrl-C cancels a running task, or clears the line. Commands:\n"
+    "tasks. Ctrl-C cancels a running task, or clears the line. !COMMAND runs a shell command\n"
+    "as run_command would (same sandbox and rules), not as a task. Commands:\n"
     + "\n".join(f"  {name:<13} {what}" for name, what in COMMANDS.items())
 )
+INIT_TASK = f"""\
+Explore this repository (you can only read) and draft an {INSTRUCTIONS_FILE} for coding agents \
+that will work in it: what the project is, its layout, how to set it up, build, test and lint \
+it (the exact commands), its conventions, and what to be careful with. Be concise and concrete; \
+keep to what you saw. Finish with task_complete, its result the whole file as Markdown and \
+nothing else."""
 _COMMAND = re.compile(r"/\w*(\s|$)")  # "/usr/bin/env fails" is a task, not a command
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
 ModelClients = Callable[[str, str], "LlmClient"]  # (model name, current provider) -> client
@@ -109,8 +124,13 @@ class Repl:
                     continue
                 try:
                     if _COMMAND.match(line):
-                        if self.command(line) == "exit":
+                        done = self.command(line)
+                        if done == "exit":
                             return 0
+                        if done == "stopped":
+                            return EXIT_INTERRUPTED
+                    elif line.startswith("!"):
+                        self._shell(line[1:].strip())
                     elif line and not self._task(line):
                         return EXIT_INTERRUPTED
                 except KeyboardInterrupt:  # Ctrl-C during a command, or the summary
@@ -134,6 +154,8 @@ class Repl:
             self._compact()
         elif name == "/check":
             self._check(argument)
+        elif name == "/plan":
+            return "" if self._plan(argument) else "stopped"
         elif name == "/sessions":
             found = recent_sessions(self.sessions.store, limit=10)
             self._say(format_sessions(found) if found else "no saved sessions yet")
@@ -149,10 +171,114 @@ class Repl:
                                   .describe()))  # fmt: skip
             except SessionError as exc:
                 self._say(visible(str(exc)))
+        elif name == "/init":
+            self._init()
+        elif name == "/rewind":
+            self._rewind(argument)
         else:
             known = ", ".join(command.split()[0] for command in COMMANDS)
             self._say(f"unknown command {visible(name)}: the commands are {known}")
         return ""
+
+    def _init(self) -> None:
+        """/init: a read-only run drafts AGENTS.md; it is written only when you say yes."""
+        from dataclasses import replace
+
+        tools = self.agent.tools
+        if (tools.repo_path / INSTRUCTIONS_FILE).exists():
+            self._say(f"/init: {INSTRUCTIONS_FILE} exists already; edit it yourself")
+            return
+        saved = self.agent.permissions
+        self.agent.permissions = replace(saved, mode="read-only")
+        try:
+            result = self.agent.run_result(INIT_TASK, history=self.sessions.conversation())
+        finally:
+            self.agent.permissions = saved
+        self._close_view()
+        draft = result.result.strip()
+        if result.outcome != "completed" or not draft:
+            self._say(f"/init: no draft ({result.outcome}); {INSTRUCTIONS_FILE} not written")
+            return
+        self._say(f"--- the draft of {INSTRUCTIONS_FILE} ---\n{visible(draft)}\n---")
+        assert self.read is not None
+        try:
+            answer = self.read(f"write {INSTRUCTIONS_FILE}? [y/N]: ").strip().lower()
+        except EOFError:
+            answer = ""
+        if answer not in ("y", "yes"):
+            self._say(f"{INSTRUCTIONS_FILE} not written")
+            return
+        outcome = tools.execute("write_file", {"path": INSTRUCTIONS_FILE, "content": draft + "\n"})
+        self._say(visible(str(outcome)))
+
+    def _rewind(self, argument: str) -> None:
+        """/rewind: the steps so far; the one picked is where files and conversation go back to."""
+        points = rewind_points(self.sessions.session)
+        if not points:
+            self._say("nothing to rewind: no step of this conversation yet")
+            return
+        if not argument:
+            self._say("\n".join(visible(p.describe()) for p in points))
+            assert self.read is not None
+            try:
+                argument = self.read(f"rewind to which step? 1-{len(points)} (Enter: none): ")
+            except EOFError:
+                argument = ""
+            if not argument.strip():
+                self._say("not rewound")
+                return
+        if not argument.strip().isdigit() or not 1 <= int(argument) <= len(points):
+            self._say(f"/rewind: give a step number from 1 to {len(points)}")
+            return
+        try:
+            rewound = rewind_to(self.sessions.store, self.sessions.session,
+                                points[int(argument) - 1])  # fmt: skip
+        except SessionError as exc:
+            self._say(visible(str(exc)))
+            return
+        self._say(visible(rewound.describe()))
+
+    def _shell(self, command: str) -> None:
+        """!COMMAND: run by run_command under the session's rules (deny rules, permission
+        mode, the question where no sandbox works), never sent to the model as a task; its
+        output is added to the next task if the user says so."""
+        from toy_agent.parsing import Action
+        from toy_agent.permissions import Answer
+        from toy_agent.tools import COMMAND_MAX_TIMEOUT, ToolError
+
+        tools = self.agent.tools
+        if not command:
+            self._say("!COMMAND runs COMMAND in the repository, as run_command would")
+            return
+        if not tools.allow_commands:
+            self._say("!: commands are off in this session (start it with --allow-commands)")
+            return
+        decision = self.agent.permissions.decide("run_command", {"command": command}, "commands")
+        if decision.verdict == "deny":
+            self._say(f"! refused: {visible(decision.reason)}")
+            return
+        if decision.verdict == "ask":
+            answer = self.agent.confirm(Action("run_command", {"command": command})) if (
+                self.agent.confirm) else Answer(False)  # fmt: skip
+            if not (answer.approved if isinstance(answer, Answer) else answer):
+                self._say("not run")
+                return
+        try:  # yours, so the longest limit a command has; Ctrl-C stops it sooner
+            output = tools.run_command(command, COMMAND_MAX_TIMEOUT)
+        except ToolError as exc:
+            output = f"$ {command}\n{exc}"
+        self._say(visible(output.rstrip("\n")))
+        read = self.read or input
+        try:
+            keep = read("add this to the conversation for the next task? [y/N] ")
+        except EOFError:
+            keep = ""
+        if keep.strip().lower() in ("y", "yes"):
+            shown = self.agent.redactor.redact(output.rstrip("\n"))
+            note = f"(The user ran a shell command; what it printed:)\n{shown}"
+            session = self.sessions.session
+            session.note = f"{session.note}\n\n{note}" if session.note else note
+            self._say("added: the next task comes with it")
 
     def _check(self, command: str) -> None:
         """/check CMD: the next tasks are done when CMD passes (see ReactAgent's check)."""
@@ -263,7 +389,43 @@ class Repl:
         self._summary(result)
         if self.sessions.error:
             self._say(f"toy-agent: warning: {self.sessions.error}")
-        return result.outcome != "cancelled" or self._was_ctrl_c()
+        if result.outcome == "cancelled":
+            return self._was_ctrl_c()
+        if result.success and self.agent.permissions.mode == "plan":
+            return self._carry_out(result.result)
+        return True
+
+    def _plan(self, task: str) -> bool:
+        """/plan TASK: TASK in plan mode; the session keeps the mode the plan is carried out
+        in, or goes back to its own. False when a stop signal ended it."""
+        if not task:
+            self._say("/plan TASK: plans TASK read-only, then asks how to carry the plan out")
+            return True
+        previous = self.agent.permissions
+        self.agent.permissions = replace(previous, mode="plan")
+        try:
+            return self._task(task)
+        finally:
+            if self.agent.permissions.mode == "plan":
+                self.agent.permissions = previous
+
+    def _carry_out(self, plan: str) -> bool:
+        """The plan is saved and shown; carried out, on approval, in the mode the user picks."""
+        from toy_agent.plans import QUESTION, carry_out_task, chosen_mode, save_plan
+
+        path = save_plan(plan, self.sessions.session.id)
+        self._say(f"The plan is saved in {visible(str(path))}.")
+        read = self.read or input
+        try:
+            mode = chosen_mode(read(QUESTION))
+        except EOFError:
+            mode = None
+        if mode is None:
+            self._say(f"not carried out; the plan stays in {visible(str(path))}")
+            return True
+        self.agent.permissions = replace(self.agent.permissions, mode=mode)
+        self._say(f"carrying out the plan in {mode} mode (the session stays in it)")
+        return self._task(carry_out_task(plan, path))
 
     def _summary(self, outcome: RunResult) -> None:
         redact = self.agent.redactor.redact_obj

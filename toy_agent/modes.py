@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toy_agent import providers
 
 if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
+    from toy_agent.agent import RunResult
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_tools import McpTools
     from toy_agent.messages import Message
@@ -37,6 +39,7 @@ OUTCOME_EXIT_CODES = {
     "replay_diverged": EXIT_NOT_COMPLETED,
     "cost_limit": EXIT_NOT_COMPLETED,
     "check_failed": EXIT_NOT_COMPLETED,
+    "hook_refused": EXIT_NOT_COMPLETED,
 }
 
 
@@ -99,6 +102,7 @@ def _run_agent(
         run_diff,
     )
     from toy_agent.messages import visible
+    from toy_agent.plans import carry_out_task, save_plan
     from toy_agent.view import format_summary, make_confirm, sandbox_summary, to_json, use_color
 
     subscribers: list[Any] = []
@@ -114,8 +118,8 @@ def _run_agent(
     sessions = _session_recorder(args, repo, tools, redactor, lambda: agent.conversation_history)
     subscribers.append(sessions)
     permissions = args.permissions.for_tools(tools)
-    confirm = None
-    if permissions.may_ask(tools.allow_commands):
+    confirm = None  # a plan carried out may ask, and so may a session after /plan
+    if permissions.may_ask(tools.allow_commands) or task is None or permissions.mode == "plan":
         confirm = make_confirm(tools, view.ask if view and sys.stdin.isatty() else _ask)
     agent = ReactAgent(
         llm,
@@ -138,6 +142,7 @@ def _run_agent(
         check_timeout=args.check_timeout,
         lint=args.lint,
         lint_commands=args.lint_cmd,
+        hooks=replace(args.hooks, session=lambda: sessions.session.id),
     )
     lines.session = sessions.session.id
     if task is None:
@@ -145,34 +150,49 @@ def _run_agent(
 
         return Repl(agent, sessions, view, show_diff=args.show_diff,
                     models=models).run()  # fmt: skip
+
+    def report(outcome: RunResult, plan: Path | None = None) -> dict[str, Any]:
+        diff, diff_cut = run_diff(redactor.redact_obj(outcome.diffs))
+        result = {"schema_version": OUTPUT_SCHEMA_VERSION,
+                  **redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox,
+                  "permission_mode": agent.permissions.mode,
+                  "session": sessions.session.id, "provider": args.llm_provider,
+                  "model": getattr(llm, "model", None), "trajectory": args.trajectory,
+                  "exit_code": run_exit_code(outcome.outcome, outcome.refusals, args.strict),
+                  "diff": diff, "diff_truncated": diff_cut,
+                  **({"plan_file": str(plan)} if plan else {})}  # fmt: skip
+        if outcome.outcome == "max_iterations":
+            result["error"] = f"{result['error']}; {_how_to_go_on(args, repo)}"
+        if outcome.outcome == "provider_error":  # once, here: the log does not repeat it
+            print(f"toy-agent: error: {visible(result['error'] or 'the provider failed')}",
+                  file=sys.stderr)  # fmt: skip
+        if args.output == "json":
+            print(to_json(result))
+        elif args.output == "stream-json":
+            lines.write({"type": "run_finished", **result})
+        else:
+            diffs = redactor.redact_obj(outcome.diffs)
+            commands = tools.allow_commands and not agent.permissions.read_only
+            shown = {**result, "sandbox": sandbox_summary(tools) if commands else None}
+            if outcome.outcome == "provider_error":
+                shown["error"] = None
+            summary = format_summary(shown, diffs, show_diff=args.show_diff,
+                                     color=use_color(sys.stdout))  # fmt: skip
+            (view.show if view else print)(summary)  # the view wraps it to the terminal's width
+        sys.stdout.flush()
+        return result
+
     outcome = agent.run_result(sessions.task(task), history=sessions.conversation())
-    diff, diff_cut = run_diff(redactor.redact_obj(outcome.diffs))
-    result = {"schema_version": OUTPUT_SCHEMA_VERSION,
-              **redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox,
-              "permission_mode": permissions.mode,
-              "session": sessions.session.id, "provider": args.llm_provider,
-              "model": getattr(llm, "model", None), "trajectory": args.trajectory,
-              "exit_code": run_exit_code(outcome.outcome, outcome.refusals, args.strict),
-              "diff": diff, "diff_truncated": diff_cut}  # fmt: skip
-    if outcome.outcome == "max_iterations":
-        result["error"] = f"{result['error']}; {_how_to_go_on(args, repo)}"
-    if outcome.outcome == "provider_error":  # once, here: the log does not repeat it
-        print(f"toy-agent: error: {visible(result['error'] or 'the provider failed')}",
-              file=sys.stderr)  # fmt: skip
-    if args.output == "json":
-        print(to_json(result))
-    elif args.output == "stream-json":
-        lines.write({"type": "run_finished", **result})
-    else:
-        diffs = redactor.redact_obj(outcome.diffs)
-        commands = tools.allow_commands and not permissions.read_only
-        shown = {**result, "sandbox": sandbox_summary(tools) if commands else None}
-        if outcome.outcome == "provider_error":
-            shown["error"] = None
-        summary = format_summary(shown, diffs, show_diff=args.show_diff,
-                                 color=use_color(sys.stdout))  # fmt: skip
-        (view.show if view else print)(summary)  # the view wraps it to the terminal's width
-    sys.stdout.flush()
+    plan = None
+    if permissions.mode == "plan" and outcome.success:
+        plan = save_plan(outcome.result, sessions.session.id)
+    result = report(outcome, plan)
+    if plan is not None and args.output == "text":
+        mode = _approval(plan, view)
+        if mode is not None:
+            agent.permissions = replace(permissions, mode=mode)
+            carry_out = sessions.task(carry_out_task(outcome.result, plan))
+            result = report(agent.run_result(carry_out, history=sessions.conversation()))
     if recorder is not None and recorder.error:
         print(f"toy-agent: error: {recorder.error}", file=sys.stderr)
     if sessions.error:
@@ -196,6 +216,23 @@ def run_exit_code(outcome: str, refusals: Sequence[Any] = (), strict: bool = Fal
     if strict and outcome == "completed" and refusals:
         return EXIT_NOT_COMPLETED
     return OUTCOME_EXIT_CODES[outcome]
+
+
+def _approval(plan: Path, view: TerminalView | None) -> str | None:
+    """The mode to carry out the plan in, as the user answers (None: no, or no answer)."""
+    from toy_agent.messages import visible
+    from toy_agent.plans import QUESTION, chosen_mode
+
+    preview = f"The plan is saved in {visible(str(plan))}."
+    try:
+        answer = (view.ask if view else _ask)(preview, QUESTION)
+    except EOFError:
+        answer = ""
+    mode = chosen_mode(answer)
+    if mode is None:
+        print(f"toy-agent: not carried out; the plan stays in {visible(str(plan))}",
+              file=sys.stderr)  # fmt: skip
+    return mode
 
 
 def _how_to_go_on(args: argparse.Namespace, repo: Path) -> str:
@@ -345,8 +382,8 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         lint=args.lint,
         lint_commands=tuple(args.lint_cmd),
         max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
-        permissions=args.permissions, gold=args.gold, task_timeout=args.task_timeout,
-        setup=args.setup, env=args.env,
+        permissions=args.permissions, hooks=args.hooks, gold=args.gold,
+        task_timeout=args.task_timeout, setup=args.setup, env=args.env,
     )  # fmt: skip
     swe = _swe_options(args)
     try:
@@ -429,6 +466,10 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
     print(f"command environment: {describe_command_env(tools.command_env)}")
     policy = tools.sandbox_policy
     print(f"sandbox: {policy.describe() if policy else sandbox_summary(tools)}")
+    if hooks := args.hooks.describe():
+        print(f"hooks: {len(hooks)} (run outside the sandbox, in the repository)")
+        for hook in hooks:
+            print(visible(f"    {hook}"))
     return EXIT_COMPLETED
 
 

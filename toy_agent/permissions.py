@@ -6,6 +6,8 @@ from the repository, see toy_agent.config), and applied by the agent before each
 - `read-only`: only tools that change nothing are offered (no write_file, edit_file or
   run_command; an MCP tool only when its server annotates it readOnlyHint), and the system
   prompt says the run is read-only.
+- `plan`: read-only, and the model ends with a plan the user approves before it is carried
+  out (toy_agent.plans).
 - `ask`: every file change and command waits for the user's yes (what --confirm does).
 - `edits`: file changes run; commands ask.
 - `auto`: everything runs, within what the sandbox allows (the default). Where no sandbox
@@ -35,7 +37,7 @@ from toy_agent.lint import parser_for, tree_sitter_language
 from toy_agent.messages import ToolOutput, visible
 from toy_agent.tools import BUILTIN_TOOLS, Changes, CodeRepositoryTools
 
-PERMISSION_MODES = ("read-only", "ask", "edits", "auto")
+PERMISSION_MODES = ("read-only", "plan", "ask", "edits", "auto")
 DEFAULT_MODE = "auto"
 READ_ONLY_PROMPT = (
     "This run is read-only: the user asked you to look, explain or plan, not to change "
@@ -43,8 +45,16 @@ READ_ONLY_PROMPT = (
     "commands. Finish with task_complete and your answer."
 )
 
+# plan: read-only until the user approves the plan (toy_agent.plans)
+PLAN_PROMPT = (
+    "This run plans; it does not act. Explore the repository read-only (list, read and "
+    "search files) until you know what to change, then finish with task_complete whose "
+    "result is the plan, in Markdown: the goal in a sentence, the files to change and how, "
+    "step by step, and how to check the result. Change nothing now: the user reads the plan, "
+    "and if they approve it you carry it out next."
+)
 Verdict = Literal["run", "ask", "deny"]
-RefusedBy = Literal["user", "rule", "mode"]
+RefusedBy = Literal["user", "rule", "mode", "hook"]
 
 
 @dataclass(frozen=True)
@@ -589,7 +599,8 @@ class Permissions:
 
     @property
     def read_only(self) -> bool:
-        return self.mode == "read-only"
+        """read-only, and plan (read-only until the plan is approved: toy_agent.plans)."""
+        return self.mode in ("read-only", "plan")
 
     def for_tools(self, tools: CodeRepositoryTools) -> Permissions:
         """These permissions for commands run by `tools`: not sandboxed when their sandbox
@@ -627,7 +638,7 @@ class Permissions:
         name, and "nothing" for any other name, e.g. an MCP tool's)."""
         changes = changes or _builtin_changes(tool_name)
         if self.read_only and changes != "nothing":
-            return Decision("deny", f"this run is read-only (--permission-mode read-only): "
+            return Decision("deny", f"this run is read-only (--permission-mode {self.mode}): "
                             f"{tool_name} is not available")  # fmt: skip
         if changes == "commands":
             verdict, rule, command = self.rules.check(str(parameters.get("command", "")))

@@ -9,10 +9,14 @@ that changed files, each file's bytes from before the run first changed it (not 
 are written back) and a hash of its content after the run, to refuse an undo when the file
 changed since. Both files are private to the user (mode 0600, folders 0700).
 
-Only the changes of tools that change files (`write_file`, `edit_file`, a user's tool made
-with changes_files=True) are tracked: the run's `toy_agent.events.ChangeTracker` reads each
-file once before its first change, for the run's diff and for undo; what `run_command`
-changes is not.
+Before each step that can change files (an edit, a command, a user's tool made with
+changes_files=True), the work tree is snapshotted into the session's private git store
+(`checkpoints/ID/`, see toy_agent.checkpoints), and once more when the run ends: undo puts
+back everything between a run's first snapshot and its last, commands' changes included, and
+/rewind the files as they were after any step. Each step's record says how long the
+conversation was after it. Without git, or for sessions saved before checkpoints, undo falls
+back on the file tools' own backups: the run's `toy_agent.events.ChangeTracker` reads each
+file once before its first change (also for the run's diff and /diff).
 
 Old sessions are pruned when a run first saves: a session goes (with its undo data) once it
 is neither among the newest `Retention.keep` (default 200) nor younger than `Retention.days`
@@ -29,6 +33,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,6 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from toy_agent.checkpoints import (
+    REPO_FILE,
+    CheckpointError,
+    Checkpoints,
+    Snapshot,
+    git_available,
+)
 from toy_agent.context import CHARS_PER_TOKEN, cap_text, estimate_tokens
 from toy_agent.events import (
     TRAJECTORY_FORMAT,
@@ -116,6 +128,7 @@ class Session:
     settings: dict[str, Any] = field(default_factory=dict)
     note: str = ""
     compactions: list[dict[str, Any]] = field(default_factory=list)  # one per /compact
+    checkpoint: dict[str, Any] | None = None  # the latest snapshot: how our steps left the tree
 
     def history(self) -> list[Message]:
         return [Message.from_dict(m) for m in self.messages]
@@ -137,7 +150,7 @@ class Session:
             "created_at": self.created_at, "updated_at": self.updated_at,
             "settings": self.settings, "usage": usage.to_dict(), "cost_usd": cost,
             "note": self.note, "runs": self.runs, "compactions": self.compactions,
-            "messages": self.messages,
+            "checkpoint": self.checkpoint, "messages": self.messages,
         }  # fmt: skip
 
     @classmethod
@@ -155,6 +168,7 @@ class Session:
             str(data.get("updated_at", "")), messages, runs if isinstance(runs, list) else [],
             dict(data.get("settings") or {}), str(data.get("note") or ""),
             compactions if isinstance(compactions, list) else [],
+            data.get("checkpoint") if isinstance(data.get("checkpoint"), dict) else None,
         )  # fmt: skip
 
 
@@ -202,6 +216,7 @@ class SessionStore:
             files = sorted(((p.stat().st_mtime, p.stem) for p in self.root.glob("*.json")),
                            reverse=True)  # fmt: skip
             undo = [(p.stat().st_mtime, p.stem) for p in (self.root / "undo").glob("*.json")]
+            undo += [(p.stat().st_mtime, p.name) for p in (self.root / "checkpoints").glob("*")]
         except OSError:
             return []
         kept = {stem for _, stem in files[: retention.keep]}
@@ -216,11 +231,33 @@ class SessionStore:
                     deleted.append(session_id)
         return deleted
 
+    def checkpoints(self, session: Session) -> Checkpoints | None:
+        """The session's private snapshot store (None without git)."""
+        if not git_available() or not session.repo:
+            return None
+        store = self.root / "checkpoints" / session.id
+        seed = None if store.exists() else self._latest_store(session.repo)
+        return Checkpoints(store, Path(session.repo), seed)
+
+    def _latest_store(self, repo: str) -> Path | None:
+        """The snapshot store of this repository's latest session, if any."""
+        found = []
+        for marker in (self.root / "checkpoints").glob(f"*/{REPO_FILE}"):
+            with contextlib.suppress(OSError):
+                if marker.read_text() == repo:
+                    found.append((os.stat(marker.parent / "index").st_mtime_ns, marker.parent))
+        return max(found)[1] if found else None
+
     def delete(self, session_id: str) -> bool:
-        """Remove a session and its undo data; False when there was neither. Raises OSError."""
+        """Remove a session, its undo data and its snapshots; False when there was none of
+        them. Raises OSError."""
         if not _ID.fullmatch(session_id):
             raise SessionError(f"{session_id!r} is not a session id")
         found = False
+        snapshots = self.root / "checkpoints" / session_id
+        if snapshots.is_dir() and not snapshots.is_symlink():
+            shutil.rmtree(snapshots)
+            found = True
         for path in (self.root / f"{session_id}.json", self.root / "undo" / f"{session_id}.json"):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
@@ -294,7 +331,7 @@ class SessionStore:
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SessionError(f"{path} is not a toy_agent session or trajectory: {exc}") from None
         if not in_store:
-            session.runs = []
+            session.runs, session.checkpoint = [], None
         return session
 
 
@@ -348,10 +385,12 @@ class SessionRecorder:
         self.store, self.session, self.tools = store, session, tools
         self.history, self.redact = history, redact
         self.error: str | None = None
+        self._checkpoint_error: str | None = None  # the run's, said after it
         self._undo = store.undo_data(session)
         self._changes: ChangeTracker | None = None  # the current run's
         self._own_tracker = False  # a run without an agent's tracker gets one of ours
         self._cache: list[tuple[Message, dict[str, Any]]] = []  # redacted once, not every step
+        self._snapped = -1  # the iteration whose snapshot is taken (one per step)
 
     def __call__(self, event: Event) -> None:
         match event:
@@ -362,16 +401,67 @@ class SessionRecorder:
                                           "outcome": "running"})  # fmt: skip
                 self._own_tracker = event.changes is None
                 self._changes = event.changes or ChangeTracker(self.tools)
-            case ToolStarted() if self._own_tracker and self._changes is not None:
-                self._changes(event)
-            case StepFinished():
+                self._snapped, self._checkpoint_error = -1, None
+            case ToolStarted():
+                if self.tools.changes(event.action.tool_name) != "nothing":
+                    self._snapshot_before(event.iteration)
+                if self._own_tracker and self._changes is not None:
+                    self._changes(event)
+            case StepFinished(step=step):
+                self.session.runs[-1].setdefault("steps", []).append({
+                    "iteration": step.iteration, "messages": len(self.history()),
+                    "tools": [a.tool_name for a in step.actions],
+                    "compactions": len(self.session.compactions),
+                })  # fmt: skip
                 self.save()
             case RunFinished(result=result):
                 keys = ("outcome", "iterations", "error", "usage", "cost_usd", "files_changed")
                 self.session.runs[-1].update({k: result.get(k) for k in keys},
                                              finished_at=_now())  # fmt: skip
+                self._snapshot_end()
                 self.save()
                 self._changes = None
+
+    def _snapshot_before(self, iteration: int) -> None:
+        """The work tree before a step that may change files (once per step)."""
+        if self._snapped == iteration:
+            return
+        self._snapped = iteration
+        snapshot = self._snapshot()
+        if snapshot is not None:
+            self.session.runs[-1].setdefault("snapshots", []).append(
+                {"before_step": iteration, **snapshot.to_dict()}
+            )
+
+    def _snapshot_end(self) -> None:
+        """The work tree as the run left it, when any of its steps may have changed it; what
+        changed between its first snapshot and this one is what undo takes back."""
+        run = self.session.runs[-1]
+        if not run.get("snapshots"):
+            return
+        snapshot = self._snapshot()
+        checkpoints = self.store.checkpoints(self.session)
+        first = Snapshot.from_dict(run["snapshots"][0])
+        if snapshot is None or checkpoints is None or first is None:
+            return
+        run["snapshots"].append({"before_step": None, **snapshot.to_dict()})
+        self.session.checkpoint = snapshot.to_dict()
+        try:
+            changed = [c.path for c in checkpoints.changes(first, snapshot)]
+        except CheckpointError as exc:
+            self._checkpoint_error = f"no checkpoint of this run: {exc}"
+            return
+        run["changed"] = changed + checkpoints.big_changes(first, snapshot)
+
+    def _snapshot(self) -> Snapshot | None:
+        checkpoints = self.store.checkpoints(self.session)
+        if checkpoints is None:
+            return None
+        try:
+            return checkpoints.snapshot()
+        except CheckpointError as exc:
+            self._checkpoint_error = f"no checkpoint of this step: {exc}"
+            return None
 
     def _redacted(self, history: Sequence[Message]) -> list[dict[str, Any]]:
         """The history as dicts, secrets redacted. A run only appends to its history, so the
@@ -441,7 +531,7 @@ class SessionRecorder:
         except OSError as exc:
             self.error = f"cannot save the session to {self.store.root}: {exc.strerror or exc}"
         else:
-            self.error = None
+            self.error = self._checkpoint_error
 
 
 # --- finding sessions again ---------------------------------------------------------------
@@ -544,7 +634,7 @@ def sessions_command(argv: Sequence[str], out: TextIO | None = None) -> int:
     show = commands.add_parser("show", help="one session: its tasks, outcomes, tokens, cost")
     show.add_argument("id", metavar="ID")
     show.add_argument("--json", action="store_true", help="the whole session file")
-    delete = commands.add_parser("delete", help="remove sessions and their undo data")
+    delete = commands.add_parser("delete", help="remove sessions, their undo data and snapshots")
     delete.add_argument("ids", nargs="+", metavar="ID")
     store = SessionStore()
     try:
@@ -753,7 +843,12 @@ def session_diff(store: SessionStore, session: Session) -> str:
 def _undoable(store: SessionStore, session: Session) -> tuple[int, list[dict[str, Any]]] | None:
     undo = store.undo_data(session)
     for index in reversed(range(len(session.runs))):
-        if not session.runs[index].get("undone") and undo.get(str(index)):
+        run = session.runs[index]
+        if run.get("undone") or run.get("rewound"):
+            continue
+        if run.get("changed") and len(run.get("snapshots") or ()) >= 2:
+            return index, []
+        if undo.get(str(index)):
             return index, undo[str(index)]
     return None
 
@@ -761,6 +856,8 @@ def _undoable(store: SessionStore, session: Session) -> tuple[int, list[dict[str
 def _undo(
     store: SessionStore, session: Session, index: int, changes: list[dict[str, Any]]
 ) -> Undone:
+    if not changes:
+        return _undo_by_snapshots(store, session, index)
     repo = Path(session.repo)
     changed = [c["path"] for c in changes if file_state(repo, c["path"], keep=False).digest
                != c["after_sha256"]]  # fmt: skip
@@ -788,17 +885,153 @@ def _undo(
             raise UndoRefused(f"undo stopped at {change['path']}: {reason} "
                               f"(reverted so far: {done})") from exc  # fmt: skip
         (removed if before is None else restored).append(change["path"])
+    return _undone(store, session, index, restored, removed)
+
+
+def _undone(
+    store: SessionStore, session: Session, index: int, restored: list[str], removed: list[str]
+) -> Undone:
     task = str(session.runs[index].get("task", ""))
     session.runs[index]["undone"] = True
     files = ", ".join(restored + removed)
     state = "is as it was" if len(restored + removed) == 1 else "are as they were"
     session.note = (f"{NOTE_START}the user reverted the file changes of the earlier task "
                     f"{task!r}; {files} {state} before it.)")  # fmt: skip
+    _save_after(store, session, "reverted the files")
+    return Undone(session, task, restored, removed)
+
+
+def _undo_by_snapshots(store: SessionStore, session: Session, index: int) -> Undone:
+    """Put back what run `index` changed, commands included: its first snapshot's files
+    where its last snapshot differs from it, refused when one changed since the run."""
+    snapshots = session.runs[index]["snapshots"]
+    first, last = Snapshot.from_dict(snapshots[0]), Snapshot.from_dict(snapshots[-1])
+    checkpoints = store.checkpoints(session)
+    if checkpoints is None or first is None or last is None:
+        raise UndoRefused("cannot undo: git is needed to restore this run's snapshots")
+    try:
+        restored = checkpoints.restore(first, last, "undo")
+    except CheckpointError as exc:
+        raise UndoRefused(str(exc)) from None
+    _mark_now(checkpoints, session)
+    return _undone(store, session, index, restored.written, restored.removed)
+
+
+def _mark_now(checkpoints: Checkpoints, session: Session) -> None:
+    """After undo or /rewind: the tree as we left it is what the next check compares with."""
+    with contextlib.suppress(CheckpointError):
+        session.checkpoint = checkpoints.snapshot().to_dict()
+
+
+def _save_after(store: SessionStore, session: Session, done: str) -> None:
     try:
         store.save(session)
     except OSError as exc:
-        raise SessionError(f"reverted the files, but cannot save the session: {exc}") from exc
-    return Undone(session, task, restored, removed)
+        raise SessionError(f"{done}, but cannot save the session: {exc}") from exc
+
+
+# --- /rewind ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    """A step /rewind can go back to: the files as it left them, the conversation up to it."""
+
+    number: int  # 1-based, over the session's steps that can still be rewound to
+    run: int
+    iteration: int
+    task: str
+    tools: tuple[str, ...]
+    messages: int
+
+    def describe(self) -> str:
+        task = self.task.strip().splitlines()[0] if self.task.strip() else ""
+        tools = ", ".join(self.tools) or "(answer)"
+        return f"{self.number:>3}. task {_cut(task, 40)!r} step {self.iteration}: {tools}"
+
+
+def rewind_points(session: Session) -> list[StepPoint]:
+    """The steps of the session, in order, that /rewind can go back to: those of runs not
+    undone or rewound, since the last /compact (which rewrote the conversation before it)."""
+    points: list[StepPoint] = []
+    for index, run in enumerate(session.runs):
+        if not isinstance(run, dict) or run.get("undone") or run.get("rewound"):
+            continue
+        for step in run.get("steps") or ():
+            if step.get("compactions") == len(session.compactions):
+                points.append(StepPoint(len(points) + 1, index, int(step["iteration"]),
+                                        str(run.get("task", "")), tuple(step.get("tools") or ()),
+                                        int(step["messages"])))  # fmt: skip
+    return points
+
+
+@dataclass(frozen=True)
+class Rewound:
+    point: StepPoint
+    written: list[str]
+    removed: list[str]
+    messages: int
+
+    def describe(self) -> str:
+        parts = [f"put back {', '.join(self.written)}"] if self.written else []
+        parts += [f"removed {', '.join(self.removed)}"] if self.removed else []
+        files = "; ".join(parts) or "no file differed"
+        return (
+            f"rewound to step {self.point.number} ({files}); the conversation now ends "
+            f"after it ({self.messages} messages)"
+        )
+
+
+def rewind_to(store: SessionStore, session: Session, point: StepPoint) -> Rewound:
+    """The files as step `point` left them (refused when one changed since the session's
+    last step) and the conversation cut after it; the later steps are dropped."""
+    target = _snapshot_after(session, point)
+    expected = Snapshot.from_dict(session.checkpoint)
+    checkpoints = store.checkpoints(session)
+    if checkpoints is None and any(r.get("changed") or r.get("files_changed")
+                                   for r in session.runs[point.run :]):  # fmt: skip
+        raise UndoRefused("cannot rewind: git is needed to put the files back")
+    written: list[str] = []
+    removed: list[str] = []
+    if target is not None and expected is not None:
+        if checkpoints is None:
+            raise UndoRefused("cannot rewind: git is needed to put the files back")
+        try:
+            restored = checkpoints.restore(target, expected, "rewind")
+        except CheckpointError as exc:
+            raise UndoRefused(str(exc)) from None
+        written, removed = restored.written, restored.removed
+        _mark_now(checkpoints, session)
+    run = session.runs[point.run]
+    run["steps"] = [s for s in run.get("steps") or () if s["iteration"] <= point.iteration]
+    kept = [s for s in run.get("snapshots") or ()
+            if s["before_step"] is not None and s["before_step"] <= point.iteration]  # fmt: skip
+    first = Snapshot.from_dict(kept[0]) if kept else None
+    run["changed"] = []
+    if first is not None and target is not None and checkpoints is not None:
+        kept.append({"before_step": None, **target.to_dict()})
+        with contextlib.suppress(CheckpointError):
+            run["changed"] = [c.path for c in checkpoints.changes(first, target)]
+    run["snapshots"] = kept
+    for later in session.runs[point.run + 1 :]:
+        later["rewound"] = True
+    session.messages = session.messages[: point.messages]
+    _save_after(store, session, "rewound the files")
+    return Rewound(point, written, removed, point.messages)
+
+
+def _snapshot_after(session: Session, point: StepPoint) -> Snapshot | None:
+    """The first snapshot taken after the step: before a later step that could change
+    files, or at the end of a run. None when no step after it could change files."""
+    for index in range(point.run, len(session.runs)):
+        run = session.runs[index]
+        if run.get("undone") or run.get("rewound"):
+            continue
+        for snap in run.get("snapshots") or ():
+            later = snap["before_step"] is None or snap["before_step"] > point.iteration
+            if index > point.run or later:
+                return Snapshot.from_dict(snap)
+    return None
 
 
 def _target(repo: Path, rel: str) -> Path:

@@ -23,6 +23,7 @@ from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.copies import Copy, GitError, collect_patch, prepare_copy, rebase_copy, remove_copy
 from toy_agent.environments import Environment, EnvironmentError_, parse_env
 from toy_agent.events import TrajectoryRecorder, json_text
+from toy_agent.hooks import Hooks
 from toy_agent.lint import LintMode
 from toy_agent.llm import LlmClient, LlmConfigError, client_for
 from toy_agent.mcp_config import McpError, McpServerConfig
@@ -102,6 +103,7 @@ class RunSettings:
     setup: str | None = None  # --setup: of tasks that give none
     env: str | None = None  # --env: of tasks that give none (host, rootfs:DIR, docker:IMAGE ...)
     owner: str = ""  # the batch's process, on the containers it starts (set by run_batch)
+    hooks: Hooks | None = None  # the user's --hook commands, run in each task's copy
     make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
 
 
@@ -472,7 +474,7 @@ def _run_agent(
             context_budget=settings.context_budget, redactor=redactor, cost=cost,
             permissions=settings.permissions, check=task.check or settings.check,
             check_retries=settings.check_retries, check_timeout=settings.check_timeout,
-            lint=settings.lint, lint_commands=settings.lint_commands,
+            lint=settings.lint, lint_commands=settings.lint_commands, hooks=settings.hooks,
             on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
                       lambda event: agent.cancel() if stop and stop.is_set() else None,
                       lambda event: _count_step(stop, task.id, event)],

@@ -25,6 +25,7 @@ from toy_agent.events import (
     ChangeTracker,
     CheckFinished,
     Event,
+    HookAnswered,
     LlmResponded,
     LlmRetrying,
     RunFinished,
@@ -276,6 +277,8 @@ class TerminalView:
                 self._live.refresh()
             case ToolRefused(action=action, by=by, reason=reason):
                 self._refused = (action, by, reason)
+            case HookAnswered(event=hook_event, blocked=False, text=text):
+                self._show_note(f"your {hook_event} hook noted: {_first_line(visible(text))}")
             case ToolFinished(observation=obs, seconds=seconds):
                 self._status = None
                 if self._refused is not None and self._refused[0] is obs.action:
@@ -474,7 +477,12 @@ class TerminalView:
         from rich.text import Text
 
         mark = Text("  ⊘ ", style="yellow")
-        who = {"user": "declined by you", "rule": "refused", "mode": "not run"}[by]
+        who = {
+            "user": "declined by you",
+            "rule": "refused",
+            "mode": "not run",
+            "hook": "refused by your hook",
+        }[by]
         after = f" {who}" + (f": {visible(reason)}" if reason else "")
         self._print_line(self._fitted(describe_action(action), head=mark, after=after))
 

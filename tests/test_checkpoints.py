@@ -1,0 +1,227 @@
+"""Checkpoints: the work tree snapshotted into a private git store before each step that may
+change files, so --undo, /undo and /rewind take back what commands changed too."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_main
+from fakes import folder, write_replay, xml_action
+from test_interactive import Tmux, terminal  # noqa: F401  (the fixture)
+from test_sessions import sessions_dir
+
+from toy_agent.checkpoints import MAX_SNAPSHOT_BYTES, CheckpointError, Checkpoints
+
+REWRITE = (  # a formatter's work: three files rewritten, one made, one deleted, a mode changed
+    f'{sys.executable} -c "import pathlib as p; '
+    "[p.Path(n).write_bytes(b'rewritten\\n') for n in ('a.txt', 'b.bin', 'tool.sh')]; "
+    "p.Path('made.txt').write_text('new'); p.Path('gone.txt').unlink()\" && chmod -x tool.sh"
+)
+ORIGINAL = {"a.txt": b"line one\r\nline two\r\n", "b.bin": b"caf\xe9\x00\xff\n",
+            "tool.sh": b"#!/bin/sh\necho hi\n", "gone.txt": b"keep me\n"}  # fmt: skip
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          env=env, check=True)  # fmt: skip
+    return done.stdout
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A git repository with a commit, the files REWRITE changes, and a .gitattributes whose
+    filter (defined in the repository's own .git/config) would leave a mark if it ever ran."""
+    repo = folder(tmp_path / "project", {name: data for name, data in ORIGINAL.items()})
+    (repo / "tool.sh").chmod(0o755)
+    (repo / ".gitattributes").write_text("* filter=mark text eol=lf\n")
+    git(repo, "init", "-q")
+    git(repo, "config", "filter.mark.clean", f"touch {tmp_path / 'filter-ran'}; cat")
+    git(repo, "config", "core.hooksPath", str(tmp_path / "hooks"))
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start")
+    (tmp_path / "filter-ran").unlink(missing_ok=True)  # the user's own git ran it; ours must not
+    return repo
+
+
+def git_state(repo: Path) -> tuple[str, bytes, str, str]:
+    return (git(repo, "for-each-ref"), (repo / ".git" / "index").read_bytes(),
+            git(repo, "count-objects", "-v"), git(repo, "status", "--porcelain"))  # fmt: skip
+
+
+def command_run(capsys, repo: Path, tmp_path: Path) -> None:
+    replay = write_replay(tmp_path / "run.json", xml_action("run_command", command=REWRITE),
+                          xml_action("task_complete", result="formatted"))  # fmt: skip
+    result = run_main(capsys, "--task", "format", "--repo", str(repo), "--replay", str(replay),
+                      "--allow-commands", "--sandbox", "off")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (repo / "a.txt").read_bytes() == b"rewritten\n" and not (repo / "gone.txt").exists()
+
+
+def test_undo_restores_what_a_command_rewrote_byte_for_byte(home, project, tmp_path, capsys):
+    before = git_state(project)
+    (tmp_path / "filter-ran").unlink(missing_ok=True)  # git status runs the user's filter
+    command_run(capsys, project, tmp_path)
+
+    result = run_main(capsys, "--undo", "--repo", str(project))
+
+    assert result.returncode == 0, result.stderr
+    assert "a.txt" in result.stdout and "removed made.txt" in result.stdout
+    for name, data in ORIGINAL.items():
+        assert (project / name).read_bytes() == data, name
+    assert os.stat(project / "tool.sh").st_mode & 0o111 == 0o111
+    assert not (project / "made.txt").exists()
+    assert not (tmp_path / "filter-ran").exists()  # no filter of the repository ran
+    assert git_state(project) == before  # the user's refs, index, objects, status untouched
+    [session] = sessions_dir(home).glob("*.json")
+    assert json.loads(session.read_text())["runs"][0]["undone"] is True
+    assert (sessions_dir(home) / "checkpoints" / session.stem / "objects").is_dir()
+
+
+def test_undo_refuses_when_a_file_changed_after_the_run(home, project, tmp_path, capsys):
+    command_run(capsys, project, tmp_path)
+    (project / "b.bin").write_bytes(b"edited by hand\n")
+
+    result = run_main(capsys, "--undo", "--repo", str(project))
+
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "changed since" in result.stderr and "b.bin" in result.stderr
+    assert (project / "a.txt").read_bytes() == b"rewritten\n"  # nothing was reverted
+    assert (project / "made.txt").exists()
+
+
+def test_deleting_a_session_deletes_its_snapshots(home, project, tmp_path, capsys):
+    command_run(capsys, project, tmp_path)
+    [session] = sessions_dir(home).glob("*.json")
+    assert (sessions_dir(home) / "checkpoints" / session.stem).is_dir()
+
+    assert run_main(capsys, "sessions", "delete", session.stem).returncode == 0
+    assert not (sessions_dir(home) / "checkpoints" / session.stem).exists()
+
+
+def test_ignored_files_are_kept_out_and_large_ones_make_a_restore_refuse(tmp_path):
+    repo = folder(tmp_path / "r", {".gitignore": "build/\n", "build/out.o": "old", "x": "1"})
+    store = Checkpoints(tmp_path / "store", repo)
+    first = store.snapshot()
+    (repo / "build" / "out.o").write_text("new")
+    (repo / "x").write_text("2")
+    second = store.snapshot()
+    assert [c.path for c in store.changes(first, second)] == ["x"]  # the ignored file is not
+
+    big = repo / "big.dat"
+    with big.open("wb") as f:
+        f.truncate(MAX_SNAPSHOT_BYTES + 1)
+    third = store.snapshot()
+    assert third.skipped == {"big.dat": [MAX_SNAPSHOT_BYTES + 1, big.stat().st_mtime_ns]}
+    big.write_bytes(b"small now")
+    fourth = store.snapshot()
+    with pytest.raises(CheckpointError, match=r"no copy was kept of big.dat \(larger than 8 MB"):
+        store.restore(third, fourth)
+    assert big.read_bytes() == b"small now"
+    store.restore(first, second)
+    assert (repo / "x").read_text() == "1" and (repo / "build" / "out.o").read_text() == "new"
+
+
+def test_a_folder_turned_into_a_link_makes_a_restore_stop(tmp_path):
+    repo = folder(tmp_path / "r", {"src/a.py": "a"})
+    outside = folder(tmp_path / "outside", {"a.py": "theirs"})
+    store = Checkpoints(tmp_path / "store", repo)
+    first = store.snapshot()
+    (repo / "src" / "a.py").write_text("b")
+    second = store.snapshot()
+    (repo / "src" / "a.py").unlink()
+    (repo / "src").rmdir()
+    (repo / "src").symlink_to(outside)
+    with pytest.raises(CheckpointError):
+        store.restore(first, second)
+    assert (outside / "a.py").read_text() == "theirs"
+
+
+@pytest.mark.slow
+def test_rewind_to_step_two_of_five_in_a_terminal(home, repo, tmp_path, terminal):  # noqa: F811
+    steps = [
+        xml_action("write_file", path="one.txt", content="1"),
+        xml_action("run_command", command="echo 2 > two.txt"),
+        xml_action("run_command", command="echo 3 > three.txt && rm hello.py"),
+        xml_action("write_file", path="four.txt", content="4"),
+        xml_action("task_complete", result="five steps done"),
+        xml_action("task_complete", result="after the rewind"),
+    ]
+    replay = write_replay(tmp_path / "five.json", *steps)
+    term = terminal(["--repo", str(repo), "--replay", str(replay), "--allow-commands",
+                     "--sandbox", "off"], {})  # fmt: skip
+    term.prompt()
+    term.enter("make five steps")
+    term.expect("five steps done")
+    term.prompt()
+    assert {p.name for p in repo.iterdir()} == {"one.txt", "two.txt", "three.txt", "four.txt"}
+
+    term.enter("/rewind")
+    screen = term.expect("rewind to which step? 1-5")
+    assert "2. task 'make five steps' step 2: run_command" in screen
+    term.enter("2")
+    term.expect("rewound to step 2")
+    term.prompt()
+    assert {p.name for p in repo.iterdir()} == {"hello.py", "one.txt", "two.txt"}
+    assert (repo / "hello.py").read_text() == "print('helo')\n"
+
+    term.enter("go on")
+    term.expect("after the rewind")
+    assert term.end() == 0
+    [session] = [json.loads(p.read_text()) for p in sessions_dir(home).glob("*.json")]
+    texts = [m["content"] for m in session["messages"]]
+    assert not any("three.txt" in t for t in texts)  # step 3 left the conversation too
+    assert any("two.txt" in t for t in texts)
+    assert [r["task"] for r in session["runs"]] == ["make five steps", "go on"]
+
+
+def test_without_git_undo_still_reverts_what_the_file_tools_changed(home, repo, tmp_path, capsys):
+    no_git = {"PATH": str(folder(tmp_path / "bin", {}))}
+    replay = write_replay(tmp_path / "r.json", xml_action("write_file", path="hello.py",
+                                                          content="print('hello')\n"),
+                          xml_action("task_complete", result="ok"))  # fmt: skip
+    run = run_main(capsys, "--task", "fix", "--repo", str(repo), "--replay", str(replay),
+                   env=no_git)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert not (sessions_dir(home) / "checkpoints").exists()
+
+    assert run_main(capsys, "--undo", "--repo", str(repo), env=no_git).returncode == 0
+    assert (repo / "hello.py").read_text() == "print('helo')\n"
+
+
+def test_old_sessions_are_pruned_with_their_snapshots(home, project, tmp_path, capsys):
+    command_run(capsys, project, tmp_path)
+    [old] = sessions_dir(home).glob("*.json")
+    snapshots = sessions_dir(home) / "checkpoints" / old.stem
+    assert snapshots.is_dir()
+    for path in (old, snapshots):
+        os.utime(path, (1, 1))
+
+    replay = write_replay(tmp_path / "next.json", xml_action("task_complete", result="ok"))
+    # its first save prunes what is 30 days old
+    run = run_main(capsys, "--task", "next", "--repo", str(project), "--replay", str(replay),
+                   "--sessions-keep", "0")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert not old.exists() and not snapshots.exists()
+
+
+def test_a_new_session_starts_from_the_last_store_and_still_sees_every_change(
+    home, project, tmp_path, capsys
+):
+    command_run(capsys, project, tmp_path)
+    (project / "gone.txt").write_bytes(ORIGINAL["gone.txt"])  # by hand, between the runs
+    (project / "a.txt").write_bytes(b"by hand\n")
+    command_run(capsys, project, tmp_path)  # a new session: rewrites a.txt, deletes gone.txt
+    stores = sorted((sessions_dir(home) / "checkpoints").iterdir())
+    assert len(stores) == 2 and all((s / "toy-agent-repo").read_text() == str(project)
+                                    for s in stores)  # fmt: skip
+
+    assert run_main(capsys, "--undo", "--repo", str(project)).returncode == 0
+    assert (project / "a.txt").read_bytes() == b"by hand\n"
+    assert (project / "gone.txt").read_bytes() == ORIGINAL["gone.txt"]
