@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+from toy_agent.abandon import abandonable
 from toy_agent.context import (
     DEFAULT_CONTEXT_BUDGET,
     ImageBudget,
@@ -94,7 +95,6 @@ contents. Prefer edit_file for changes, write_file for new files. If a tool fail
 call instead of repeating it."""
 
 REPEAT_LIMIT = 3
-LLM_POLL_SECONDS = 0.1
 DECLINED = (
     "The user declined this action; it was not run. Ask yourself why, and try something "
     "else or finish with task_complete."
@@ -421,9 +421,10 @@ class ReactAgent:
             streaming["on_text"] = lambda text: self._emit(TextDelta(text))
             streaming["on_retry"] = lambda attempt: self._emit(LlmRetrying(self.iteration, attempt))
         started = time.monotonic()
-        response = self._cancellable(
-            lambda: self.llm_client.call_llm(self.system_prompt, messages, tools=tools, **streaming)
-        )
+        call = partial(self.llm_client.call_llm, self.system_prompt, messages, tools=tools,
+                       **streaming)  # fmt: skip
+        # cancel() and Ctrl-C do not wait for the network
+        response = abandonable(call, name="toy-agent-llm", check=self._check_cancelled)
         if isinstance(response, str):  # a client written to the seed spec returns text
             response = LlmResponse(response)
         calls = tuple(_bounded(call) for call in response.tool_calls)
@@ -749,30 +750,6 @@ class ReactAgent:
             f"{run.repeats} times in a row. Repeating it will not change the result; "
             "try a different approach, or call task_complete if you are done."
         )
-
-    def _cancellable(self, call: Callable[[], LlmResponse]) -> LlmResponse:
-        """Run `call` in a daemon thread so cancel() and Ctrl-C do not wait for the network."""
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = call()
-            except BaseException as exc:  # handed to the waiting thread, re-raised there
-                box["error"] = exc
-
-        worker = threading.Thread(  # in this context: a batch's log records name the task
-            target=contextvars.copy_context().run,
-            args=(target,),
-            name="toy-agent-llm",
-            daemon=True,
-        )
-        worker.start()
-        while worker.is_alive():
-            worker.join(LLM_POLL_SECONDS)
-            self._check_cancelled()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
 
     def _check_cancelled(self) -> None:
         if self._cancel.is_set():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import contextvars
 import email.utils
 import functools
 import importlib
@@ -27,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from toy_agent.abandon import DeadlinePassed, abandonable
 from toy_agent.messages import (
     FailedAttempt,
     Image,
@@ -438,10 +438,6 @@ class _StreamCut(Exception):
     retried like one, never taken as the whole reply."""
 
 
-class _DeadlineExceeded(Exception):
-    """No complete response within --timeout (retried like a timeout)."""
-
-
 # What a body that is not the API's JSON (an HTML page, JSON nested thousands deep) raises
 # while the SDK or we read it.
 _MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError)
@@ -467,7 +463,7 @@ def _page_failure(body: str, base_url: str) -> _Failure:
 def _malformed_failure(exc: Exception, base_url: str) -> _Failure | None:
     if isinstance(exc, _NotTheApi):
         return _page_failure(exc.body, base_url)
-    if isinstance(exc, _StreamCut | _DeadlineExceeded):
+    if isinstance(exc, _StreamCut | DeadlinePassed):  # retried like a timeout
         return _Failure(f"{exc} ({base_url})", hint="check the network and the base URL")
     if isinstance(exc, _MALFORMED):
         logger.debug("unreadable response from %s", base_url, exc_info=exc)
@@ -670,9 +666,11 @@ class _ProviderClient(LlmClient):
             live, streamed = attempt, []
             sink = functools.partial(emit, of_attempt=attempt) if on_text else None
             try:
-                data = self._within_deadline(
-                    functools.partial(self._send, replace(request, on_text=sink))
-                )
+                # bounded by `timeout` for the whole response, streaming included: the SDKs'
+                # own timeouts only bound each read, so a server trickling one byte a second
+                # never ends. An attempt past the deadline is abandoned.
+                send = functools.partial(self._send, replace(request, on_text=sink))
+                data = abandonable(send, name=f"toy-agent-{self.provider}", timeout=self.timeout)
                 return data, tuple(failed)
             except Exception as exc:
                 failure = (
@@ -707,32 +705,6 @@ class _ProviderClient(LlmClient):
                     on_retry(failed[-1])
                 time.sleep(delay)
         raise AssertionError("unreachable: the last attempt returns or raises")
-
-    def _within_deadline(self, send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """`send()`, bounded by `timeout` for the whole response, streaming included: the SDKs'
-        own timeouts only bound each read, so a server trickling one byte a second never ends.
-        An attempt past the deadline is abandoned (its thread ends with its connection)."""
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        def target() -> None:
-            try:
-                box["value"] = send()
-            except BaseException as exc:  # handed to the waiting thread
-                box["error"] = exc
-            done.set()
-
-        threading.Thread(  # in the caller's context, which names a batch's task in the log
-            target=contextvars.copy_context().run,
-            args=(target,),
-            name=f"toy-agent-{self.provider}",
-            daemon=True,
-        ).start()
-        if not done.wait(self.timeout):
-            raise _DeadlineExceeded(f"no complete response within {self.timeout:g}s")
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
 
     def _error(self, failure: _Failure, retries: int) -> LlmError:
         hints = {
