@@ -47,7 +47,7 @@ from toy_agent.events import (
 )
 from toy_agent.hooks import HookOutcome, Hooks
 from toy_agent.lint import EditCheck, LintMode, edit_checker
-from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
+from toy_agent.llm import AdaptedClient, LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
 from toy_agent.messages import (
     CommandResult,
@@ -267,7 +267,7 @@ class ReactAgent:
         self.redactor = redactor or Redactor()
         self.tools = _repository_tools(tools, repo_path, allow_commands, self.redactor)
         self.repo_path = self.tools.repo_path
-        self.llm_client = llm_client
+        self.llm_client = llm_client  # adapted (see the property)
         self.max_iterations = max_iterations
         self.mcp_server_url = mcp_server_url
         self.mcp_tools_client = mcp_tools
@@ -285,7 +285,7 @@ class ReactAgent:
         self.edits = edit_checker(self.tools, lint, lint_commands)
         # hooks get what commands get: the allow-list and the variables the user named
         self.hooks = replace(hooks or Hooks(), named=self.tools.command_env)
-        self.cost = cost or CostMeter(price_for(getattr(llm_client, "model", "") or ""))
+        self.cost = cost or CostMeter(price_for(self.llm_client.model))
         if on_event is None:
             on_event = []
         self._subscribers = [on_event] if callable(on_event) else list(on_event)
@@ -297,6 +297,17 @@ class ReactAgent:
         self._run: _Run | None = None
 
     # -- public -------------------------------------------------------------------------
+
+    @property
+    def llm_client(self) -> AdaptedClient:
+        """The client given, adapted where it enters: an AdaptedClient (the whole LlmClient
+        interface whatever the client; `.client` is the one given, and its other attributes
+        read through). Setting it (interactive /model) adapts the new one."""
+        return self._llm
+
+    @llm_client.setter
+    def llm_client(self, client: LlmClient) -> None:
+        self._llm = AdaptedClient.of(client)
 
     def run(self, task: str) -> dict[str, Any]:
         """Work on `task` until task_complete, the iteration limit, cancel() or Ctrl-C."""
@@ -349,11 +360,11 @@ class ReactAgent:
 
     def settings(self) -> dict[str, Any]:
         return {
-            "provider": getattr(self.llm_client, "provider", type(self.llm_client).__name__),
-            "model": getattr(self.llm_client, "model", ""),
-            "base_url": saved_base_url(getattr(self.llm_client, "base_url", None)),
-            "effort": getattr(self.llm_client, "effort", None),
-            "model_options": dict(getattr(self.llm_client, "model_options", None) or {}),
+            "provider": self.llm_client.provider,
+            "model": self.llm_client.model,
+            "base_url": saved_base_url(self.llm_client.base_url),
+            "effort": self.llm_client.effort,
+            "model_options": dict(self.llm_client.model_options),
             "repo": str(self.repo_path),
             "max_iterations": self.max_iterations,
             "tool_format": self.format.name,
@@ -365,7 +376,7 @@ class ReactAgent:
             "permission_mode": self.permissions.mode,
             "command_rules": self.permissions.rules.to_dict(),
             "tools": self._routes.names,
-            "image_types": sorted(self._image_types),
+            "image_types": sorted(self.llm_client.image_types),
             "hooks": self.hooks.describe(),
         }
 
@@ -425,8 +436,6 @@ class ReactAgent:
                        **streaming)  # fmt: skip
         # cancel() and Ctrl-C do not wait for the network
         response = abandonable(call, name="toy-agent-llm", check=self._check_cancelled)
-        if isinstance(response, str):  # a client written to the seed spec returns text
-            response = LlmResponse(response)
         calls = tuple(_bounded(call) for call in response.tool_calls)
         response = replace(response, text=wire_text(response.text), tool_calls=calls,
                            seconds=time.monotonic() - started)  # fmt: skip
@@ -438,8 +447,7 @@ class ReactAgent:
 
     def _parse_response(self, response: LlmResponse | str) -> ParsedResponse:
         """The spec's parse step; raises ParseError (with a message for the LLM) on failure."""
-        if isinstance(response, str):
-            response = LlmResponse(response)
+        response = LlmResponse.of(response)
         if response.stop_reason == "max_tokens":
             raise ParseError(
                 "Your reply was cut off at the output-token limit, so no action was run. "
@@ -455,8 +463,7 @@ class ReactAgent:
 
     def _process_response(self, response: LlmResponse | str) -> str | None:
         """Parse, run each action, record the observations. Returns the final answer, if any."""
-        if isinstance(response, str):
-            response = LlmResponse(response)
+        response = LlmResponse.of(response)
         try:
             parsed = self._parse_response(response)
         except ParseError as exc:
@@ -633,15 +640,10 @@ class ReactAgent:
         step's budget); each image left out gets a line saying why. Images are not redacted."""
         if isinstance(output, str):
             return output, ()
-        model = getattr(self.llm_client, "model", "") or ""
-        images, notes = admit_images(output.images, self._image_types, model,
+        client = self.llm_client
+        images, notes = admit_images(output.images, client.image_types, client.model,
                                      self._state.images)  # fmt: skip
         return "\n".join([output.text, *notes]), images
-
-    @property
-    def _image_types(self) -> frozenset[str]:
-        """What the model takes; a client written to the seed spec (no LlmClient) takes none."""
-        return frozenset(getattr(self.llm_client, "image_types", ()))
 
     def _execute_tool(
         self, tool_name: str, parameters: dict[str, Any], arguments_error: str = ""

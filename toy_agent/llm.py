@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from toy_agent.abandon import DeadlinePassed, abandonable
@@ -79,6 +80,9 @@ class LlmClient(ABC):
 
     provider: str = "llm"
     model: str = ""
+    base_url: str | None = None  # the server the client calls, when it has one
+    effort: str | None = None  # --effort: low, medium, high
+    model_options: Mapping[str, Any] = MappingProxyType({})  # --model-option NAME=VALUE
 
     @property
     def image_types(self) -> frozenset[str]:
@@ -96,6 +100,49 @@ class LlmClient(ABC):
         on_text: TextCallback | None = None,
         on_retry: RetryCallback | None = None,
     ) -> LlmResponse: ...
+
+
+class AdaptedClient(LlmClient):
+    """Any client as a whole LlmClient: the agent takes its client through this once, where
+    it enters (`ReactAgent(llm_client)`), so nothing after asks what a client has. A client
+    written to the original spec answers with text and may have no model, provider or image
+    types (then it is sent no images); `client` is the one given, whose other attributes
+    read through."""
+
+    def __init__(self, client: Any):
+        self.client = client
+        self.provider = getattr(client, "provider", type(client).__name__)
+        self.model = getattr(client, "model", "") or ""
+        self.base_url = getattr(client, "base_url", None)
+        self.effort = getattr(client, "effort", None)
+        self.model_options = dict(getattr(client, "model_options", None) or {})
+        self._image_types = frozenset(getattr(client, "image_types", ()))
+
+    @classmethod
+    def of(cls, client: Any) -> AdaptedClient:
+        return client if isinstance(client, AdaptedClient) else cls(client)
+
+    @property
+    def image_types(self) -> frozenset[str]:
+        return self._image_types
+
+    def call_llm(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        on_text: TextCallback | None = None,
+        on_retry: RetryCallback | None = None,
+    ) -> LlmResponse:
+        given = {"tools": tools, "on_text": on_text, "on_retry": on_retry}
+        asked = {name: value for name, value in given.items() if value is not None}
+        return LlmResponse.of(self.client.call_llm(system_prompt, messages, **asked))
+
+    def __getattr__(self, name: str) -> Any:  # only what the adapter itself does not have
+        if name.startswith("__") or "client" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["client"], name)
 
 
 class ReplayDiverged(LlmError):
@@ -557,6 +604,8 @@ class _ProviderClient(LlmClient):
     """
 
     retry_base_delay = 1.0  # seconds of backoff before the first retry; tests set 0
+    base_url: str
+    model_options: dict[str, Any]
     _parse: Callable[[dict[str, Any]], LlmResponse]  # one of the from_*_response functions
 
     def __init__(
