@@ -76,7 +76,7 @@ from toy_agent.permissions import (
     Answer,
     OfferedTools,
     Permissions,
-    RefusedBy,
+    Refusal,
 )
 from toy_agent.pricing import CostLimitReached, CostMeter, price_for
 from toy_agent.providers import saved_base_url
@@ -95,24 +95,6 @@ contents. Prefer edit_file for changes, write_file for new files. If a tool fail
 call instead of repeating it."""
 
 REPEAT_LIMIT = 3
-DECLINED = (
-    "The user declined this action; it was not run. Ask yourself why, and try something "
-    "else or finish with task_complete."
-)
-DECLINED_BECAUSE = (
-    "The user declined this action; it was not run. The user's reason: {reason}\n"
-    "Take it into account, and try something else or finish with task_complete."
-)
-UNANSWERED = (
-    "This action needs the user's approval ({mode}) and no answer could be read (no "
-    "one is there to answer: stdin is closed, or this is a batch run), so it was not run. Do "
-    "without it, or finish with task_complete and say what you would have done."
-)
-REFUSED = (
-    "Refused: {reason}. It was not run. Do not try to get around this; use another way, or "
-    "finish with task_complete."
-)
-HOOK_REFUSED = "the user's pre_tool hook refused it: {reason}"
 HOOK_OBJECTS = "The user's post_tool hook reports a problem with this result: {reason}"
 
 # A confirm hook: True or Answer(approved=True) runs the action; False or a declining Answer
@@ -506,7 +488,7 @@ class ReactAgent:
         edit_check = None
         refusal = self._refusal(action)
         if refusal is not None:
-            by, reason, content = refusal
+            by, reason, content = refusal.by, refusal.reason, refusal.observation
             if by == "user":
                 self._state.declined += 1
             else:
@@ -604,36 +586,15 @@ class ReactAgent:
         text = cap_text(text, observation_cap(self.context_budget), "task_complete")
         return Observation(action, text, True, command=result)
 
-    def _refusal(self, action: Action) -> tuple[RefusedBy, str, str] | None:
-        """None when the action may run; else who refused it, why, and the observation. The
-        permissions decide; when they ask, the confirm hook's answer does."""
+    def _refusal(self, action: Action) -> Refusal | None:
+        """None when the action may run; else who refused it, why, and the observation."""
         if action.tool_name not in self._routes.routes and not self.permissions.read_only:
             return None  # not offered: no one is asked, the route table answers
-        changes = self.tools.changes(action.tool_name)
-        decision = self.permissions.decide(action.tool_name, action.parameters, changes)
-        if decision.verdict == "deny":
-            by: RefusedBy = "rule" if decision.rule else "mode"
-            return by, decision.reason, REFUSED.format(reason=decision.reason)
-        blocked = self._pre_tool_hooks(action)
-        if blocked is not None:
-            reason = HOOK_REFUSED.format(reason=blocked)
-            return "hook", blocked, REFUSED.format(reason=reason)
-        if decision.verdict == "run":
-            return None
-        mode = self.permissions.label
-        if self.confirm is None:
-            return "mode", f"{mode} needs an answer", UNANSWERED.format(mode=mode)
-        answer = self.confirm(action)
-        if not isinstance(answer, Answer):
-            answer = Answer(bool(answer))
-        if answer.approved:
-            return None
-        if answer.unanswered:
-            return "mode", f"{mode} needs an answer", UNANSWERED.format(mode=mode)
-        reason = " ".join(self.redactor.redact(wire_text(answer.reason)).split())
-        if not reason:
-            return "user", "", DECLINED
-        return "user", reason, DECLINED_BECAUSE.format(reason=reason)
+        confirm = None if self.confirm is None else partial(self.confirm, action)
+        return self.permissions.gate(action.tool_name, action.parameters,
+                                     self.tools.changes(action.tool_name),
+                                     pre_tool=partial(self._pre_tool_hooks, action),
+                                     confirm=confirm, redact=self.redactor.redact)  # fmt: skip
 
     def _with_images(self, output: str | ToolOutput) -> tuple[str, tuple[Image, ...]]:
         """The observation's text and the images the model is sent (those it takes, within the
