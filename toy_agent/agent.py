@@ -17,11 +17,11 @@ from toy_agent.abandon import abandonable
 from toy_agent.context import (
     DEFAULT_CONTEXT_BUDGET,
     ImageBudget,
-    admit_images,
     cap_text,
     fit_to_budget,
     observation_cap,
     recent_images,
+    tool_images,
 )
 from toy_agent.events import (
     ChangeTracker,
@@ -51,7 +51,6 @@ from toy_agent.llm import AdaptedClient, LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
 from toy_agent.messages import (
     CommandResult,
-    Image,
     LlmResponse,
     Message,
     ToolCall,
@@ -521,7 +520,8 @@ class ReactAgent:
             is_error = not command.ok  # a failing command is an error result, as data
             self._state.commands.append({"iteration": self.iteration, **command.to_dict()})
         self._state.tool_errors += is_error
-        content, images = self._with_images(content)
+        content, images = tool_images(content, self.llm_client.image_types,
+                                      self.llm_client.model, self._state.images)  # fmt: skip
         content = wire_text(content)
         content = self.redactor.redact(content)
         task = self.conversation_history[0].content if self.conversation_history else ""
@@ -595,16 +595,6 @@ class ReactAgent:
                                      self.tools.changes(action.tool_name),
                                      pre_tool=partial(self._pre_tool_hooks, action),
                                      confirm=confirm, redact=self.redactor.redact)  # fmt: skip
-
-    def _with_images(self, output: str | ToolOutput) -> tuple[str, tuple[Image, ...]]:
-        """The observation's text and the images the model is sent (those it takes, within the
-        step's budget); each image left out gets a line saying why. Images are not redacted."""
-        if isinstance(output, str):
-            return output, ()
-        client = self.llm_client
-        images, notes = admit_images(output.images, client.image_types, client.model,
-                                     self._state.images)  # fmt: skip
-        return "\n".join([output.text, *notes]), images
 
     def _execute_tool(
         self, tool_name: str, parameters: dict[str, Any], arguments_error: str = ""
