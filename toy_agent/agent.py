@@ -482,39 +482,13 @@ class ReactAgent:
         """The observation of one action, and the seconds its tool took (--confirm's wait for
         an answer is not the tool's time)."""
         self._emit(ToolStarted(self.iteration, action))
-        is_error, seconds = True, 0.0
         content: str | ToolOutput
-        edit_check = None
         refusal = self._refusal(action)
         if refusal is not None:
-            by, reason, content = refusal.by, refusal.reason, refusal.observation
-            if by == "user":
-                self._state.declined += 1
-            else:
-                self._state.refused += 1
-            self._state.refusals.append({"iteration": self.iteration, "tool": action.tool_name,
-                                         "by": by, "reason": reason})  # fmt: skip
-            self._emit(ToolRefused(self.iteration, action, by, reason))
+            self._refused(action, refusal)
+            content, is_error, seconds, edit_check = refusal.observation, True, 0.0, None
         else:
-            started = time.monotonic()
-            edited = self._edited_file(action)
-            old = self.edits.before(edited) if edited else None
-
-            def progress(p: McpProgress) -> None:
-                self._emit(ToolProgress(self.iteration, action.tool_name, p.progress, p.total,
-                                        p.message))  # fmt: skip
-
-            try:
-                with reporting_progress(progress):
-                    content = self._execute_tool(action.tool_name, action.parameters,
-                                                 action.arguments_error)  # fmt: skip
-                is_error = False
-            except (ToolError, McpToolError) as exc:
-                content = f"Error: {exc}"
-            if edited and not is_error:
-                edit_check = self.edits.after(edited, old)
-                content, is_error = _with_edit_check(content, edit_check)
-            seconds = time.monotonic() - started
+            content, is_error, seconds, edit_check = self._tool_result(action)
         command = content.command if isinstance(content, ToolOutput) else None
         if command is not None:
             is_error = not command.ok  # a failing command is an error result, as data
@@ -541,6 +515,42 @@ class ReactAgent:
         )
         self._emit(ToolFinished(self.iteration, observation, seconds))
         return observation, seconds
+
+    def _tool_result(
+        self, action: Action
+    ) -> tuple[str | ToolOutput, bool, float, EditCheck | None]:
+        """What the tool gave (its output, or its error), whether it failed, the seconds it
+        took, and the check of the file it edited."""
+        started, is_error, edit_check = time.monotonic(), True, None
+        edited = self._edited_file(action)
+        old = self.edits.before(edited) if edited else None
+
+        def progress(p: McpProgress) -> None:
+            self._emit(ToolProgress(self.iteration, action.tool_name, p.progress, p.total,
+                                    p.message))  # fmt: skip
+
+        content: str | ToolOutput
+        try:
+            with reporting_progress(progress):
+                content = self._execute_tool(action.tool_name, action.parameters,
+                                             action.arguments_error)  # fmt: skip
+            is_error = False
+        except (ToolError, McpToolError) as exc:
+            content = f"Error: {exc}"
+        if edited and not is_error:
+            edit_check = self.edits.after(edited, old)
+            content, is_error = _with_edit_check(content, edit_check)
+        return content, is_error, time.monotonic() - started, edit_check
+
+    def _refused(self, action: Action, refusal: Refusal) -> None:
+        """Count and record an action that did not run."""
+        if refusal.by == "user":
+            self._state.declined += 1
+        else:
+            self._state.refused += 1
+        self._state.refusals.append({"iteration": self.iteration, "tool": action.tool_name,
+                                     "by": refusal.by, "reason": refusal.reason})  # fmt: skip
+        self._emit(ToolRefused(self.iteration, action, refusal.by, refusal.reason))
 
     def _edited_file(self, action: Action) -> str | None:
         """The file a file-changing tool is about to change (its `path`, as the change
