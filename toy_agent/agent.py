@@ -522,7 +522,7 @@ class ReactAgent:
         """What the tool gave (its output, or its error), whether it failed, the seconds it
         took, and the check of the file it edited."""
         started, is_error, edit_check = time.monotonic(), True, None
-        edited = self._edited_file(action)
+        edited = self.edits.target(action.tool_name, action.parameters)
         old = self.edits.before(edited) if edited else None
 
         def progress(p: McpProgress) -> None:
@@ -539,7 +539,7 @@ class ReactAgent:
             content = f"Error: {exc}"
         if edited and not is_error:
             edit_check = self.edits.after(edited, old)
-            content, is_error = _with_edit_check(content, edit_check)
+            content, is_error = edit_check.observed(content)
         return content, is_error, time.monotonic() - started, edit_check
 
     def _refused(self, action: Action, refusal: Refusal) -> None:
@@ -551,20 +551,6 @@ class ReactAgent:
         self._state.refusals.append({"iteration": self.iteration, "tool": action.tool_name,
                                      "by": refusal.by, "reason": refusal.reason})  # fmt: skip
         self._emit(ToolRefused(self.iteration, action, refusal.by, refusal.reason))
-
-    def _edited_file(self, action: Action) -> str | None:
-        """The file a file-changing tool is about to change (its `path`, as the change
-        tracker names it), when edits are checked and its kind can be; else None."""
-        if not self.edits.enabled or self.tools.changes(action.tool_name) != "files":
-            return None
-        path = action.parameters.get("path")
-        if not isinstance(path, str):
-            return None
-        try:
-            rel = self.tools.relative(path)
-        except ToolError:
-            return None
-        return rel if self.edits.wants(rel) else None
 
     def _checked(self, action: Action) -> Observation | None:
         """Run the check for this task_complete: None when it passed (or there is none), else
@@ -731,19 +717,6 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
-
-
-def _with_edit_check(content: str | ToolOutput, check: EditCheck) -> tuple[str | ToolOutput, bool]:
-    """The tool's observation with what its edit introduced (the edit's own text first); a
-    refused edit (--lint strict) is the note alone, and an error."""
-    note = check.note()
-    if not note:
-        return content, False
-    if check.refused:
-        return note, True
-    if isinstance(content, ToolOutput):
-        return replace(content, text=f"{content.text}\n\n{note}"), False
-    return f"{content}\n\n{note}", False
 
 
 def _check_error(check: dict[str, Any]) -> str:
