@@ -66,6 +66,7 @@ from toy_agent.parsing import (
     Observation,
     ParsedResponse,
     ParseError,
+    check_stop_reason,
     get_format,
     nesting_depth,
 )
@@ -429,17 +430,7 @@ class ReactAgent:
     def _parse_response(self, response: LlmResponse | str) -> ParsedResponse:
         """The spec's parse step; raises ParseError (with a message for the LLM) on failure."""
         response = LlmResponse.of(response)
-        if response.stop_reason == "max_tokens":
-            raise ParseError(
-                "Your reply was cut off at the output-token limit, so no action was run. "
-                "Reply again with a shorter response: keep the THOUGHT brief, and write big "
-                "files in parts (write_file a first part, then edit_file to extend it)."
-            )
-        if response.stop_reason == "safety":
-            raise ParseError(
-                "Your reply was blocked by the provider's safety filter, so no action was run. "
-                "Continue the task with a different approach or wording."
-            )
+        check_stop_reason(response)
         return self.format.parse(response, self._routes.specs)
 
     def _process_response(self, response: LlmResponse | str) -> str | None:
