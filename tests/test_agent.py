@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -18,8 +19,8 @@ from toy_agent.events import (
     ToolFinished,
     TrajectoryRecorder,
 )
-from toy_agent.llm import LlmClient, LlmError, ReplayLlmClient
-from toy_agent.messages import LlmResponse, Usage
+from toy_agent.llm import AdaptedClient, LlmClient, LlmError, ReplayLlmClient
+from toy_agent.messages import Image, LlmResponse, Message, ToolOutput, Usage
 from toy_agent.redaction import Redactor
 from toy_agent.tools import CodeRepositoryTools
 
@@ -403,3 +404,58 @@ def test_the_spec_methods_accept_plain_strings(tmp_path):
     assert agent.run("x")["result"] == "plain"
     assert agent._execute_tool("task_complete", {"result": "done"}) == "done"
     assert agent._parse_response(xml_action("list_files")).actions[0].tool_name == "list_files"
+
+
+class SeedSpecLlm:
+    """A client as the original spec wrote one: no LlmClient, no attributes but its replies,
+    and `call_llm(system_prompt, messages)` answering with text."""
+
+    def __init__(self, *replies: str):
+        self.replies = list(replies)
+        self.sent: list[list[Message]] = []
+
+    def call_llm(self, system_prompt, messages):
+        self.sent.append(list(messages))
+        return self.replies.pop(0)
+
+
+def test_a_seed_spec_client_runs_a_whole_task_and_is_sent_no_images(repo):
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(32)).decode()
+
+    def screenshot() -> ToolOutput:
+        """Take a screenshot."""
+        return ToolOutput("the screen", (Image.from_base64(png, "image/png"),))
+
+    llm = SeedSpecLlm(
+        xml_action("screenshot"),
+        xml_action("edit_file", path="src/app.py", old_str="'helo'", new_str="'hello'"),
+        xml_action("task_complete", result="fixed the typo"),
+    )
+    agent = ReactAgent(llm, repo, tools=[screenshot])
+    result = agent.run_result("fix the typo")
+    assert (result.outcome, result.result, result.iterations) == ("completed", "fixed the typo", 3)
+    assert "return 'hello'" in (repo / "src" / "app.py").read_text()
+    observation = llm.sent[1][-1]
+    assert not observation.images
+    assert "[image 1 not shown to you: the model in use is not known to take images]" in (
+        observation.content
+    )
+    settings = agent.settings()
+    assert (settings["provider"], settings["model"], settings["image_types"]) == (
+        "SeedSpecLlm", "", [])  # fmt: skip
+    assert (settings["base_url"], settings["effort"], settings["model_options"]) == (
+        None, None, {})  # fmt: skip
+
+
+def test_the_client_is_adapted_once_and_the_one_given_stays_reachable(repo):
+    llm = ScriptedLlm(xml_action("task_complete", result="ok"))
+    llm.retry_base_delay = 0.5  # type: ignore[attr-defined]  # one of its own attributes
+    agent = ReactAgent(llm, repo)
+    assert isinstance(agent.llm_client, AdaptedClient) and agent.llm_client.client is llm
+    assert (agent.llm_client.provider, agent.llm_client.model) == ("scripted", "scripted-1")
+    assert agent.llm_client.retry_base_delay == 0.5  # what the adapter lacks reads through
+    again = ReactAgent(agent.llm_client, repo)
+    assert again.llm_client is agent.llm_client  # an adapted client is not wrapped twice
+    seed = SeedSpecLlm(xml_action("task_complete", result="switched"))
+    agent.llm_client = seed  # what interactive /model does: the new client is adapted too
+    assert agent.llm_client.client is seed and agent.run("x")["result"] == "switched"

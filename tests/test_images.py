@@ -22,6 +22,7 @@ from toy_agent.context import (
     ImageBudget,
     admit_images,
     recent_images,
+    tool_images,
 )
 from toy_agent.events import TrajectoryRecorder
 from toy_agent.llm import (
@@ -34,7 +35,7 @@ from toy_agent.llm import (
     to_openai_messages,
 )
 from toy_agent.mcp_tools import McpServerConfig, McpToolError, McpTools
-from toy_agent.messages import Image, LlmResponse, Message, ToolCall
+from toy_agent.messages import Image, LlmResponse, Message, ToolCall, ToolOutput
 from toy_agent.redaction import Redactor
 from toy_agent.sessions import messages_from_trajectory
 
@@ -187,6 +188,22 @@ def test_the_budget_refuses_big_fake_and_too_many_images():
     assert admit_images([gif], gemini, "gemini-2.5-flash", ImageBudget())[1] == [
         "[image 1 not shown to you: the model gemini-2.5-flash does not take image/gif]"
     ]
+
+
+def test_a_tools_images_share_the_steps_budget_and_each_one_left_out_is_a_line():
+    types = model_image_types("claude", "claude-sonnet-4-5")
+    png = Image.from_base64(PNG_B64, "image/png")
+    budget = ImageBudget()
+    assert tool_images("plain text", types, "claude-x", budget) == ("plain text", ())
+    first = tool_images(ToolOutput("shot 1", (png,) * (STEP_IMAGES_MAX - 1)), types, "m", budget)
+    assert first == ("shot 1", (png,) * (STEP_IMAGES_MAX - 1))
+    text, images = tool_images(ToolOutput("shot 2", (png, png)), types, "claude-x", budget)
+    assert images == (png,)  # the step's budget had room for one more
+    assert text == (f"shot 2\n[image 2 not shown to you: one step sends at most "
+                    f"{STEP_IMAGES_MAX} images and 8,000,000 bytes]")  # fmt: skip
+    text, images = tool_images(ToolOutput("shot", (png,)), frozenset(), "", ImageBudget())
+    assert (text, images) == ("shot\n[image 1 not shown to you: the model in use is not known "
+                              "to take images]", ())  # fmt: skip
 
 
 def test_only_the_newest_images_are_resent():

@@ -803,3 +803,45 @@ def test_only_a_sandbox_auto_found_missing_makes_commands_ask(repo) -> None:
     assert Permissions("auto").for_tools(chosen_off).sandboxed
     agent = ReactAgent(ScriptedLlm([]), tools=chosen_off)
     assert agent.permissions == Permissions("auto")
+
+
+def _gate(permissions: Permissions, tool: str, parameters: dict, **seams):
+    """The gate with no hook refusing and no one to ask, unless `seams` say otherwise."""
+    given = {"pre_tool": lambda: None, "confirm": None, "redact": lambda text: text} | seams
+    return permissions.gate(tool, parameters, None, **given)
+
+
+def test_the_gate_says_who_refused_an_action_why_and_what_the_model_is_told():
+    asks = Permissions("ask", CommandRules(deny=("rm",)))
+    rule = _gate(asks, "run_command", {"command": "rm -r x"})
+    assert (rule.by, rule.reason) == ("rule", "the command `rm -r x` matches the user's deny "
+                                      "rule `rm`")  # fmt: skip
+    assert rule.observation.startswith(f"Refused: {rule.reason}. It was not run.")
+    mode = _gate(Permissions("read-only"), "write_file", {"path": "a", "content": ""})
+    assert mode.by == "mode" and "this run is read-only" in mode.reason
+    hook = _gate(asks, "read_file", {"path": "a"}, pre_tool=lambda: "no reading today")
+    assert (hook.by, hook.reason) == ("hook", "no reading today")
+    assert "the user's pre_tool hook refused it: no reading today" in hook.observation
+    nobody = _gate(asks, "write_file", {"path": "a", "content": ""})
+    assert (nobody.by, nobody.reason) == ("mode", "ask mode needs an answer")
+    assert "needs the user's approval (ask mode)" in nobody.observation
+
+
+def test_the_gate_asks_only_when_the_permissions_ask_and_words_the_users_answer():
+    asked = []
+
+    def answer(given: bool | Answer):
+        return lambda: asked.append(given) or given
+
+    asks, write = Permissions("ask"), ("write_file", {"path": "a", "content": ""})
+    assert _gate(asks, "read_file", {"path": "a"}, confirm=answer(False)) is None  # runs
+    assert _gate(asks, *write, confirm=answer(True)) is None
+    assert asked == [True]  # reading did not ask
+    plain = _gate(asks, *write, confirm=answer(False))
+    assert (plain.by, plain.reason) == ("user", "") and "Ask yourself why" in plain.observation
+    why = _gate(asks, *write, confirm=answer(Answer(False, " use\n  edit_file SECRET ")),
+                redact=lambda text: text.replace("SECRET", "[REDACTED]"))  # fmt: skip
+    assert (why.by, why.reason) == ("user", "use edit_file [REDACTED]")
+    assert "The user's reason: use edit_file [REDACTED]\n" in why.observation
+    closed = _gate(asks, *write, confirm=answer(Answer(False, unanswered=True)))
+    assert (closed.by, closed.reason) == ("mode", "ask mode needs an answer")

@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+from toy_agent.abandon import abandonable
 from toy_agent.context import (
     DEFAULT_CONTEXT_BUDGET,
     ImageBudget,
-    admit_images,
     cap_text,
     fit_to_budget,
     observation_cap,
     recent_images,
+    tool_images,
 )
 from toy_agent.events import (
     ChangeTracker,
@@ -46,11 +47,10 @@ from toy_agent.events import (
 )
 from toy_agent.hooks import HookOutcome, Hooks
 from toy_agent.lint import EditCheck, LintMode, edit_checker
-from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
+from toy_agent.llm import AdaptedClient, LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
 from toy_agent.messages import (
     CommandResult,
-    Image,
     LlmResponse,
     Message,
     ToolCall,
@@ -66,6 +66,7 @@ from toy_agent.parsing import (
     Observation,
     ParsedResponse,
     ParseError,
+    check_stop_reason,
     get_format,
     nesting_depth,
 )
@@ -75,7 +76,7 @@ from toy_agent.permissions import (
     Answer,
     OfferedTools,
     Permissions,
-    RefusedBy,
+    Refusal,
 )
 from toy_agent.pricing import CostLimitReached, CostMeter, price_for
 from toy_agent.providers import saved_base_url
@@ -94,25 +95,6 @@ contents. Prefer edit_file for changes, write_file for new files. If a tool fail
 call instead of repeating it."""
 
 REPEAT_LIMIT = 3
-LLM_POLL_SECONDS = 0.1
-DECLINED = (
-    "The user declined this action; it was not run. Ask yourself why, and try something "
-    "else or finish with task_complete."
-)
-DECLINED_BECAUSE = (
-    "The user declined this action; it was not run. The user's reason: {reason}\n"
-    "Take it into account, and try something else or finish with task_complete."
-)
-UNANSWERED = (
-    "This action needs the user's approval ({mode}) and no answer could be read (no "
-    "one is there to answer: stdin is closed, or this is a batch run), so it was not run. Do "
-    "without it, or finish with task_complete and say what you would have done."
-)
-REFUSED = (
-    "Refused: {reason}. It was not run. Do not try to get around this; use another way, or "
-    "finish with task_complete."
-)
-HOOK_REFUSED = "the user's pre_tool hook refused it: {reason}"
 HOOK_OBJECTS = "The user's post_tool hook reports a problem with this result: {reason}"
 
 # A confirm hook: True or Answer(approved=True) runs the action; False or a declining Answer
@@ -267,7 +249,7 @@ class ReactAgent:
         self.redactor = redactor or Redactor()
         self.tools = _repository_tools(tools, repo_path, allow_commands, self.redactor)
         self.repo_path = self.tools.repo_path
-        self.llm_client = llm_client
+        self.llm_client = llm_client  # adapted (see the property)
         self.max_iterations = max_iterations
         self.mcp_server_url = mcp_server_url
         self.mcp_tools_client = mcp_tools
@@ -285,7 +267,7 @@ class ReactAgent:
         self.edits = edit_checker(self.tools, lint, lint_commands)
         # hooks get what commands get: the allow-list and the variables the user named
         self.hooks = replace(hooks or Hooks(), named=self.tools.command_env)
-        self.cost = cost or CostMeter(price_for(getattr(llm_client, "model", "") or ""))
+        self.cost = cost or CostMeter(price_for(self.llm_client.model))
         if on_event is None:
             on_event = []
         self._subscribers = [on_event] if callable(on_event) else list(on_event)
@@ -297,6 +279,17 @@ class ReactAgent:
         self._run: _Run | None = None
 
     # -- public -------------------------------------------------------------------------
+
+    @property
+    def llm_client(self) -> AdaptedClient:
+        """The client given, adapted where it enters: an AdaptedClient (the whole LlmClient
+        interface whatever the client; `.client` is the one given, and its other attributes
+        read through). Setting it (interactive /model) adapts the new one."""
+        return self._llm
+
+    @llm_client.setter
+    def llm_client(self, client: LlmClient) -> None:
+        self._llm = AdaptedClient.of(client)
 
     def run(self, task: str) -> dict[str, Any]:
         """Work on `task` until task_complete, the iteration limit, cancel() or Ctrl-C."""
@@ -349,11 +342,11 @@ class ReactAgent:
 
     def settings(self) -> dict[str, Any]:
         return {
-            "provider": getattr(self.llm_client, "provider", type(self.llm_client).__name__),
-            "model": getattr(self.llm_client, "model", ""),
-            "base_url": saved_base_url(getattr(self.llm_client, "base_url", None)),
-            "effort": getattr(self.llm_client, "effort", None),
-            "model_options": dict(getattr(self.llm_client, "model_options", None) or {}),
+            "provider": self.llm_client.provider,
+            "model": self.llm_client.model,
+            "base_url": saved_base_url(self.llm_client.base_url),
+            "effort": self.llm_client.effort,
+            "model_options": dict(self.llm_client.model_options),
             "repo": str(self.repo_path),
             "max_iterations": self.max_iterations,
             "tool_format": self.format.name,
@@ -365,7 +358,7 @@ class ReactAgent:
             "permission_mode": self.permissions.mode,
             "command_rules": self.permissions.rules.to_dict(),
             "tools": self._routes.names,
-            "image_types": sorted(self._image_types),
+            "image_types": sorted(self.llm_client.image_types),
             "hooks": self.hooks.describe(),
         }
 
@@ -421,11 +414,10 @@ class ReactAgent:
             streaming["on_text"] = lambda text: self._emit(TextDelta(text))
             streaming["on_retry"] = lambda attempt: self._emit(LlmRetrying(self.iteration, attempt))
         started = time.monotonic()
-        response = self._cancellable(
-            lambda: self.llm_client.call_llm(self.system_prompt, messages, tools=tools, **streaming)
-        )
-        if isinstance(response, str):  # a client written to the seed spec returns text
-            response = LlmResponse(response)
+        call = partial(self.llm_client.call_llm, self.system_prompt, messages, tools=tools,
+                       **streaming)  # fmt: skip
+        # cancel() and Ctrl-C do not wait for the network
+        response = abandonable(call, name="toy-agent-llm", check=self._check_cancelled)
         calls = tuple(_bounded(call) for call in response.tool_calls)
         response = replace(response, text=wire_text(response.text), tool_calls=calls,
                            seconds=time.monotonic() - started)  # fmt: skip
@@ -437,25 +429,13 @@ class ReactAgent:
 
     def _parse_response(self, response: LlmResponse | str) -> ParsedResponse:
         """The spec's parse step; raises ParseError (with a message for the LLM) on failure."""
-        if isinstance(response, str):
-            response = LlmResponse(response)
-        if response.stop_reason == "max_tokens":
-            raise ParseError(
-                "Your reply was cut off at the output-token limit, so no action was run. "
-                "Reply again with a shorter response: keep the THOUGHT brief, and write big "
-                "files in parts (write_file a first part, then edit_file to extend it)."
-            )
-        if response.stop_reason == "safety":
-            raise ParseError(
-                "Your reply was blocked by the provider's safety filter, so no action was run. "
-                "Continue the task with a different approach or wording."
-            )
+        response = LlmResponse.of(response)
+        check_stop_reason(response)
         return self.format.parse(response, self._routes.specs)
 
     def _process_response(self, response: LlmResponse | str) -> str | None:
         """Parse, run each action, record the observations. Returns the final answer, if any."""
-        if isinstance(response, str):
-            response = LlmResponse(response)
+        response = LlmResponse.of(response)
         try:
             parsed = self._parse_response(response)
         except ParseError as exc:
@@ -493,45 +473,20 @@ class ReactAgent:
         """The observation of one action, and the seconds its tool took (--confirm's wait for
         an answer is not the tool's time)."""
         self._emit(ToolStarted(self.iteration, action))
-        is_error, seconds = True, 0.0
         content: str | ToolOutput
-        edit_check = None
         refusal = self._refusal(action)
         if refusal is not None:
-            by, reason, content = refusal
-            if by == "user":
-                self._state.declined += 1
-            else:
-                self._state.refused += 1
-            self._state.refusals.append({"iteration": self.iteration, "tool": action.tool_name,
-                                         "by": by, "reason": reason})  # fmt: skip
-            self._emit(ToolRefused(self.iteration, action, by, reason))
+            self._refused(action, refusal)
+            content, is_error, seconds, edit_check = refusal.observation, True, 0.0, None
         else:
-            started = time.monotonic()
-            edited = self._edited_file(action)
-            old = self.edits.before(edited) if edited else None
-
-            def progress(p: McpProgress) -> None:
-                self._emit(ToolProgress(self.iteration, action.tool_name, p.progress, p.total,
-                                        p.message))  # fmt: skip
-
-            try:
-                with reporting_progress(progress):
-                    content = self._execute_tool(action.tool_name, action.parameters,
-                                                 action.arguments_error)  # fmt: skip
-                is_error = False
-            except (ToolError, McpToolError) as exc:
-                content = f"Error: {exc}"
-            if edited and not is_error:
-                edit_check = self.edits.after(edited, old)
-                content, is_error = _with_edit_check(content, edit_check)
-            seconds = time.monotonic() - started
+            content, is_error, seconds, edit_check = self._tool_result(action)
         command = content.command if isinstance(content, ToolOutput) else None
         if command is not None:
             is_error = not command.ok  # a failing command is an error result, as data
             self._state.commands.append({"iteration": self.iteration, **command.to_dict()})
         self._state.tool_errors += is_error
-        content, images = self._with_images(content)
+        content, images = tool_images(content, self.llm_client.image_types,
+                                      self.llm_client.model, self._state.images)  # fmt: skip
         content = wire_text(content)
         content = self.redactor.redact(content)
         task = self.conversation_history[0].content if self.conversation_history else ""
@@ -552,19 +507,41 @@ class ReactAgent:
         self._emit(ToolFinished(self.iteration, observation, seconds))
         return observation, seconds
 
-    def _edited_file(self, action: Action) -> str | None:
-        """The file a file-changing tool is about to change (its `path`, as the change
-        tracker names it), when edits are checked and its kind can be; else None."""
-        if not self.edits.enabled or self.tools.changes(action.tool_name) != "files":
-            return None
-        path = action.parameters.get("path")
-        if not isinstance(path, str):
-            return None
+    def _tool_result(
+        self, action: Action
+    ) -> tuple[str | ToolOutput, bool, float, EditCheck | None]:
+        """What the tool gave (its output, or its error), whether it failed, the seconds it
+        took, and the check of the file it edited."""
+        started, is_error, edit_check = time.monotonic(), True, None
+        edited = self.edits.target(action.tool_name, action.parameters)
+        old = self.edits.before(edited) if edited else None
+
+        def progress(p: McpProgress) -> None:
+            self._emit(ToolProgress(self.iteration, action.tool_name, p.progress, p.total,
+                                    p.message))  # fmt: skip
+
+        content: str | ToolOutput
         try:
-            rel = self.tools.relative(path)
-        except ToolError:
-            return None
-        return rel if self.edits.wants(rel) else None
+            with reporting_progress(progress):
+                content = self._execute_tool(action.tool_name, action.parameters,
+                                             action.arguments_error)  # fmt: skip
+            is_error = False
+        except (ToolError, McpToolError) as exc:
+            content = f"Error: {exc}"
+        if edited and not is_error:
+            edit_check = self.edits.after(edited, old)
+            content, is_error = edit_check.observed(content)
+        return content, is_error, time.monotonic() - started, edit_check
+
+    def _refused(self, action: Action, refusal: Refusal) -> None:
+        """Count and record an action that did not run."""
+        if refusal.by == "user":
+            self._state.declined += 1
+        else:
+            self._state.refused += 1
+        self._state.refusals.append({"iteration": self.iteration, "tool": action.tool_name,
+                                     "by": refusal.by, "reason": refusal.reason})  # fmt: skip
+        self._emit(ToolRefused(self.iteration, action, refusal.by, refusal.reason))
 
     def _checked(self, action: Action) -> Observation | None:
         """Run the check for this task_complete: None when it passed (or there is none), else
@@ -596,51 +573,15 @@ class ReactAgent:
         text = cap_text(text, observation_cap(self.context_budget), "task_complete")
         return Observation(action, text, True, command=result)
 
-    def _refusal(self, action: Action) -> tuple[RefusedBy, str, str] | None:
-        """None when the action may run; else who refused it, why, and the observation. The
-        permissions decide; when they ask, the confirm hook's answer does."""
+    def _refusal(self, action: Action) -> Refusal | None:
+        """None when the action may run; else who refused it, why, and the observation."""
         if action.tool_name not in self._routes.routes and not self.permissions.read_only:
             return None  # not offered: no one is asked, the route table answers
-        changes = self.tools.changes(action.tool_name)
-        decision = self.permissions.decide(action.tool_name, action.parameters, changes)
-        if decision.verdict == "deny":
-            by: RefusedBy = "rule" if decision.rule else "mode"
-            return by, decision.reason, REFUSED.format(reason=decision.reason)
-        blocked = self._pre_tool_hooks(action)
-        if blocked is not None:
-            reason = HOOK_REFUSED.format(reason=blocked)
-            return "hook", blocked, REFUSED.format(reason=reason)
-        if decision.verdict == "run":
-            return None
-        mode = self.permissions.label
-        if self.confirm is None:
-            return "mode", f"{mode} needs an answer", UNANSWERED.format(mode=mode)
-        answer = self.confirm(action)
-        if not isinstance(answer, Answer):
-            answer = Answer(bool(answer))
-        if answer.approved:
-            return None
-        if answer.unanswered:
-            return "mode", f"{mode} needs an answer", UNANSWERED.format(mode=mode)
-        reason = " ".join(self.redactor.redact(wire_text(answer.reason)).split())
-        if not reason:
-            return "user", "", DECLINED
-        return "user", reason, DECLINED_BECAUSE.format(reason=reason)
-
-    def _with_images(self, output: str | ToolOutput) -> tuple[str, tuple[Image, ...]]:
-        """The observation's text and the images the model is sent (those it takes, within the
-        step's budget); each image left out gets a line saying why. Images are not redacted."""
-        if isinstance(output, str):
-            return output, ()
-        model = getattr(self.llm_client, "model", "") or ""
-        images, notes = admit_images(output.images, self._image_types, model,
-                                     self._state.images)  # fmt: skip
-        return "\n".join([output.text, *notes]), images
-
-    @property
-    def _image_types(self) -> frozenset[str]:
-        """What the model takes; a client written to the seed spec (no LlmClient) takes none."""
-        return frozenset(getattr(self.llm_client, "image_types", ()))
+        confirm = None if self.confirm is None else partial(self.confirm, action)
+        return self.permissions.gate(action.tool_name, action.parameters,
+                                     self.tools.changes(action.tool_name),
+                                     pre_tool=partial(self._pre_tool_hooks, action),
+                                     confirm=confirm, redact=self.redactor.redact)  # fmt: skip
 
     def _execute_tool(
         self, tool_name: str, parameters: dict[str, Any], arguments_error: str = ""
@@ -750,30 +691,6 @@ class ReactAgent:
             "try a different approach, or call task_complete if you are done."
         )
 
-    def _cancellable(self, call: Callable[[], LlmResponse]) -> LlmResponse:
-        """Run `call` in a daemon thread so cancel() and Ctrl-C do not wait for the network."""
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = call()
-            except BaseException as exc:  # handed to the waiting thread, re-raised there
-                box["error"] = exc
-
-        worker = threading.Thread(  # in this context: a batch's log records name the task
-            target=contextvars.copy_context().run,
-            args=(target,),
-            name="toy-agent-llm",
-            daemon=True,
-        )
-        worker.start()
-        while worker.is_alive():
-            worker.join(LLM_POLL_SECONDS)
-            self._check_cancelled()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
     def _check_cancelled(self) -> None:
         if self._cancel.is_set():
             raise RunCancelled()
@@ -791,19 +708,6 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
-
-
-def _with_edit_check(content: str | ToolOutput, check: EditCheck) -> tuple[str | ToolOutput, bool]:
-    """The tool's observation with what its edit introduced (the edit's own text first); a
-    refused edit (--lint strict) is the note alone, and an error."""
-    note = check.note()
-    if not note:
-        return content, False
-    if check.refused:
-        return note, True
-    if isinstance(content, ToolOutput):
-        return replace(content, text=f"{content.text}\n\n{note}"), False
-    return f"{content}\n\n{note}", False
 
 
 def _check_error(check: dict[str, Any]) -> str:

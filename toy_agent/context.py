@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from toy_agent.cuts import BUDGET, cut, how_to_see_more
 from toy_agent.llm import Message
-from toy_agent.messages import Image
+from toy_agent.messages import Image, ToolOutput
 
 CHARS_PER_TOKEN = 4
 DEFAULT_CONTEXT_BUDGET = 100_000  # tokens; below every supported cloud model's window
@@ -160,6 +160,17 @@ class ImageBudget:
 
     count: int = 0
     size: int = 0
+
+
+def tool_images(
+    output: str | ToolOutput, accepted: frozenset[str], model: str, budget: ImageBudget
+) -> tuple[str, tuple[Image, ...]]:
+    """A tool's observation text and the images the model is sent (those it takes, within the
+    step's `budget`); each image left out gets a line saying why. Images are not redacted."""
+    if isinstance(output, str):
+        return output, ()
+    images, notes = admit_images(output.images, accepted, model, budget)
+    return "\n".join([output.text, *notes]), images
 
 
 def admit_images(

@@ -294,7 +294,7 @@ class Repl:
         session = self.sessions.session
         usage, cost, unpriced = session.spending()
         tasks = len(session.runs)
-        model = getattr(self.agent.llm_client, "model", "") or "?"
+        model = self.agent.llm_client.model or "?"
         self._say(f"this session: {tasks} task{'s' * (tasks != 1)}, {format_usage(usage)} "
                   f"tokens, {format_cost(cost, unpriced)} (model {visible(model)})")  # fmt: skip
 
@@ -304,9 +304,9 @@ class Repl:
         from toy_agent.pricing import PriceError, meter_for
 
         client = self.agent.llm_client
-        current = getattr(client, "provider", "")
+        current = client.provider
         if not name:
-            self._say(f"model {visible(getattr(client, 'model', '') or '?')} ({current})")
+            self._say(f"model {visible(client.model or '?')} ({current})")
             return
         if current == "replay":
             self._say("/model: a replay plays back its recording; it has no model to switch")
@@ -340,7 +340,7 @@ class Repl:
         from toy_agent.llm import LlmError
         from toy_agent.pricing import CostLimitReached
 
-        if getattr(self.agent.llm_client, "provider", "") == "replay":
+        if self.agent.llm_client.provider == "replay":
             self._say("/compact: a replay plays back its recording; it cannot write a summary")
             return
         attempts = len(self.sessions.session.compactions)

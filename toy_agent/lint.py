@@ -19,9 +19,12 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
+
+from toy_agent.files import ToolError
+from toy_agent.messages import ToolOutput
 
 if TYPE_CHECKING:
     from toy_agent.tools import CodeRepositoryTools
@@ -98,6 +101,18 @@ class EditCheck:
                     f"because the change would have introduced {what}\nSend the change again "
                     "without that error.")  # fmt: skip
         return f"The edit was applied; it introduced {what}"
+
+    def observed(self, content: str | ToolOutput) -> tuple[str | ToolOutput, bool]:
+        """The tool's observation with what this edit introduced (the edit's own text first),
+        and whether it is an error: a refused edit (--lint strict) is the note alone."""
+        note = self.note()
+        if not note:
+            return content, False
+        if self.refused:
+            return note, True
+        if isinstance(content, ToolOutput):
+            return replace(content, text=f"{content.text}\n\n{note}"), False
+        return f"{content}\n\n{note}", False
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "refused": self.refused,
@@ -288,6 +303,20 @@ class EditChecker:
     @property
     def enabled(self) -> bool:
         return self.mode != "off"
+
+    def target(self, tool_name: str, parameters: dict[str, Any]) -> str | None:
+        """The file a file-changing tool is about to change (its `path`, as the change
+        tracker names it), when edits are checked and its kind can be; else None."""
+        if not self.enabled or self.tools.changes(tool_name) != "files":
+            return None
+        path = parameters.get("path")
+        if not isinstance(path, str):
+            return None
+        try:
+            rel = self.tools.relative(path)
+        except ToolError:
+            return None
+        return rel if self.wants(rel) else None
 
     def wants(self, rel: str) -> bool:
         return self.enabled and (

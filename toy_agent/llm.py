@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import contextvars
 import email.utils
 import functools
 import importlib
@@ -25,8 +24,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from toy_agent.abandon import DeadlinePassed, abandonable
 from toy_agent.messages import (
     FailedAttempt,
     Image,
@@ -79,6 +80,9 @@ class LlmClient(ABC):
 
     provider: str = "llm"
     model: str = ""
+    base_url: str | None = None  # the server the client calls, when it has one
+    effort: str | None = None  # --effort: low, medium, high
+    model_options: Mapping[str, Any] = MappingProxyType({})  # --model-option NAME=VALUE
 
     @property
     def image_types(self) -> frozenset[str]:
@@ -96,6 +100,49 @@ class LlmClient(ABC):
         on_text: TextCallback | None = None,
         on_retry: RetryCallback | None = None,
     ) -> LlmResponse: ...
+
+
+class AdaptedClient(LlmClient):
+    """Any client as a whole LlmClient: the agent takes its client through this once, where
+    it enters (`ReactAgent(llm_client)`), so nothing after asks what a client has. A client
+    written to the original spec answers with text and may have no model, provider or image
+    types (then it is sent no images); `client` is the one given, whose other attributes
+    read through."""
+
+    def __init__(self, client: Any):
+        self.client = client
+        self.provider = getattr(client, "provider", type(client).__name__)
+        self.model = getattr(client, "model", "") or ""
+        self.base_url = getattr(client, "base_url", None)
+        self.effort = getattr(client, "effort", None)
+        self.model_options = dict(getattr(client, "model_options", None) or {})
+        self._image_types = frozenset(getattr(client, "image_types", ()))
+
+    @classmethod
+    def of(cls, client: Any) -> AdaptedClient:
+        return client if isinstance(client, AdaptedClient) else cls(client)
+
+    @property
+    def image_types(self) -> frozenset[str]:
+        return self._image_types
+
+    def call_llm(
+        self,
+        system_prompt: str,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] | None = None,
+        on_text: TextCallback | None = None,
+        on_retry: RetryCallback | None = None,
+    ) -> LlmResponse:
+        given = {"tools": tools, "on_text": on_text, "on_retry": on_retry}
+        asked = {name: value for name, value in given.items() if value is not None}
+        return LlmResponse.of(self.client.call_llm(system_prompt, messages, **asked))
+
+    def __getattr__(self, name: str) -> Any:  # only what the adapter itself does not have
+        if name.startswith("__") or "client" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["client"], name)
 
 
 class ReplayDiverged(LlmError):
@@ -438,10 +485,6 @@ class _StreamCut(Exception):
     retried like one, never taken as the whole reply."""
 
 
-class _DeadlineExceeded(Exception):
-    """No complete response within --timeout (retried like a timeout)."""
-
-
 # What a body that is not the API's JSON (an HTML page, JSON nested thousands deep) raises
 # while the SDK or we read it.
 _MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError)
@@ -467,7 +510,7 @@ def _page_failure(body: str, base_url: str) -> _Failure:
 def _malformed_failure(exc: Exception, base_url: str) -> _Failure | None:
     if isinstance(exc, _NotTheApi):
         return _page_failure(exc.body, base_url)
-    if isinstance(exc, _StreamCut | _DeadlineExceeded):
+    if isinstance(exc, _StreamCut | DeadlinePassed):  # retried like a timeout
         return _Failure(f"{exc} ({base_url})", hint="check the network and the base URL")
     if isinstance(exc, _MALFORMED):
         logger.debug("unreadable response from %s", base_url, exc_info=exc)
@@ -561,6 +604,8 @@ class _ProviderClient(LlmClient):
     """
 
     retry_base_delay = 1.0  # seconds of backoff before the first retry; tests set 0
+    base_url: str
+    model_options: dict[str, Any]
     _parse: Callable[[dict[str, Any]], LlmResponse]  # one of the from_*_response functions
 
     def __init__(
@@ -670,9 +715,11 @@ class _ProviderClient(LlmClient):
             live, streamed = attempt, []
             sink = functools.partial(emit, of_attempt=attempt) if on_text else None
             try:
-                data = self._within_deadline(
-                    functools.partial(self._send, replace(request, on_text=sink))
-                )
+                # bounded by `timeout` for the whole response, streaming included: the SDKs'
+                # own timeouts only bound each read, so a server trickling one byte a second
+                # never ends. An attempt past the deadline is abandoned.
+                send = functools.partial(self._send, replace(request, on_text=sink))
+                data = abandonable(send, name=f"toy-agent-{self.provider}", timeout=self.timeout)
                 return data, tuple(failed)
             except Exception as exc:
                 failure = (
@@ -707,32 +754,6 @@ class _ProviderClient(LlmClient):
                     on_retry(failed[-1])
                 time.sleep(delay)
         raise AssertionError("unreachable: the last attempt returns or raises")
-
-    def _within_deadline(self, send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """`send()`, bounded by `timeout` for the whole response, streaming included: the SDKs'
-        own timeouts only bound each read, so a server trickling one byte a second never ends.
-        An attempt past the deadline is abandoned (its thread ends with its connection)."""
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        def target() -> None:
-            try:
-                box["value"] = send()
-            except BaseException as exc:  # handed to the waiting thread
-                box["error"] = exc
-            done.set()
-
-        threading.Thread(  # in the caller's context, which names a batch's task in the log
-            target=contextvars.copy_context().run,
-            args=(target,),
-            name=f"toy-agent-{self.provider}",
-            daemon=True,
-        ).start()
-        if not done.wait(self.timeout):
-            raise _DeadlineExceeded(f"no complete response within {self.timeout:g}s")
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
 
     def _error(self, failure: _Failure, retries: int) -> LlmError:
         hints = {

@@ -369,6 +369,11 @@ class LlmResponse:
                        thinking=self.thinking, turn=self.turn)  # fmt: skip
 
     @classmethod
+    def of(cls, reply: LlmResponse | str) -> LlmResponse:
+        """A reply as a response: the original spec's clients and step methods use text."""
+        return reply if isinstance(reply, LlmResponse) else cls(reply)
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LlmResponse:
         return cls(
             text=data.get("text") or "",

@@ -646,3 +646,19 @@ class NativeFormat(ActionFormat):
 
     def error_message(self, error: ParseError) -> Message:
         return Message("user", str(error))
+
+
+def check_stop_reason(response: LlmResponse) -> None:
+    """Raise ParseError (for the LLM) when a reply stopped before its action could be read
+    whole: cut off at the output-token limit, or blocked by the provider's safety filter."""
+    if response.stop_reason == "max_tokens":
+        raise ParseError(
+            "Your reply was cut off at the output-token limit, so no action was run. "
+            "Reply again with a shorter response: keep the THOUGHT brief, and write big "
+            "files in parts (write_file a first part, then edit_file to extend it)."
+        )
+    if response.stop_reason == "safety":
+        raise ParseError(
+            "Your reply was blocked by the provider's safety filter, so no action was run. "
+            "Continue the task with a different approach or wording."
+        )

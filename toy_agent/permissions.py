@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from toy_agent.lint import parser_for, tree_sitter_language
-from toy_agent.messages import ToolOutput, visible
+from toy_agent.messages import ToolOutput, visible, wire_text
 from toy_agent.tools import BUILTIN_TOOLS, Changes, CodeRepositoryTools
 
 PERMISSION_MODES = ("read-only", "plan", "ask", "edits", "auto")
@@ -55,6 +55,25 @@ PLAN_PROMPT = (
 )
 Verdict = Literal["run", "ask", "deny"]
 RefusedBy = Literal["user", "rule", "mode", "hook"]
+# What the model is told of an action that did not run (its observation).
+DECLINED = (
+    "The user declined this action; it was not run. Ask yourself why, and try something "
+    "else or finish with task_complete."
+)
+DECLINED_BECAUSE = (
+    "The user declined this action; it was not run. The user's reason: {reason}\n"
+    "Take it into account, and try something else or finish with task_complete."
+)
+UNANSWERED = (
+    "This action needs the user's approval ({mode}) and no answer could be read (no "
+    "one is there to answer: stdin is closed, or this is a batch run), so it was not run. Do "
+    "without it, or finish with task_complete and say what you would have done."
+)
+REFUSED = (
+    "Refused: {reason}. It was not run. Do not try to get around this; use another way, or "
+    "finish with task_complete."
+)
+HOOK_REFUSED = "the user's pre_tool hook refused it: {reason}"
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,16 @@ class Decision:
     verdict: Verdict
     reason: str = ""
     rule: str = ""  # the deny rule that matched, when one did
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An action that did not run: who refused it, why (for the run's record; "" when the
+    user declined without a reason), and the observation the model is given."""
+
+    by: RefusedBy
+    reason: str
+    observation: str
 
 
 @dataclass(frozen=True)
@@ -654,6 +683,46 @@ class Permissions:
         if changes == "files" and self.mode == "ask":
             return Decision("ask")
         return Decision("run")
+
+    def gate(
+        self,
+        tool_name: str,
+        parameters: dict[str, Any],
+        changes: Changes | None,
+        *,
+        pre_tool: Callable[[], str | None],
+        confirm: Callable[[], bool | Answer] | None,
+        redact: Callable[[str], str],
+    ) -> Refusal | None:
+        """None when the action may run; else why not. These permissions decide; the user's
+        pre_tool hooks (`pre_tool()`: the reason when one refused) may refuse what they let
+        through; when they ask, `confirm()`'s answer does (None: no one is there to ask). The
+        user's reason is redacted with `redact`."""
+        decision = self.decide(tool_name, parameters, changes)
+        if decision.verdict == "deny":
+            by: RefusedBy = "rule" if decision.rule else "mode"
+            return Refusal(by, decision.reason, REFUSED.format(reason=decision.reason))
+        blocked = pre_tool()
+        if blocked is not None:
+            reason = HOOK_REFUSED.format(reason=blocked)
+            return Refusal("hook", blocked, REFUSED.format(reason=reason))
+        if decision.verdict == "run":
+            return None
+        unanswered = Refusal("mode", f"{self.label} needs an answer",
+                             UNANSWERED.format(mode=self.label))  # fmt: skip
+        if confirm is None:
+            return unanswered
+        answer = confirm()
+        if not isinstance(answer, Answer):
+            answer = Answer(bool(answer))
+        if answer.approved:
+            return None
+        if answer.unanswered:
+            return unanswered
+        reason = " ".join(redact(wire_text(answer.reason)).split())
+        if not reason:
+            return Refusal("user", "", DECLINED)
+        return Refusal("user", reason, DECLINED_BECAUSE.format(reason=reason))
 
     def may_ask(self, commands: bool) -> bool:
         """Whether the run may stop to ask the user (`commands`: run_command is offered)."""

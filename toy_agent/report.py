@@ -28,12 +28,12 @@ from typing import Any, NoReturn, Protocol
 from urllib.parse import quote
 
 from toy_agent import __version__, cuts
-from toy_agent.agent import DECLINED
 from toy_agent.batch import RESULTS_FILE
 from toy_agent.events import TRAJECTORY_FORMAT
 from toy_agent.files import atomic_write
 from toy_agent.messages import LlmResponse, Message, visible
 from toy_agent.parsing import ActionFormat, ParseError, get_format
+from toy_agent.permissions import DECLINED
 from toy_agent.redaction import REDACTED, Redactor, is_secret_variable
 from toy_agent.sessions import SESSION_FORMAT
 from toy_agent.tasks import TASK_ID

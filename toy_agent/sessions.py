@@ -501,7 +501,7 @@ class SessionRecorder:
         if applied:
             self.session.messages = [self.redact(m.to_dict()) for m in compacted.messages]
         self.session.compactions.append({
-            "compacted_at": _now(), "model": getattr(llm, "model", ""), "applied": applied,
+            "compacted_at": _now(), "model": llm.model, "applied": applied,
             "runs": len(self.session.runs),  # the runs it summarised (their steps are gone)
             "messages_before": len(self._cache), "messages_after": len(compacted.messages),
             "tokens_before": compacted.tokens_before, "tokens_after": compacted.tokens_after,
@@ -742,8 +742,6 @@ def compact_conversation(
     request = Message("user", f"The first task:\n{first.content}\n\nThe steps since:\n"
                               f"{transcript}\n\nWrite the summary now.")  # fmt: skip
     response = llm.call_llm(COMPACT_SYSTEM_PROMPT, [request])
-    if isinstance(response, str):  # a client written to the seed spec returns text
-        response = LlmResponse(response)
     summary = response.text.strip()
     if not summary:
         raise SessionError("the model wrote an empty summary: nothing was compacted")
