@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.messages import Message
     from toy_agent.redaction import Redactor
     from toy_agent.sessions import Session, SessionRecorder, SessionStore
-    from toy_agent.settings import RunSettings
+    from toy_agent.settings import ModelSettings, RunSettings
     from toy_agent.tools import CodeRepositoryTools
     from toy_agent.view import TerminalView
 
@@ -338,8 +338,8 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         settings = RunSettings.from_args(args)
     except (McpError, LlmConfigError) as exc:
         raise UsageError(str(exc)) from exc
-    if args.max_total_cost is not None or args.max_cost is not None:
-        _batch_prices(args)
+    if args.max_total_cost is not None or settings.llm.max_cost is not None:
+        _batch_prices(settings.llm, args.max_total_cost)
     swe = _swe_options(args)
     try:
         summary = run_batch(
@@ -383,15 +383,15 @@ def _swe_options(args: argparse.Namespace) -> Any:
     return SweOptions(repo_map, cache, args.hints, args.filter, part, args.test_cmd)
 
 
-def _batch_prices(args: argparse.Namespace) -> None:
+def _batch_prices(llm: ModelSettings, max_total_cost: float | None) -> None:
     """Cost limits on a batch need a price for its model, known before any task runs."""
     from toy_agent.pricing import PriceError, meter_for
 
-    row = providers.PROVIDERS.get(args.llm_provider)
-    model = args.model or (row.default_model if row else args.llm_provider)
-    limit = args.max_cost if args.max_cost is not None else args.max_total_cost
+    row = providers.PROVIDERS.get(llm.provider)
+    model = llm.model or (row.default_model if row else llm.provider)
+    limit = llm.max_cost if llm.max_cost is not None else max_total_cost
     try:
-        meter_for(model, limit, args.price_input, args.price_output)
+        meter_for(model, limit, llm.price_input, llm.price_output)
     except PriceError as exc:
         raise UsageError(str(exc).replace("--max-cost", "a cost limit")) from exc
 
