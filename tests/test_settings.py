@@ -208,30 +208,29 @@ def test_a_single_run_and_a_batch_task_build_the_same_agent(
     assert ran["settings"]["hooks"]
 
 
-class InlineExecutor(Executor):
-    """A whole executor in one class: each task runs in the caller's thread when submitted."""
-
-    name, summary, runs_here = "inline-test", "in the caller's thread", True
-
-    def __init__(self, settings: RunSettings, scratch: Path, workers: int,
-                 address: str | None = None):  # fmt: skip
-        from toy_agent.task_runner import run_task
-
-        self._run = lambda task: run_task(task, settings, scratch)
-        self._done: dict[str, dict[str, Any]] = {}
-
-    def submit(self, task: Task) -> str:
-        self._done[task.id] = self._run(task)
-        return task.id
-
-    def finished(self, handles: Any, timeout: float) -> list[tuple[Any, dict[str, Any]]]:
-        return [(h, self._done.pop(h)) for h in handles]
-
-    def cancel(self, handles: Any) -> None:
-        pass
-
-
 def test_a_new_executor_is_one_class(tmp_path: Path) -> None:
+    class InlineExecutor(Executor):  # defining it registers it
+        """A whole executor: each task runs in the caller's thread when it is submitted."""
+
+        name, summary, runs_here = "inline-test", "in the caller's thread", True
+
+        def __init__(self, settings: RunSettings, scratch: Path, workers: int,
+                     address: str | None = None):  # fmt: skip
+            from toy_agent.task_runner import run_task
+
+            self._run = lambda task: run_task(task, settings, scratch)
+            self._done: dict[str, dict[str, Any]] = {}
+
+        def submit(self, task: Task) -> str:
+            self._done[task.id] = self._run(task)
+            return task.id
+
+        def finished(self, handles: Any, timeout: float) -> list[tuple[Any, dict[str, Any]]]:
+            return [(h, self._done.pop(h)) for h in handles]
+
+        def cancel(self, handles: Any) -> None:
+            pass
+
     try:
         assert EXECUTORS["inline-test"] is InlineExecutor
         assert build_parser().parse_args(["--executor", "inline-test"]).executor == "inline-test"
