@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 from toy_agent.abandon import abandonable
 from toy_agent.context import (
-    DEFAULT_CONTEXT_BUDGET,
     ImageBudget,
     cap_text,
     fit_to_budget,
@@ -82,6 +81,7 @@ from toy_agent.pricing import CostLimitReached, CostMeter, price_for
 from toy_agent.providers import saved_base_url
 from toy_agent.redaction import Redactor
 from toy_agent.routes import RouteTable
+from toy_agent.settings import AgentSettings, ToolSettings
 from toy_agent.tools import CodeRepositoryTools, Tool, ToolError
 
 logger = logging.getLogger(__name__)
@@ -110,8 +110,8 @@ Outcome = Literal[
     "check_failed",
     "hook_refused",
 ]
-DEFAULT_CHECK_RETRIES = 2
-DEFAULT_CHECK_TIMEOUT = 600.0
+DEFAULT_CHECK_RETRIES = AgentSettings.check_retries  # the defaults live in toy_agent.settings
+DEFAULT_CHECK_TIMEOUT = AgentSettings.check_timeout
 CHECK_FAILED = (
     "task_complete was not accepted yet: the user's check `{command}` ran and {status} "
     "(attempt {attempt} of {limit}). The end of its output:\n{tail}\n"
@@ -222,13 +222,13 @@ class ReactAgent:
         self,
         llm_client: LlmClient,
         repo_path: str | Path | None = None,
-        max_iterations: int = 10,
+        max_iterations: int = AgentSettings.max_iterations,
         mcp_server_url: str | None = None,
         *,
         tools: CodeRepositoryTools | Iterable[Tool | Callable[..., Any]] | None = None,
         mcp_tools: McpTools | None = None,
-        tool_format: str | ActionFormat = "xml",
-        context_budget: int = DEFAULT_CONTEXT_BUDGET,
+        tool_format: str | ActionFormat = AgentSettings.tool_format,
+        context_budget: int = AgentSettings.context_budget,
         allow_commands: bool | None = None,
         redactor: Redactor | None = None,
         on_event: Subscriber | Iterable[Subscriber] | None = None,
@@ -240,7 +240,7 @@ class ReactAgent:
         check: str | None = None,
         check_retries: int = DEFAULT_CHECK_RETRIES,
         check_timeout: float = DEFAULT_CHECK_TIMEOUT,
-        lint: LintMode = "on",
+        lint: LintMode = ToolSettings.lint,
         lint_commands: Sequence[str] = (),
         hooks: Hooks | None = None,
     ):

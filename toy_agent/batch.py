@@ -21,21 +21,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from toy_agent.build import open_mcp
 from toy_agent.copies import release_worktrees
 from toy_agent.environments import ENGINES, EnvironmentError_, parse_env, remove_stale_containers
 from toy_agent.events import json_text
-from toy_agent.executors import Executor, LocalExecutor, RayExecutor
+from toy_agent.executors import EXECUTORS, Executor
 from toy_agent.executors import provider_environment as provider_environment
 from toy_agent.files import atomic_write
 from toy_agent.llm import LlmConfigError
 from toy_agent.mcp_config import McpError
-from toy_agent.mcp_tools import McpTools
 from toy_agent.messages import Usage
 from toy_agent.permissions import Permissions
 from toy_agent.providers import PROVIDERS
 from toy_agent.sandbox import SandboxUnavailable, resolve_sandbox
+from toy_agent.settings import RunSettings
 from toy_agent.swebench import SweOptions, load_instances_or_tasks, prediction
-from toy_agent.task_runner import RunSettings, StopSignal, build_llm
+from toy_agent.task_runner import build_llm
 from toy_agent.task_runner import run_task as run_task
 from toy_agent.tasks import BatchError, Task, is_git_checkout, is_git_url
 from toy_agent.tasks import parse_tasks as parse_tasks
@@ -260,11 +261,13 @@ def run_batch(
     task_list = load_instances_or_tasks(source, swe)
     if workers < 1:
         raise BatchError(f"workers must be at least 1, got {workers}")
-    if executor not in ("local", "ray"):
-        raise BatchError(f"unknown executor {executor!r}: use local or ray")
-    if ray_address and executor != "ray":
-        raise BatchError("--ray-address needs --executor ray")
-    if executor == "local":
+    engine_class = EXECUTORS.get(executor)
+    if engine_class is None:
+        raise BatchError(f"unknown executor {executor!r}: use {' or '.join(EXECUTORS)}")
+    if ray_address and not engine_class.takes_address:
+        takes = " or ".join(name for name, cls in EXECUTORS.items() if cls.takes_address)
+        raise BatchError(f"--ray-address needs --executor {takes}")
+    if engine_class.runs_here:
         settings = _preflight_local(settings, task_list)
     else:
         _preflight_llm(settings)
@@ -284,16 +287,13 @@ def run_batch(
     for kind in _environment_kinds(settings, task_list) & set(ENGINES):
         for name in remove_stale_containers(kind, lambda o: o == owner or _alive(o)):
             logger.warning("removed container %s, left by a batch that was killed", name)
-    settings = replace(settings, owner=owner)
+    settings = replace(settings, batch=replace(settings.batch, owner=owner))
     scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX)).resolve()
     (scratch / OWNER_FILE).write_text(_process_identity(os.getpid()), encoding="utf-8")
     engine: Executor | None = None
     ran, interrupted = 0, False
     try:
-        if executor == "ray":
-            engine = RayExecutor(settings, scratch, workers, ray_address)
-        else:
-            engine = LocalExecutor(settings, scratch, workers, StopSignal())
+        engine = engine_class(settings, scratch, workers, ray_address)
 
         def record(result: dict[str, Any]) -> None:
             nonlocal ran
@@ -371,15 +371,16 @@ def _process_identity(pid: int) -> str:
 
 def _model_name(settings: RunSettings) -> str:
     """A prediction's model_name_or_path: provider/model, or "gold" for --gold."""
-    if settings.gold:
+    if settings.batch.gold:
         return "gold"
-    row = PROVIDERS.get(settings.provider)
-    return f"{settings.provider}/{settings.model or (row.default_model if row else '')}"
+    model = settings.llm
+    row = PROVIDERS.get(model.provider)
+    return f"{model.provider}/{model.model or (row.default_model if row else '')}"
 
 
 def _preflight_llm(settings: RunSettings) -> None:
     """Build the client once: a missing key or a bad --replay fails the batch, not each task."""
-    if settings.make_llm is None and not settings.gold:  # --gold runs no model
+    if settings.llm.make_llm is None and not settings.batch.gold:  # --gold runs no model
         try:
             build_llm(settings)
         except LlmConfigError as exc:
@@ -389,7 +390,7 @@ def _preflight_llm(settings: RunSettings) -> None:
 def _environment_kinds(settings: RunSettings, tasks: Sequence[Task]) -> set[str]:
     """The kinds of the tasks' environments (host, rootfs, docker, podman), each checked."""
     kinds = set()
-    for spec in {t.env or settings.env or "host" for t in tasks}:
+    for spec in {settings.for_task(t).batch.env or "host" for t in tasks}:
         try:
             kind, target = parse_env(spec)
         except EnvironmentError_ as exc:
@@ -405,25 +406,31 @@ def _preflight_local(settings: RunSettings, tasks: Sequence[Task]) -> RunSetting
     sandbox, the MCP servers. Returns the settings with the sandbox resolved, so it is probed
     and warned about once, not once per task."""
     _preflight_llm(settings)
+    tools = settings.tools
     try:
         wants_sandbox = (
-            settings.allow_commands or bool(settings.check) or any(t.check for t in tasks)
+            tools.allow_commands or bool(settings.agent.check) or any(t.check for t in tasks)
         )
-        sandbox = resolve_sandbox(settings.sandbox, warn=wants_sandbox)
-        if settings.mcp_servers:
-            McpTools(list(settings.mcp_servers), timeout=settings.mcp_timeout).close()
+        sandbox = resolve_sandbox(tools.sandbox, warn=wants_sandbox)
+        mcp = open_mcp(tools)
+        if mcp is not None:
+            mcp.close()
     except McpError as exc:
         raise BatchError(str(exc)) from None
     except SandboxUnavailable as exc:
         raise BatchError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from None
     kinds = _environment_kinds(settings, tasks)
-    permissions = settings.permissions
-    if (settings.allow_commands and (settings.sandbox, sandbox) == ("auto", "off")
+    permissions = settings.agent.permissions
+    if (tools.allow_commands and (tools.sandbox, sandbox) == ("auto", "off")
             and "host" in kinds):  # fmt: skip
         # No sandbox, and the user did not turn it off: commands ask, and a batch never
         # asks, so they are refused (Permissions.for_tools, decided here for every task).
         permissions = replace(permissions or Permissions(), sandboxed=False)
-    return replace(settings, sandbox=sandbox, permissions=permissions)
+    return replace(
+        settings,
+        tools=replace(tools, sandbox=sandbox),
+        agent=replace(settings.agent, permissions=permissions),
+    )
 
 
 def _drive(

@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.permissions import Permissions
     from toy_agent.redaction import Redactor
     from toy_agent.sessions import Session
+    from toy_agent.settings import RunSettings
     from toy_agent.tools import CodeRepositoryTools
     from toy_agent.view import TerminalView
 
@@ -120,12 +121,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> _Parser:
-    from toy_agent.context import DEFAULT_CONTEXT_BUDGET
+    """The flags. Their defaults are the settings' (toy_agent.settings), read from there."""
     from toy_agent.environment import command_env_item
+    from toy_agent.executors import EXECUTORS
     from toy_agent.hooks import DEFAULT_HOOK_TIMEOUT
     from toy_agent.parsing import FORMAT_NAMES
     from toy_agent.permissions import PERMISSION_MODES
     from toy_agent.sandbox import SANDBOX_MODES
+    from toy_agent.settings import AgentSettings, BatchSettings, ModelSettings, ToolSettings
+
+    model, tools, agent = ModelSettings, ToolSettings, AgentSettings  # their defaults
 
     rows = providers.PROVIDERS.values()
     models = ", ".join(f"{row.name}: {row.default_model}" for row in rows)
@@ -149,9 +154,9 @@ def build_parser() -> _Parser:
     add(
         "--max-iterations",
         type=_positive_int,
-        default=10,
+        default=agent.max_iterations,
         metavar="N",
-        help="maximum THINK/ACT cycles (default: 10)",
+        help=f"maximum THINK/ACT cycles (default: {agent.max_iterations})",
     )
     add = parser.add_argument_group(
         "provider", "the LLM provider and how it is called"
@@ -184,16 +189,16 @@ def build_parser() -> _Parser:
     add(
         "--max-retries",
         type=_non_negative_int,
-        default=4,
+        default=model.max_retries,
         metavar="N",
-        help="retries of transient provider failures (default: 4)",
+        help=f"retries of transient provider failures (default: {model.max_retries})",
     )
     add(
         "--timeout",
         type=_positive_float,
-        default=120.0,
+        default=model.timeout,
         metavar="SECONDS",
-        help="seconds for one whole LLM response, streaming included (default: 120)",
+        help=f"seconds for one whole LLM response, streaming included (default: {model.timeout:g})",
     )
     add(
         "--effort",
@@ -212,7 +217,7 @@ def build_parser() -> _Parser:
     add(
         "--openai-api",
         choices=("chat", "responses"),
-        default="chat",
+        default=model.openai_api,
         help="the API of --llm-provider openai: chat (Chat Completions, the default; what local "
         "servers speak) or responses (OpenAI's Responses API: reasoning kept between turns)",
     )
@@ -227,16 +232,16 @@ def build_parser() -> _Parser:
     add(
         "--tool-format",
         choices=FORMAT_NAMES,
-        default="xml",
+        default=agent.tool_format,
         help="how the LLM writes actions: xml tags (default), react text, or the provider's "
         "native tool calls",
     )
     add(
         "--context-budget",
         type=_positive_int,
-        default=DEFAULT_CONTEXT_BUDGET,
+        default=agent.context_budget,
         metavar="TOKENS",
-        help=f"token budget for what is sent to the LLM (default: {DEFAULT_CONTEXT_BUDGET})",
+        help=f"token budget for what is sent to the LLM (default: {agent.context_budget})",
     )
     add(
         "--allow-commands",
@@ -246,7 +251,7 @@ def build_parser() -> _Parser:
     add(
         "--sandbox",
         choices=SANDBOX_MODES,
-        default="auto",
+        default=tools.sandbox,
         help="where run_command runs: bwrap (bubblewrap: writes only in the repository and "
         "/tmp, home hidden, no network, no surviving processes), off, or auto: bwrap when it "
         "works, else off with a warning (default: auto)",
@@ -306,7 +311,7 @@ def build_parser() -> _Parser:
     add(
         "--lint",
         choices=("off", "on", "strict"),
-        default="on",
+        default=tools.lint,
         help="after each file edit, tell the model the syntax errors it introduced (on); "
         "strict: refuse such an edit and leave the file as it was; off: no check (default: on)",
     )
@@ -328,9 +333,10 @@ def build_parser() -> _Parser:
     add(
         "--check-retries",
         type=_non_negative_int,
-        default=2,
+        default=agent.check_retries,
         metavar="N",
-        help="times the model may try again after a failed --check (default: 2)",
+        help=f"times the model may try again after a failed --check (default: "
+        f"{agent.check_retries})",
     )
     add(
         "--strict",
@@ -371,9 +377,10 @@ def build_parser() -> _Parser:
     add(
         "--mcp-timeout",
         type=_positive_float,
-        default=30.0,
+        default=tools.mcp_timeout,
         metavar="SECONDS",
-        help="seconds for MCP start-up and for each MCP tool call (default: 30)",
+        help=f"seconds for MCP start-up and for each MCP tool call (default: "
+        f"{tools.mcp_timeout:g})",
     )
     add = parser.add_argument_group("output", "what is printed and saved").add_argument
     add("--list-tools", action="store_true", help="print the tools the agent would offer, exit")
@@ -488,10 +495,10 @@ def build_parser() -> _Parser:
     badd(
         "--attempts",
         type=_positive_int,
-        default=1,
+        default=BatchSettings.attempts,
         metavar="N",
         help="independent attempts per task, each in a fresh copy, stopping at the first that "
-        'resolves it (a task\'s "attempts" wins; default: 1)',
+        f'resolves it (a task\'s "attempts" wins; default: {BatchSettings.attempts})',
     )
     badd("--redo", action="store_true", help="run tasks again that already have a result in DIR")
     badd("--setup", metavar="CMD",
@@ -543,15 +550,17 @@ def build_parser() -> _Parser:
     badd(
         "--check-timeout",
         type=_positive_float,
-        default=600.0,
+        default=agent.check_timeout,
         metavar="SECONDS",
-        help="limit for each run of a --check or task check command (default: 600)",
+        help=f"limit for each run of a --check or task check command (default: "
+        f"{agent.check_timeout:g})",
     )
     badd(
         "--executor",
-        choices=("local", "ray"),
-        default="local",
-        help="local threads, or Ray tasks on a cluster (default: local)",
+        choices=tuple(EXECUTORS),
+        default=next(iter(EXECUTORS)),
+        help=f"{', or '.join(cls.summary for cls in EXECUTORS.values())} "
+        f"(default: {next(iter(EXECUTORS))})",
     )
     badd(
         "--ray-address",
@@ -915,8 +924,6 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
         TerminalView(sys.stdout, tail_lines=tail) if live and not (batch or args.list_tools)
         else None
     )  # fmt: skip
-    if args.show_thinking == "auto":  # the thinking is asked for where someone will see it
-        args.show_thinking = "on" if view is not None else "off"
     redactor, handlers = _setup_logging(args, live or batch, view, batch=batch)
     keys = providers.key_variables()
     for name, value in load_dotenv_file(Path.cwd() / ".env", repo).items():
@@ -932,8 +939,9 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
             _refuse_single_run_flags(args)
             return _run_batch(args, live)
         if args.list_tools:
-            tools = _local_tools(args, repo, redactor)
-            mcp = _mcp_tools(args, redactor)
+            settings = _run_settings(args, view, redactor)
+            tools = _local_tools(settings, repo, redactor)
+            mcp = _mcp_tools(settings, redactor)
             return _list_tools(args, tools, mcp)
         if args.undo:
             return _undo(args, repo)
@@ -946,7 +954,8 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
                 f"{flag} reads answers from stdin, so the task cannot: pass it as --task TEXT"
             )
         _check_writable(args.trajectory, "--trajectory")
-        tools = _local_tools(args, repo, redactor)
+        settings = _run_settings(args, view, redactor)
+        tools = _local_tools(settings, repo, redactor)
         instructions = load_instructions(tools, args.append_system_prompt, redactor.redact)
         notes = [note for note in (args.provider_note, args.restored) if note]
         if view is not None:  # at once: the provider's SDK may take seconds to load
@@ -956,11 +965,11 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
                                   permissions=args.permissions), notes)  # fmt: skip
         for note in notes if view is None else ():
             logging.getLogger("toy_agent").info("%s", note)
-        llm = _llm_client(args)
+        llm = _llm_client(settings)
         started()
-        mcp = _mcp_tools(args, redactor)
-        models = _model_client(args)
-        return _run_agent(args, repo, task, llm, mcp, redactor, view, tools, models,
+        mcp = _mcp_tools(settings, redactor)
+        models = _model_client(settings)
+        return _run_agent(args, settings, repo, task, llm, mcp, redactor, view, tools, models,
                           instructions.text)  # fmt: skip
     finally:
         if view is not None:
@@ -972,21 +981,13 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
             handler.close()
 
 
-def _model_client(args: argparse.Namespace) -> Callable[[str, str], LlmClient]:
-    """/model NAME in a session: a client for NAME. A name that says its provider (claude-*,
-    gemini-*, gpt-*, o3...) switches to it (with its own key and base URL variables);
-    another name stays with the current provider and its --base-url. Raises LlmConfigError."""
-    from toy_agent.llm import client_for
+def _model_client(settings: RunSettings) -> Callable[[str, str], LlmClient]:
+    """/model NAME in a session: a client for NAME, built as the first one was (see
+    ModelSettings.switched_to for the provider and base URL it gets). Raises LlmConfigError."""
+    from toy_agent.build import build_llm
 
     def make(name: str, current: str) -> LlmClient:
-        row = providers.provider_for_model(name)
-        provider = row.name if row else current
-        settings = _model_settings(args)
-        if provider != "openai":  # --openai-api is the openai provider's
-            settings["openai_api"] = "chat"
-        return client_for(provider, model=name, max_retries=args.max_retries,
-                          base_url=args.base_url if provider == current else None,
-                          timeout=args.timeout, **settings)  # fmt: skip
+        return build_llm(settings.llm.switched_to(name, current))
 
     return make
 
@@ -1000,58 +1001,50 @@ def _interactive(args: argparse.Namespace) -> bool:
     return True
 
 
-def _local_tools(args: argparse.Namespace, repo: Path, redactor: Redactor) -> CodeRepositoryTools:
-    """The repository tools, with the sandbox resolved: `--sandbox bwrap` without a working
-    bwrap is a usage error, `auto` without one warns (once, and only when commands run)."""
-    from toy_agent.sandbox import SandboxUnavailable
-    from toy_agent.tools import CodeRepositoryTools
+def _run_settings(
+    args: argparse.Namespace, view: TerminalView | None, redactor: Redactor
+) -> RunSettings:
+    """The run's settings from the flags (a live view shows the thinking and the stream)."""
+    from toy_agent.llm import LlmConfigError
+    from toy_agent.mcp_config import McpError
+    from toy_agent.settings import RunSettings
 
     try:
-        return CodeRepositoryTools(
-            repo,
-            allow_commands=args.allow_commands,
-            redactor=redactor,
-            sandbox=args.sandbox,
-            sandbox_network=args.sandbox_network,
-            sandbox_read=args.sandbox_read,
-            command_env=args.command_env,
-        )
+        return RunSettings.from_args(args, live=view is not None)
+    except LlmConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    except McpError as exc:
+        raise UsageError(redactor.redact(str(exc))) from exc
+
+
+def _local_tools(settings: RunSettings, repo: Path, redactor: Redactor) -> CodeRepositoryTools:
+    """The repository tools, with the sandbox resolved: `--sandbox bwrap` without a working
+    bwrap is a usage error, `auto` without one warns (once, and only when commands run)."""
+    from toy_agent.build import build_tools
+    from toy_agent.sandbox import SandboxUnavailable
+
+    try:
+        return build_tools(settings.tools, repo, redactor)
     except SandboxUnavailable as exc:
         raise UsageError(f"--sandbox bwrap: {exc}, or pass --sandbox off") from exc
 
 
-def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """--effort, --model-option and --show-thinking as the client takes them (`show_thinking`
-    in args is resolved by _run: auto is on with the live view). Raises LlmConfigError."""
-    from toy_agent.llm import parse_model_options
-
-    return {"effort": args.effort, "model_options": parse_model_options(args.model_option),
-            "show_thinking": args.show_thinking == "on", "openai_api": args.openai_api}  # fmt: skip
-
-
-def _llm_client(args: argparse.Namespace) -> LlmClient:
-    from toy_agent.llm import LlmConfigError, client_for
+def _llm_client(settings: RunSettings) -> LlmClient:
+    from toy_agent.build import build_llm
+    from toy_agent.llm import LlmConfigError
 
     try:
-        return client_for(
-            args.llm_provider, model=args.model, base_url=args.base_url, replay=args.replay,
-            replay_lenient=args.replay_lenient, max_retries=args.max_retries,
-            timeout=args.timeout, **_model_settings(args),
-        )  # fmt: skip
+        return build_llm(settings.llm)
     except LlmConfigError as exc:
         raise UsageError(str(exc)) from exc
 
 
-def _mcp_tools(args: argparse.Namespace, redactor: Redactor) -> McpTools | None:
-    if not args.mcp_server and not args.mcp_config:
-        return None
-    from toy_agent.mcp_tools import McpError, McpTools, load_mcp_config, parse_server_arg
+def _mcp_tools(settings: RunSettings, redactor: Redactor) -> McpTools | None:
+    from toy_agent.build import open_mcp
+    from toy_agent.mcp_tools import McpError
 
     try:
-        servers = [parse_server_arg(arg) for arg in args.mcp_server]
-        if args.mcp_config:
-            servers += load_mcp_config(args.mcp_config)
-        return McpTools(servers, timeout=args.mcp_timeout, redact=redactor.redact)
+        return open_mcp(settings.tools, redactor.redact)
     except McpError as exc:
         raise UsageError(redactor.redact(str(exc))) from exc
 

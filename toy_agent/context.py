@@ -15,9 +15,10 @@ from dataclasses import dataclass, replace
 from toy_agent.cuts import BUDGET, cut, how_to_see_more
 from toy_agent.llm import Message
 from toy_agent.messages import Image, ToolOutput
+from toy_agent.settings import AgentSettings
 
 CHARS_PER_TOKEN = 4
-DEFAULT_CONTEXT_BUDGET = 100_000  # tokens; below every supported cloud model's window
+DEFAULT_CONTEXT_BUDGET = AgentSettings.context_budget  # its home: toy_agent.settings
 KEEP_RECENT_MESSAGES = 4  # the latest two steps (assistant + observation each) stay whole
 ELIDED_STUB_CHARS = 300
 _AGAIN = "run the tool again if you need them"

@@ -1,4 +1,10 @@
-"""Where batch tasks run: threads on this machine, or Ray tasks on a cluster."""
+"""Where batch tasks run: threads on this machine, or Ray tasks on a cluster.
+
+An executor is one class: a subclass of Executor with its `name` is registered by that name,
+and `--executor`'s choices and help, and `run_batch`'s `executor`, come from EXECUTORS. This
+module imports the task runner only when an executor is built, so the command line can list
+the choices without loading the agent.
+"""
 
 from __future__ import annotations
 
@@ -8,43 +14,72 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from toy_agent.llm import resolve_settings
 from toy_agent.providers import PROVIDERS
-from toy_agent.task_runner import (
-    Credentials,
-    RunSettings,
-    StopSignal,
-    failed_result,
-    run_task,
-)
 from toy_agent.tasks import BatchError, Task
+
+if TYPE_CHECKING:
+    from toy_agent.settings import RunSettings
 
 INSTALL_RAY = 'pip install "toy-agent[ray]"'
 
-
-class Executor(Protocol):
-    """Where tasks run: `submit` starts one, `finished` returns the (handle, result) pairs
-    done within `timeout`, `cancel` stops the given ones, `close` releases the engine."""
-
-    def submit(self, task: Task) -> Any: ...
-    def finished(
-        self, handles: Sequence[Any], timeout: float
-    ) -> list[tuple[Any, dict[str, Any]]]: ...
-    def cancel(self, handles: Sequence[Any]) -> None: ...
-    def close(self) -> None: ...
-    def steps(self) -> dict[str, int]: ...
+EXECUTORS: dict[str, type[Executor]] = {}  # --executor NAME -> its class, in --help's order
 
 
-class LocalExecutor:
+class Executor:
+    """Where tasks run, built as `cls(settings, scratch, workers, address)` before the first
+    task. `submit` starts a task, `finished` returns the (handle, result) pairs done within
+    `timeout`, `cancel` stops the given ones, `steps` says the step each running task's agent
+    is at, `close` releases the engine."""
+
+    name: ClassVar[str] = ""  # its --executor name: a subclass with one is registered
+    summary: ClassVar[str] = ""  # what --help says of it
+    # Tasks run on this machine: its sandbox and MCP servers are checked once before the
+    # batch (else only the model settings are, here).
+    runs_here: ClassVar[bool] = False
+    takes_address: ClassVar[bool] = False  # it reaches a cluster at `address` (--ray-address)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            EXECUTORS[cls.name] = cls
+
+    def __init__(self, settings: RunSettings, scratch: Path, workers: int,
+                 address: str | None = None):  # fmt: skip
+        raise NotImplementedError
+
+    def submit(self, task: Task) -> Any:
+        raise NotImplementedError
+
+    def finished(self, handles: Sequence[Any], timeout: float) -> list[tuple[Any, dict[str, Any]]]:
+        raise NotImplementedError
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        raise NotImplementedError
+
+    def steps(self) -> dict[str, int]:
+        return {}  # not known here (a task on another machine)
+
+    def close(self) -> None:
+        pass
+
+
+class LocalExecutor(Executor):
     """Threads: tasks spend their time waiting on the LLM, so threads scale with --workers."""
 
-    def __init__(self, settings: RunSettings, scratch: Path, workers: int, stop: StopSignal):
-        self._settings, self._scratch, self._stop = settings, scratch, stop
+    name, summary, runs_here = "local", "local threads", True
+
+    def __init__(self, settings: RunSettings, scratch: Path, workers: int,
+                 address: str | None = None):  # fmt: skip
+        from toy_agent.task_runner import StopSignal
+
+        self._settings, self._scratch, self._stop = settings, scratch, StopSignal()
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, "toy-agent-task")
 
     def submit(self, task: Task) -> concurrent.futures.Future[dict[str, Any]]:
+        from toy_agent.task_runner import run_task
+
         return self._pool.submit(run_task, task, self._settings, self._scratch, self._stop)
 
     def finished(
@@ -66,12 +101,17 @@ class LocalExecutor:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """Each task is a Ray task on an existing cluster (`address`, or RAY_ADDRESS), or on a local
     Ray instance started here and stopped in close(). Workers get the provider's key and base
     URL as an argument (see Credentials) and prepare their own copy; the result comes back."""
 
-    def __init__(self, settings: RunSettings, scratch: Path, workers: int, address: str | None):
+    name, summary, takes_address = "ray", "Ray tasks on a cluster", True
+
+    def __init__(self, settings: RunSettings, scratch: Path, workers: int,
+                 address: str | None = None):  # fmt: skip
+        from toy_agent.task_runner import Credentials, run_task
+
         try:
             import ray
         except ImportError:
@@ -121,6 +161,8 @@ class RayExecutor:
             except ray.exceptions.RayTaskError:
                 raise  # a bug in run_task: it raises, as it would on a thread
             except ray.exceptions.RayError as exc:  # the worker or its node died, or cancelled
+                from toy_agent.task_runner import failed_result
+
                 error = f"the Ray task failed: {type(exc).__name__}: {exc}"
                 results.append((ref, failed_result(task_id, error)))
         return results
@@ -147,10 +189,13 @@ def _one_line(exc: BaseException) -> str:
 def provider_environment(settings: RunSettings) -> dict[str, str]:
     """The key, base URL and API version variables a worker's client reads, from this
     environment."""
-    row = PROVIDERS.get(settings.provider)
-    if settings.make_llm is not None or row is None:
+    from toy_agent.llm import resolve_settings
+
+    model = settings.llm
+    row = PROVIDERS.get(model.provider)
+    if model.make_llm is not None or row is None:
         return {}
-    key, url = resolve_settings(settings.provider, None, settings.base_url, os.environ)
+    key, url = resolve_settings(model.provider, None, model.base_url, os.environ)
     variables = {row.key_variables[0]: key, row.base_url_variable: url}
     if row.api_version_variable and os.environ.get(row.api_version_variable):
         variables[row.api_version_variable] = os.environ[row.api_version_variable]

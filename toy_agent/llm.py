@@ -43,6 +43,7 @@ from toy_agent.messages import (
 )
 from toy_agent.providers import EFFORTS, GEMINI, PROVIDERS, Provider, image_types
 from toy_agent.redaction import mask_key
+from toy_agent.settings import ModelSettings
 
 logger = logging.getLogger(__name__)
 
@@ -354,13 +355,13 @@ def client_for(
     base_url: str | None = None,
     replay: str | None = None,
     replay_lenient: bool = False,
-    max_retries: int = 4,
-    timeout: float = 120.0,
+    max_retries: int = ModelSettings.max_retries,
+    timeout: float = ModelSettings.timeout,
     environ: Mapping[str, str] = os.environ,
     effort: str | None = None,
     model_options: Mapping[str, Any] | None = None,
     show_thinking: bool = False,
-    openai_api: str = "chat",
+    openai_api: str = ModelSettings.openai_api,
 ) -> LlmClient:
     """The client the command-line settings ask for: the replay of a recording, or a real
     provider (keys and base URLs from `environ`). Mistakes raise LlmConfigError."""
@@ -389,13 +390,13 @@ def create_llm_client(
     *,
     model: str | None = None,
     base_url: str | None = None,
-    max_retries: int = 4,
-    timeout: float = 120.0,
+    max_retries: int = ModelSettings.max_retries,
+    timeout: float = ModelSettings.timeout,
     environ: Mapping[str, str] = os.environ,
     effort: str | None = None,
     model_options: Mapping[str, Any] | None = None,
     show_thinking: bool = False,
-    openai_api: str = "chat",
+    openai_api: str = ModelSettings.openai_api,
 ) -> LlmClient:
     """Build the client for a real provider, reading keys and base URLs from `environ` only.
     `openai_api` "responses" picks OpenAI's Responses API over Chat Completions."""
@@ -614,8 +615,8 @@ class _ProviderClient(LlmClient):
         model: str | None = None,
         *,
         base_url: str | None = None,
-        max_retries: int = 4,
-        timeout: float = 120.0,
+        max_retries: int = ModelSettings.max_retries,
+        timeout: float = ModelSettings.timeout,
         max_tokens: int = 8192,
         environ: Mapping[str, str] | None = None,
         effort: str | None = None,

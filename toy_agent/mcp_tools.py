@@ -47,6 +47,7 @@ from toy_agent.mcp_config import (
     unique_name,
 )
 from toy_agent.messages import Image, ToolOutput, visible
+from toy_agent.settings import ToolSettings
 
 if TYPE_CHECKING:
     from mcp_types import LoggingLevel
@@ -453,7 +454,7 @@ class McpTools:
         self,
         servers: str | McpServerConfig | Sequence[str | McpServerConfig],
         *,
-        timeout: float = 30.0,
+        timeout: float = ToolSettings.mcp_timeout,
         ceiling: float | None = None,
         redact: Callable[[str], str] | None = None,
     ) -> None:

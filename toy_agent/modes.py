@@ -22,9 +22,9 @@ if TYPE_CHECKING:  # imported for real only where used, so --help stays instant
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_tools import McpTools
     from toy_agent.messages import Message
-    from toy_agent.pricing import CostMeter
     from toy_agent.redaction import Redactor
     from toy_agent.sessions import Session, SessionRecorder, SessionStore
+    from toy_agent.settings import ModelSettings, RunSettings
     from toy_agent.tools import CodeRepositoryTools
     from toy_agent.view import TerminalView
 
@@ -83,6 +83,7 @@ def _recorded_task(path: str) -> str | None:
 
 def _run_agent(
     args: argparse.Namespace,
+    settings: RunSettings,
     repo: Path,
     task: str | None,
     llm: LlmClient,
@@ -94,7 +95,7 @@ def _run_agent(
     instructions: str = "",
 ) -> int:
     """One task, or (`task` None) the interactive session; either way saved as a session."""
-    from toy_agent.agent import ReactAgent
+    from toy_agent.build import build_agent
     from toy_agent.events import (
         OUTPUT_SCHEMA_VERSION,
         JsonLinesWriter,
@@ -102,7 +103,9 @@ def _run_agent(
         run_diff,
     )
     from toy_agent.messages import visible
+    from toy_agent.permissions import Permissions
     from toy_agent.plans import carry_out_task, save_plan
+    from toy_agent.pricing import PriceError
     from toy_agent.view import format_summary, make_confirm, sandbox_summary, to_json, use_color
 
     subscribers: list[Any] = []
@@ -117,33 +120,16 @@ def _run_agent(
         subscribers.append(recorder)
     sessions = _session_recorder(args, repo, tools, redactor, lambda: agent.conversation_history)
     subscribers.append(sessions)
-    permissions = args.permissions.for_tools(tools)
+    permissions = (settings.agent.permissions or Permissions()).for_tools(tools)
     confirm = None  # a plan carried out may ask, and so may a session after /plan
     if permissions.may_ask(tools.allow_commands) or task is None or permissions.mode == "plan":
         confirm = make_confirm(tools, view.ask if view and sys.stdin.isatty() else _ask)
-    agent = ReactAgent(
-        llm,
-        repo,
-        args.max_iterations,
-        tools=tools,
-        mcp_tools=mcp,
-        tool_format=args.tool_format,
-        context_budget=args.context_budget,
-        allow_commands=args.allow_commands,
-        redactor=redactor,
-        on_event=subscribers,
-        confirm=confirm,
-        stream=args.stream and view is not None,
-        instructions=instructions,
-        cost=_cost_meter(args, llm),
-        permissions=permissions,
-        check=args.check,
-        check_retries=args.check_retries,
-        check_timeout=args.check_timeout,
-        lint=args.lint,
-        lint_commands=args.lint_cmd,
-        hooks=replace(args.hooks, session=lambda: sessions.session.id),
-    )
+    try:
+        agent = build_agent(settings, llm, tools, mcp, redactor=redactor,
+                            subscribers=subscribers, confirm=confirm, instructions=instructions,
+                            session=lambda: sessions.session.id)  # fmt: skip
+    except PriceError as exc:
+        raise UsageError(str(exc)) from exc
     lines.session = sessions.session.id
     if task is None:
         from toy_agent.interactive import Repl
@@ -156,8 +142,8 @@ def _run_agent(
         result = {"schema_version": OUTPUT_SCHEMA_VERSION,
                   **redactor.redact_obj(outcome.to_dict()), "sandbox": tools.sandbox,
                   "permission_mode": agent.permissions.mode,
-                  "session": sessions.session.id, "provider": args.llm_provider,
-                  "model": getattr(llm, "model", None), "trajectory": args.trajectory,
+                  "session": sessions.session.id, "provider": settings.llm.provider,
+                  "model": agent.llm_client.model or None, "trajectory": args.trajectory,
                   "exit_code": run_exit_code(outcome.outcome, outcome.refusals, args.strict),
                   "diff": diff, "diff_truncated": diff_cut,
                   **({"plan_file": str(plan)} if plan else {})}  # fmt: skip
@@ -284,19 +270,6 @@ def _load_session(id_or_file: str, store: SessionStore | None = None) -> Session
         raise UsageError(str(exc)) from exc
 
 
-def _cost_meter(args: argparse.Namespace, llm: LlmClient) -> CostMeter:
-    """The price of the model (the table's, or --price-input/--price-output) and --max-cost."""
-    from toy_agent.pricing import CostMeter, Price, PriceError, meter_for
-
-    if getattr(llm, "provider", "") == providers.REPLAY:  # the recording was paid for once
-        return CostMeter(Price(0.0, 0.0), args.max_cost)
-    try:
-        return meter_for(getattr(llm, "model", "") or "", args.max_cost, args.price_input,
-                         args.price_output)  # fmt: skip
-    except PriceError as exc:
-        raise UsageError(str(exc)) from exc
-
-
 def _undo(args: argparse.Namespace, repo: Path) -> int:
     """--undo: revert the latest run in --repo; refused (exit 1) when a file changed since."""
     from toy_agent.sessions import (
@@ -344,9 +317,10 @@ def _refuse_single_run_flags(args: argparse.Namespace) -> None:
 
 def _run_batch(args: argparse.Namespace, live: bool) -> int:
     """--tasks-file: toy_agent.batch runs every task in its own copy and writes --out."""
-    from toy_agent.batch import BatchError, BatchInterrupted, RunSettings, run_batch
-    from toy_agent.llm import LlmConfigError, parse_model_options
-    from toy_agent.mcp_config import McpError, load_mcp_config
+    from toy_agent.batch import BatchError, BatchInterrupted, run_batch
+    from toy_agent.llm import LlmConfigError
+    from toy_agent.mcp_config import McpError
+    from toy_agent.settings import RunSettings
     from toy_agent.view import to_json
 
     if not args.tasks_file or not args.out:
@@ -361,30 +335,11 @@ def _run_batch(args: argparse.Namespace, live: bool) -> int:
         raise UsageError("--permission-mode ask waits for your answer before every change, "
                          "which a batch cannot give: use edits, auto or read-only")  # fmt: skip
     try:
-        config = load_mcp_config(args.mcp_config) if args.mcp_config else []
-        options = tuple(parse_model_options(args.model_option).items())
+        settings = RunSettings.from_args(args)
     except (McpError, LlmConfigError) as exc:
         raise UsageError(str(exc)) from exc
-    if args.max_total_cost is not None or args.max_cost is not None:
-        _batch_prices(args)
-    settings = RunSettings(
-        provider=args.llm_provider, model=args.model, base_url=args.base_url,
-        max_retries=args.max_retries, timeout=args.timeout, replay=args.replay,
-        effort=args.effort, model_options=options, openai_api=args.openai_api,
-        replay_lenient=args.replay_lenient, max_iterations=args.max_iterations,
-        tool_format=args.tool_format, context_budget=args.context_budget,
-        allow_commands=args.allow_commands, sandbox=args.sandbox,
-        sandbox_network=args.sandbox_network, sandbox_read=tuple(args.sandbox_read),
-        command_env=tuple(args.command_env),
-        mcp_servers=(*args.mcp_server, *config),
-        mcp_timeout=args.mcp_timeout, check_timeout=args.check_timeout,
-        check=args.check, check_retries=args.check_retries, attempts=args.attempts,
-        lint=args.lint,
-        lint_commands=tuple(args.lint_cmd),
-        max_cost=args.max_cost, price_input=args.price_input, price_output=args.price_output,
-        permissions=args.permissions, hooks=args.hooks, gold=args.gold,
-        task_timeout=args.task_timeout, setup=args.setup, env=args.env,
-    )  # fmt: skip
+    if args.max_total_cost is not None or settings.llm.max_cost is not None:
+        _batch_prices(settings.llm, args.max_total_cost)
     swe = _swe_options(args)
     try:
         summary = run_batch(
@@ -428,15 +383,15 @@ def _swe_options(args: argparse.Namespace) -> Any:
     return SweOptions(repo_map, cache, args.hints, args.filter, part, args.test_cmd)
 
 
-def _batch_prices(args: argparse.Namespace) -> None:
+def _batch_prices(llm: ModelSettings, max_total_cost: float | None) -> None:
     """Cost limits on a batch need a price for its model, known before any task runs."""
     from toy_agent.pricing import PriceError, meter_for
 
-    row = providers.PROVIDERS.get(args.llm_provider)
-    model = args.model or (row.default_model if row else args.llm_provider)
-    limit = args.max_cost if args.max_cost is not None else args.max_total_cost
+    row = providers.PROVIDERS.get(llm.provider)
+    model = llm.model or (row.default_model if row else llm.provider)
+    limit = llm.max_cost if llm.max_cost is not None else max_total_cost
     try:
-        meter_for(model, limit, args.price_input, args.price_output)
+        meter_for(model, limit, llm.price_input, llm.price_output)
     except PriceError as exc:
         raise UsageError(str(exc).replace("--max-cost", "a cost limit")) from exc
 

@@ -13,27 +13,23 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from toy_agent.agent import DEFAULT_CHECK_RETRIES, ReactAgent, RunResult
-from toy_agent.context import DEFAULT_CONTEXT_BUDGET
+from toy_agent.agent import ReactAgent, RunResult
+from toy_agent.build import build_agent, build_tools, open_mcp
+from toy_agent.build import build_llm as build_model_client
 from toy_agent.copies import Copy, GitError, collect_patch, prepare_copy, rebase_copy, remove_copy
 from toy_agent.environments import Environment, EnvironmentError_, parse_env
 from toy_agent.events import TrajectoryRecorder, json_text
-from toy_agent.hooks import Hooks
-from toy_agent.lint import LintMode
-from toy_agent.llm import LlmClient, LlmConfigError, client_for
-from toy_agent.mcp_config import McpError, McpServerConfig
-from toy_agent.mcp_tools import McpTools
+from toy_agent.llm import LlmClient, LlmConfigError
+from toy_agent.mcp_config import McpError
 from toy_agent.messages import CommandResult, Usage
-from toy_agent.permissions import Permissions
-from toy_agent.pricing import meter_for
-from toy_agent.providers import DEFAULT_PROVIDER
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import SandboxUnavailable, kill_live_groups
+from toy_agent.settings import AgentSettings, RunSettings
 from toy_agent.swebench import apply_patch, grade, patch_files
 from toy_agent.tasks import Instance, Task
 from toy_agent.tools import CHECK_TAIL_CHARS as CHECK_TAIL_CHARS  # its old home
@@ -57,54 +53,7 @@ class TaskLogFilter(logging.Filter):
         return True
 
 
-DEFAULT_CHECK_TIMEOUT = 600.0
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """How every task's agent is built and checked: the CLI's agent flags.
-
-    `make_llm` replaces the provider settings with a factory (a custom or scripted model); it
-    is called once per task, in the worker."""
-
-    provider: str = DEFAULT_PROVIDER
-    model: str | None = None
-    base_url: str | None = None
-    max_retries: int = 4
-    timeout: float = 120.0
-    effort: str | None = None  # --effort; a task's own "effort" wins
-    model_options: tuple[tuple[str, Any], ...] = ()  # --model-option, parsed
-    openai_api: str = "chat"  # --openai-api
-    replay: str | None = None
-    replay_lenient: bool = False
-    max_iterations: int = 10
-    tool_format: str = "xml"
-    context_budget: int = DEFAULT_CONTEXT_BUDGET
-    allow_commands: bool = False
-    sandbox: str = "auto"
-    sandbox_network: bool = False
-    sandbox_read: tuple[str, ...] = ()  # --sandbox-read: folders sandboxed commands may read
-    command_env: tuple[str, ...] = ()  # --command-env: NAME or NAME=VALUE, given to commands
-    mcp_servers: tuple[str | McpServerConfig, ...] = ()
-    mcp_timeout: float = 30.0
-    check_timeout: float = DEFAULT_CHECK_TIMEOUT
-    check: str | None = None  # --check: the check of tasks that give none
-    check_retries: int = DEFAULT_CHECK_RETRIES  # times the model may try after a failed check
-    attempts: int = 1  # --attempts: of tasks that give none
-    lint: LintMode = "on"  # --lint
-    lint_commands: tuple[str, ...] = ()  # --lint-cmd
-    max_cost: float | None = None  # per task, like --max-cost for one run
-    price_input: float | None = None  # USD per million tokens, over the price table's
-    price_output: float | None = None
-    # What would ask is refused (no one is there to answer), the model told why.
-    permissions: Permissions | None = None
-    gold: bool = False  # --gold: a SWE-bench instance's own patch instead of the agent
-    task_timeout: float | None = None  # --task-timeout: seconds an attempt's agent may run
-    setup: str | None = None  # --setup: of tasks that give none
-    env: str | None = None  # --env: of tasks that give none (host, rootfs:DIR, docker:IMAGE ...)
-    owner: str = ""  # the batch's process, on the containers it starts (set by run_batch)
-    hooks: Hooks | None = None  # the user's --hook commands, run in each task's copy
-    make_llm: Callable[[], LlmClient] | None = field(default=None, compare=False)
+DEFAULT_CHECK_TIMEOUT = AgentSettings.check_timeout  # its old home
 
 
 class Credentials:
@@ -177,8 +126,9 @@ def run_task(
     scratch = Path(scratch)
     stopped = stop.is_set if stop else (lambda: False)
     named = _TASK_ID.set(task.id)
-    check_command = None if task.instance else task.check or settings.check
-    limit = task.attempts or settings.attempts
+    settings = settings.for_task(task)
+    check_command = None if task.instance else settings.agent.check
+    limit = settings.batch.attempts
     try:
         if stopped():
             return {"id": task.id, "outcome": "cancelled"}
@@ -257,57 +207,56 @@ def _attempt(
     """One attempt in a fresh copy (the first also takes the baseline); None when stopped."""
     meta = scratch / "meta" / task.id
     copy = None
-    kind, target = parse_env(task.env or settings.env or "host")
-    environment = Environment(kind, target.replace("{id}", task.id), settings.sandbox_network,
-                              owner=settings.owner)  # fmt: skip
+    kind, target = parse_env(settings.batch.env or "host")
+    here, timeout = settings.tools, settings.agent.check_timeout
+    environment = Environment(kind, target.replace("{id}", task.id), here.sandbox_network,
+                              owner=settings.batch.owner)  # fmt: skip
     try:
         copy = prepare_copy(task, scratch)
         redactor = _redactor(credentials)
         environment.start(copy.path, task.id)
-        tools = CodeRepositoryTools(
-            copy.path, allow_commands=settings.allow_commands, redactor=redactor,
-            sandbox=settings.sandbox if kind == "host" else "off",
-            sandbox_network=settings.sandbox_network,
-            sandbox_read=(*settings.sandbox_read, *filter(None, [copy.shared_objects])),
-            command_env=settings.command_env,
-            environment=None if kind == "host" else environment,
-        )  # fmt: skip
-        setup = task.setup or settings.setup
-        if setup:
-            copy = _set_up(copy, setup, tools, settings.check_timeout)
+        shared = [str(copy.shared_objects)] if copy.shared_objects else []
+        tool_settings = replace(here, sandbox=here.sandbox if kind == "host" else "off",
+                                sandbox_read=(*here.sandbox_read, *shared))  # fmt: skip
+        tools = build_tools(tool_settings, copy.path, redactor,
+                            None if kind == "host" else environment)  # fmt: skip
+        if settings.batch.setup:
+            copy = _set_up(copy, settings.batch.setup, tools, timeout)
         before = None
         logs: dict[str, str] = {}
         instance = task.instance
         if baseline:
             if instance is not None:
-                graded = grade(copy, instance, tools, settings.check_timeout, meta)
+                graded = grade(copy, instance, tools, timeout, meta)
                 before, logs["baseline"] = graded.check, graded.log
             elif check_command:
-                before = run_check(check_command, tools, settings.check_timeout)
+                before = run_check(check_command, tools, timeout)
             kept = tuple(c for c in task.keep
-                         if tools.run_check(c, settings.check_timeout).ok)  # fmt: skip
+                         if tools.run_check(c, timeout).ok)  # fmt: skip
             if before is not None and before["passed"]:
                 return _Attempt(0, RunResult("completed", 0, 0), b"", [], None, (), None,
                                 copy.base_commit, False, before, kept, logs)  # fmt: skip
             if before is not None or task.keep:  # what the checks wrote (caches, bytecode)
                 copy = rebase_copy(copy)  # is not the agent's work
         trajectory_file = meta / "trajectory.json"
-        if settings.gold and instance is not None:
+        if settings.batch.gold and instance is not None:
             run = _apply_gold(copy, instance, meta)
         else:
             run = _run_agent(task, settings, tools, redactor, trajectory_file, stop, credentials)
         if stop and stop.is_set():
             return None
         if run.outcome == "cancelled":  # only --task-timeout cancels a run that goes on
-            run = replace(run, error=f"--task-timeout: stopped after {settings.task_timeout:g}s")
+            run = replace(
+                run, error=f"--task-timeout: stopped after {settings.batch.task_timeout:g}s"
+            )
         patch, files = collect_patch(copy)
         check = run.check if run.outcome in ("completed", "check_failed") else None
         if instance is not None:  # graded as the harness grades, whatever the outcome
-            graded = grade(copy, instance, tools, settings.check_timeout, meta)
+            graded = grade(copy, instance, tools, timeout, meta)
             check, logs["after"] = graded.check, graded.log
         elif check is None and check_command:  # the run stopped without a verdict: one now
-            check = run_check(check_command, tools, settings.check_timeout)
-        broken = tuple(c for c in kept if not tools.run_check(c, settings.check_timeout).ok)
+            check = run_check(check_command, tools, timeout)
+        broken = tuple(c for c in kept if not tools.run_check(c, timeout).ok)
         if stop and stop.is_set():  # the stop killed a check: its verdict means nothing
             return None
         trajectory = (json.loads(trajectory_file.read_text(encoding="utf-8"))
@@ -458,30 +407,22 @@ def _run_agent(
     stop: StopSignal | None,
     credentials: Credentials | None,
 ) -> RunResult:
-    llm = build_llm(replace(settings, effort=task.effort or settings.effort), credentials)
-    cost = meter_for(getattr(llm, "model", "") or "", settings.max_cost, settings.price_input,
-                     settings.price_output)  # fmt: skip
-    mcp_session = (
-        McpTools(list(settings.mcp_servers), timeout=settings.mcp_timeout)
-        if settings.mcp_servers else contextlib.nullcontext(None)
-    )  # fmt: skip
-    with mcp_session as mcp:
+    """The task's agent (`settings` are already the task's), built as every run's is, run
+    until it ends, the batch stops it, or --task-timeout cancels it."""
+    llm = build_llm(settings, credentials)
+    with open_mcp(settings.tools, redactor.redact) or contextlib.nullcontext() as mcp:
         # The second subscriber closes a race: a stop set just before run_result() began
         # (which clears the agent's cancel flag) still cancels it at its first event.
-        agent = ReactAgent(
-            llm, tools=tools, max_iterations=task.max_iterations or settings.max_iterations,
-            mcp_tools=mcp, tool_format=settings.tool_format,
-            context_budget=settings.context_budget, redactor=redactor, cost=cost,
-            permissions=settings.permissions, check=task.check or settings.check,
-            check_retries=settings.check_retries, check_timeout=settings.check_timeout,
-            lint=settings.lint, lint_commands=settings.lint_commands, hooks=settings.hooks,
-            on_event=[TrajectoryRecorder(trajectory, redactor.redact_obj),
-                      lambda event: agent.cancel() if stop and stop.is_set() else None,
-                      lambda event: _count_step(stop, task.id, event)],
+        agent = build_agent(
+            settings, llm, tools, mcp, redactor=redactor,
+            subscribers=[TrajectoryRecorder(trajectory, redactor.redact_obj),
+                         lambda event: agent.cancel() if stop and stop.is_set() else None,
+                         lambda event: _count_step(stop, task.id, event)],
         )  # fmt: skip
-        timer = threading.Timer(settings.task_timeout or 0, agent.cancel)
+        limit = settings.batch.task_timeout
+        timer = threading.Timer(limit or 0, agent.cancel)
         timer.daemon = True
-        if settings.task_timeout:
+        if limit:
             timer.start()
         try:
             with stop.attached(agent) if stop else contextlib.nullcontext():
@@ -499,18 +440,10 @@ def _count_step(stop: StopSignal | None, task_id: str, event: Any) -> None:
 
 
 def build_llm(settings: RunSettings, credentials: Credentials | None = None) -> LlmClient:
-    """The task's model client, from the provider settings: keys and base URLs come from
+    """The task's model client (toy_agent.build's): keys and base URLs come from
     `credentials` when given (a Ray worker's), else from this environment."""
-    if settings.make_llm is not None:
-        return settings.make_llm()
-    return client_for(
-        settings.provider, model=settings.model, base_url=settings.base_url,
-        replay=settings.replay, replay_lenient=settings.replay_lenient,
-        max_retries=settings.max_retries, timeout=settings.timeout,
-        environ=os.environ if credentials is None else credentials.environ(),
-        effort=settings.effort, model_options=dict(settings.model_options),
-        openai_api=settings.openai_api,
-    )  # fmt: skip
+    environ = os.environ if credentials is None else credentials.environ()
+    return build_model_client(settings.llm, environ)
 
 
 def run_check(command: str, tools: CodeRepositoryTools, timeout: float) -> dict[str, Any]:
