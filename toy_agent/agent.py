@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from toy_agent import cuts
 from toy_agent.context import (
     DEFAULT_CONTEXT_BUDGET,
     ImageBudget,
@@ -44,6 +45,7 @@ from toy_agent.events import (
     ToolStarted,
     log_event,
 )
+from toy_agent.files import Refusal
 from toy_agent.hooks import HookOutcome, Hooks
 from toy_agent.lint import EditCheck, LintMode, edit_checker
 from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
@@ -53,6 +55,7 @@ from toy_agent.messages import (
     Image,
     LlmResponse,
     Message,
+    Note,
     ToolCall,
     ToolOutput,
     ToolResult,
@@ -496,9 +499,12 @@ class ReactAgent:
         is_error, seconds = True, 0.0
         content: str | ToolOutput
         edit_check = None
+        marks: list[Note] = []  # what this agent's rules did, beside the text that says it
+        made: list[str] = []  # the cuts the tool made
         refusal = self._refusal(action)
         if refusal is not None:
             by, reason, content = refusal
+            marks.append(_refusal_note(by, reason))
             if by == "user":
                 self._state.declined += 1
             else:
@@ -516,12 +522,14 @@ class ReactAgent:
                                         p.message))  # fmt: skip
 
             try:
-                with reporting_progress(progress):
+                with reporting_progress(progress), cuts.recording() as made:
                     content = self._execute_tool(action.tool_name, action.parameters,
                                                  action.arguments_error)  # fmt: skip
                 is_error = False
             except (ToolError, McpToolError) as exc:
                 content = f"Error: {exc}"
+                if isinstance(exc, Refusal):
+                    marks.append(Note("refused", str(exc)))
             if edited and not is_error:
                 edit_check = self.edits.after(edited, old)
                 content, is_error = _with_edit_check(content, edit_check)
@@ -530,17 +538,28 @@ class ReactAgent:
         if command is not None:
             is_error = not command.ok  # a failing command is an error result, as data
             self._state.commands.append({"iteration": self.iteration, **command.to_dict()})
+            if command.sandbox_note:
+                marks.append(Note("sandbox", command.sandbox_note))
         self._state.tool_errors += is_error
         content, images = self._with_images(content)
         content = wire_text(content)
         content = self.redactor.redact(content)
         task = self.conversation_history[0].content if self.conversation_history else ""
-        content = cap_text(content, observation_cap(self.context_budget, task), action.tool_name)
+        with cuts.recording() as capped:
+            content = cap_text(
+                content, observation_cap(self.context_budget, task), action.tool_name
+            )
+        marks += [Note("cut", cut) for cut in (*made, *capped)]
         if refusal is None:
             self._post_tool_hooks(action, content, is_error)
         notes, self._state.hook_notes = self._state.hook_notes, []
         content += "".join(f"\n\n{self.redactor.redact(note)}" for note in notes)
-        content += self._repetition_warning(action)
+        marks += [Note("hook", self.redactor.redact(note)) for note in notes]
+        warning = self._repetition_warning(action)
+        content += warning
+        if warning:
+            marks.append(Note("repeat", f"{action.tool_name} called with the same parameters "
+                                        f"{self._state.repeats} times in a row"))  # fmt: skip
         observation = Observation(
             action,
             content,
@@ -548,6 +567,7 @@ class ReactAgent:
             images,
             command,
             edit_check if edit_check and edit_check.note() else None,
+            tuple(marks),
         )
         self._emit(ToolFinished(self.iteration, observation, seconds))
         return observation, seconds
@@ -594,7 +614,10 @@ class ReactAgent:
                                    tail=result.output_tail or "(no output)")  # fmt: skip
         text = self.redactor.redact(text)
         text = cap_text(text, observation_cap(self.context_budget), "task_complete")
-        return Observation(action, text, True, command=result)
+        marks = [Note("check", f"{result.command}: {status}")]
+        if result.sandbox_note:
+            marks.append(Note("sandbox", result.sandbox_note))
+        return Observation(action, text, True, command=result, notes=tuple(marks))
 
     def _refusal(self, action: Action) -> tuple[RefusedBy, str, str] | None:
         """None when the action may run; else who refused it, why, and the observation. The
@@ -791,6 +814,15 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
+
+
+def _refusal_note(by: RefusedBy, reason: str) -> Note:
+    """The note of an action that did not run: the user declined it, or a rule, the
+    permission mode or a hook refused it."""
+    if by == "user":
+        return Note("declined", "declined by the user" + (f": {reason}" if reason else ""))
+    who = {"rule": "a deny rule", "mode": "the permission mode", "hook": "a hook"}.get(by, by)
+    return Note("refused", f"refused by {who}" + (f": {reason}" if reason else ""))
 
 
 def _with_edit_check(content: str | ToolOutput, check: EditCheck) -> tuple[str | ToolOutput, bool]:

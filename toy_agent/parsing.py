@@ -21,7 +21,15 @@ from typing import Any
 
 from toy_agent.catalogue import compact_parameters
 from toy_agent.lint import EditCheck
-from toy_agent.messages import CommandResult, Image, LlmResponse, Message, ToolResult, ToolSpec
+from toy_agent.messages import (
+    CommandResult,
+    Image,
+    LlmResponse,
+    Message,
+    Note,
+    ToolResult,
+    ToolSpec,
+)
 
 FORMAT_NAMES = ("xml", "react", "native")
 MAX_PARAMETER_DEPTH = 32
@@ -63,6 +71,7 @@ class Observation:
     images: tuple[Image, ...] = ()  # sent beside the text (text formats) or in the result
     command: CommandResult | None = None  # how a command ended (run_command), as data
     edit_check: EditCheck | None = None  # what a file change introduced (see toy_agent.lint)
+    notes: tuple[Note, ...] = ()  # what the agent's rules did to it (a cut, a warning, ...)
 
 
 def _images(observations: Sequence[Observation]) -> tuple[Image, ...]:
