@@ -109,6 +109,35 @@ class ActionFormat(ABC):
         alone, as the calls travel beside the text.)"""
         return thought
 
+    def observation_texts(self, message: Message, tools: Sequence[str]) -> list[str] | None:
+        """The texts of the observations of `tools` that `message` carries, as
+        `observation_message` wrote them (None: it did not). Read by the same template that
+        wrote it, so no reader has to know this format's wrapping."""
+        if not tools:
+            return None
+        if message.tool_results:
+            texts = [r.content for r in message.tool_results]
+            return texts if len(texts) == len(tools) else None
+        marks = [f"\x00{n}\x00" for n in range(len(tools))]
+        written = self.observation_message(
+            [Observation(Action(tool), mark) for tool, mark in zip(tools, marks, strict=True)]
+        ).content
+        pieces, rest = [], written
+        for mark in marks:
+            piece, _, rest = rest.partition(mark)
+            pieces.append(piece)
+        text, end = message.content, len(message.content) - len(rest)
+        if not text.startswith(pieces[0]) or not text.endswith(rest) or end < len(pieces[0]):
+            return None
+        texts, at = [], len(pieces[0])
+        for separator in pieces[1:]:
+            found = text.find(separator, at, end)
+            if found < 0:
+                return None
+            texts.append(text[at:found])
+            at = found + len(separator)
+        return [*texts, text[at:end]]
+
 
 def get_format(name: str) -> ActionFormat:
     """A format instance by name."""
