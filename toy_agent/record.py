@@ -357,7 +357,7 @@ def trajectory_from_dict(data: Any, source: str = "") -> Trajectory:
 
 
 def task_results(path: str | Path) -> list[TaskResult]:
-    """A batch's results.jsonl, the last line of an id winning (in the order ids first came).
+    """A batch's results.jsonl, the last line of an id winning (in the order of those lines).
     Raises FileNotFoundError or RecordError (a line that is not JSON, or not a result)."""
     path = Path(path)
     try:
