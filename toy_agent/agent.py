@@ -500,7 +500,7 @@ class ReactAgent:
         content: str | ToolOutput
         edit_check = None
         marks: list[Note] = []  # what this agent's rules did, beside the text that says it
-        made: list[str] = []  # the cuts the tool made
+        made: list[tuple[str, str]] = []  # the cuts the tool made: (what, how to see more)
         refusal = self._refusal(action)
         if refusal is not None:
             by, reason, content = refusal
@@ -549,7 +549,8 @@ class ReactAgent:
             content = cap_text(
                 content, observation_cap(self.context_budget, task), action.tool_name
             )
-        marks += [Note("cut", cut) for cut in (*made, *capped)]
+        marks += [Note("cut", f"{what} of its output cut" + (f" ({how})" if how else ""))
+                  for what, how in (*made, *capped)]  # fmt: skip
         if refusal is None:
             self._post_tool_hooks(action, content, is_error)
         notes, self._state.hook_notes = self._state.hook_notes, []

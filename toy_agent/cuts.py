@@ -58,18 +58,18 @@ def note(what: str, how: str = "") -> str:
     this; the others call `cut`."""
     made = _RECORDED.get()
     if made is not None:
-        made.append(f"{what} cut" + (f": {how}" if how else ""))
+        made.append((what, how))
     return _NOTE.format(what=what, how=f": {how}" if how else "")
 
 
-_RECORDED: ContextVar[list[str] | None] = ContextVar("cuts_recorded", default=None)
+_RECORDED: ContextVar[list[tuple[str, str]] | None] = ContextVar("cuts_recorded", default=None)
 
 
 @contextmanager
-def recording() -> Iterator[list[str]]:
-    """The cuts noted in this thread while the block runs, each as its note says it
-    ("1,234 characters cut: how to see more"), in order."""
-    made: list[str] = []
+def recording() -> Iterator[list[tuple[str, str]]]:
+    """The cuts noted in this thread while the block runs, in order: (what, how) each, as
+    their notes say them ("1,234 characters", "read a smaller range ...")."""
+    made: list[tuple[str, str]] = []
     token = _RECORDED.set(made)
     try:
         yield made
