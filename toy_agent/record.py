@@ -494,6 +494,8 @@ class _Reader:
         value = data.get(key)
         if value is None:
             return default
+        if type(value) is kind and kind is not float:  # the common case, first (bool is no int)
+            return value
         if not _is(value, kind):
             self.fail(_at(where, key), f"expected {_EXPECTED[kind]}")
         return float(value) if kind is float else value
