@@ -243,3 +243,28 @@ def test_the_trajectory_and_the_session_keep_the_same_observation_record(
     kept = saved.runs[0].steps[0].observations[0]  # type: ignore[index]
     assert kept.notes == record.notes and [n.kind for n in kept.notes] == ["refused"]
     assert kept.is_error and kept.content == ""  # the text is in the session's messages
+
+
+def test_a_session_saved_before_runs_kept_their_start_still_splits_into_runs() -> None:
+    """The old way, for old files only: a run begins at the first later user message that
+    ends with its task, its recorded task loses the undo note, and the summary follows the
+    header in the first message."""
+    from toy_agent.sessions import SUMMARY_HEADER
+
+    head = f"first task\n\n{SUMMARY_HEADER}\nit went well"
+    old = {
+        "format": "toy_agent.session/1", "repo": "/r",
+        "runs": [{"task": "first task", "outcome": "completed"},
+                 {"task": "(Note: the user reverted x.)\n\nsecond", "outcome": "completed"}],
+        "compactions": [{"applied": True, "runs": 1}],
+        "messages": [{"role": "user", "content": head},
+                     {"role": "assistant", "content": "kept step of run 1"},
+                     {"role": "user", "content": "(Note: the user reverted x.)\n\nsecond"},
+                     {"role": "assistant", "content": "run 2's step"}],
+    }  # fmt: skip
+    record = session_from_dict(old, "old.json")
+    assert [r.task for r in record.runs] == ["first task", "second"]
+    chunks, summary = record.run_messages(SUMMARY_HEADER)
+    assert summary == "it went well"
+    assert [[m.content for m in c or ()] for c in chunks] == [
+        ["kept step of run 1"], ["run 2's step"]]  # fmt: skip
