@@ -45,7 +45,7 @@ from toy_agent.events import (
     ToolStarted,
     log_event,
 )
-from toy_agent.files import Refusal
+from toy_agent.files import ToolRefusal
 from toy_agent.hooks import HookOutcome, Hooks
 from toy_agent.lint import EditCheck, LintMode, edit_checker
 from toy_agent.llm import LlmClient, LlmError, ReplayDiverged
@@ -528,7 +528,7 @@ class ReactAgent:
                 is_error = False
             except (ToolError, McpToolError) as exc:
                 content = f"Error: {exc}"
-                if isinstance(exc, Refusal):
+                if isinstance(exc, ToolRefusal):
                     marks.append(Note("refused", str(exc)))
             if edited and not is_error:
                 edit_check = self.edits.after(edited, old)
