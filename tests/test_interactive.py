@@ -376,7 +376,7 @@ def test_a_bang_line_runs_as_run_command_would_and_its_output_can_join_the_next_
     assert "$ ls" not in task  # declined
     [session] = saved_sessions(home)
     [run] = session["runs"]  # one task: the ! lines were not tasks
-    assert run["task"] == task
+    assert run["note"] + "\n\n" + run["task"] == task  # the task as typed, the note apart
 
 
 def test_plan_plans_read_only_then_carries_the_plan_out_in_the_mode_picked(home, repo, terminal):

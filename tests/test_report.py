@@ -712,17 +712,17 @@ def test_hostile_payloads_run_nowhere_in_the_comparison(
         (lambda d: [str(_write(d / "x.json", '{"a": 1}'))],
          "is not a toy_agent trajectory, session or batch --out folder"),
         (lambda d: [str(_write(d / "out" / "results.jsonl", '{"id": "a"}\n{cut').parent)],
-         "results.jsonl line 2: not valid JSON"),
+         "results.jsonl: line 2: not valid JSON"),
         (lambda d: [str(d), str(_write(d / "x.json", "{}"))],
          "comparing needs two batch --out folders"),
         (lambda d: ["a", "b", "c"], "give one PATH, or two batch folders to compare"),
         (lambda d: [str(_write(d / "t.json", '{"format": "toy_agent.trajectory/1"}'))],
-         'it has no "steps" list'),
+         "t.json: steps: missing"),
         (lambda d: [str(_write(d / "s.json", '{"format": "toy_agent.session/1"}'))],
-         'it needs "repo" and "messages"'),
+         "s.json: repo: missing"),
         (lambda d: [str(_write(d / "s.json", '{"format": "toy_agent.session/1", "repo": "/",'
                                              ' "messages": ["text"]}'))],
-         "is not a toy_agent session"),
+         "s.json: messages[0]: expected an object"),
     ],
 )  # fmt: skip
 def test_a_bad_input_is_one_line_on_stderr_and_exit_2(
@@ -736,23 +736,54 @@ def test_a_bad_input_is_one_line_on_stderr_and_exit_2(
     assert not (tmp_path / "r.html").exists()
 
 
-def test_a_trajectory_of_odd_shapes_still_gets_a_page(tmp_path: Path) -> None:
-    odd = {
+@pytest.mark.parametrize(
+    ("step", "field", "problem"),
+    [
+        ({"observations": [{"content": "x", "is_error": "yes"}]},
+         "steps[0].observations[0].is_error", "expected a boolean"),
+        ({"response": {"text": 5}}, "steps[0].response.text", "expected a string"),
+        ({"response": {}, "actions": [{"parameters": {}}]}, "steps[0].actions[0].tool_name",
+         "missing"),
+        ({"response": {}, "observations": [{"content": "x", "notes": [{"kind": "gossip"}]}]},
+         "steps[0].observations[0].notes[0].kind", "expected one of cut, repeat"),
+    ],
+)  # fmt: skip
+def test_a_trajectory_with_a_bad_field_is_refused_naming_the_file_and_the_field(
+    step: dict[str, Any], field: str, problem: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The record is checked once, when it is read: one line naming the file and the field,
+    not a page that guesses (the typed record replaces the report's own tolerance)."""
+    step = {"response": {"text": "hi"}, **step}
+    bad = {"format": "toy_agent.trajectory/1", "task": "t", "steps": [step]}
+    trajectory = _write(tmp_path / "t.json", json.dumps(bad))
+    assert report(str(trajectory), "-o", str(tmp_path / "r.html")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"toy-agent: error: trajectory {trajectory}: {field}: {problem}"), err
+    assert err.count("\n") == 1 and not (tmp_path / "r.html").exists()
+
+
+def test_a_trajectory_of_an_older_shape_still_gets_a_page(tmp_path: Path) -> None:
+    """What the first trajectories held (no is_error, timings, iteration, notes, command,
+    result or diff) reads, and their observations show plain."""
+    old = {
         "format": "toy_agent.trajectory/1",
-        "task": ["not", "text"],
+        "task": "look around",
         "steps": [
-            5,
-            {"actions": "x", "observations": 7, "response": []},
-            {"iteration": "two", "observations": [{"content": None, "is_error": "yes"}]},
-            {"observations": [{"content": "a chart", "images": [
-                {"mime_type": "image/png", "bytes": 2048, "sha256": "ab"}, "junk"]}]},
+            {"response": {"text": "<THOUGHT>look</THOUGHT>"}, "thought": "look",
+             "actions": [{"tool_name": "list_files", "parameters": {}}],
+             "observations": [{"tool_name": "list_files", "content": "a.py"}]},
+            {"response": {"text": "no tags"}, "parse_error": "no action"},
+            {"response": {"text": "x"}, "observations": [{"content": "a chart", "images": [
+                {"mime_type": "image/png", "bytes": 2048, "sha256": "ab"}, {}]}]},
         ],
     }  # fmt: skip
-    trajectory = _write(tmp_path / "t.json", json.dumps(odd))
+    trajectory = _write(tmp_path / "t.json", json.dumps(old))
     assert report(str(trajectory), "-o", str(tmp_path / "r.html")) == 0
     page = (tmp_path / "r.html").read_text()
-    assert "the trajectory has no result" in page and page.count('class="step"') == 4
+    assert "the trajectory has no result" in page and page.count('class="step"') == 3
     assert "an image: image/png, 2.0k bytes" in page and "an image: image, 0 bytes" in page
+    assert "does not record the diff" in page
 
 
 @pytest.mark.slow

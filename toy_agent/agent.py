@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+from toy_agent import cuts
 from toy_agent.abandon import abandonable
 from toy_agent.context import (
     ImageBudget,
@@ -44,6 +45,7 @@ from toy_agent.events import (
     ToolStarted,
     log_event,
 )
+from toy_agent.files import ToolRefusal
 from toy_agent.hooks import HookOutcome, Hooks
 from toy_agent.lint import EditCheck, LintMode, edit_checker
 from toy_agent.llm import AdaptedClient, LlmClient, LlmError, ReplayDiverged
@@ -52,6 +54,7 @@ from toy_agent.messages import (
     CommandResult,
     LlmResponse,
     Message,
+    Note,
     ToolCall,
     ToolOutput,
     ToolResult,
@@ -76,6 +79,7 @@ from toy_agent.permissions import (
     OfferedTools,
     Permissions,
     Refusal,
+    RefusedBy,
 )
 from toy_agent.pricing import CostLimitReached, CostMeter, price_for
 from toy_agent.providers import saved_base_url
@@ -478,24 +482,36 @@ class ReactAgent:
         if refusal is not None:
             self._refused(action, refusal)
             content, is_error, seconds, edit_check = refusal.observation, True, 0.0, None
+            marks = [_refusal_note(refusal.by, refusal.reason)]
         else:
-            content, is_error, seconds, edit_check = self._tool_result(action)
+            content, is_error, seconds, edit_check, marks = self._tool_result(action)
         command = content.command if isinstance(content, ToolOutput) else None
         if command is not None:
             is_error = not command.ok  # a failing command is an error result, as data
             self._state.commands.append({"iteration": self.iteration, **command.to_dict()})
+            if command.sandbox_note:
+                marks.append(Note("sandbox", command.sandbox_note))
         self._state.tool_errors += is_error
         content, images = tool_images(content, self.llm_client.image_types,
                                       self.llm_client.model, self._state.images)  # fmt: skip
         content = wire_text(content)
         content = self.redactor.redact(content)
         task = self.conversation_history[0].content if self.conversation_history else ""
-        content = cap_text(content, observation_cap(self.context_budget, task), action.tool_name)
+        with cuts.recording() as capped:
+            content = cap_text(
+                content, observation_cap(self.context_budget, task), action.tool_name
+            )
+        marks += _cut_notes(capped)
         if refusal is None:
             self._post_tool_hooks(action, content, is_error)
         notes, self._state.hook_notes = self._state.hook_notes, []
         content += "".join(f"\n\n{self.redactor.redact(note)}" for note in notes)
-        content += self._repetition_warning(action)
+        marks += [Note("hook", self.redactor.redact(note)) for note in notes]
+        warning = self._repetition_warning(action)
+        content += warning
+        if warning:
+            marks.append(Note("repeat", f"{action.tool_name} called with the same parameters "
+                                        f"{self._state.repeats} times in a row"))  # fmt: skip
         observation = Observation(
             action,
             content,
@@ -503,16 +519,19 @@ class ReactAgent:
             images,
             command,
             edit_check if edit_check and edit_check.note() else None,
+            tuple(marks),
         )
         self._emit(ToolFinished(self.iteration, observation, seconds))
         return observation, seconds
 
     def _tool_result(
         self, action: Action
-    ) -> tuple[str | ToolOutput, bool, float, EditCheck | None]:
+    ) -> tuple[str | ToolOutput, bool, float, EditCheck | None, list[Note]]:
         """What the tool gave (its output, or its error), whether it failed, the seconds it
-        took, and the check of the file it edited."""
+        took, the check of the file it edited, and the notes of what the rules did to it (a
+        refusal of a path, the cuts the tool made)."""
         started, is_error, edit_check = time.monotonic(), True, None
+        marks: list[Note] = []
         edited = self.edits.target(action.tool_name, action.parameters)
         old = self.edits.before(edited) if edited else None
 
@@ -522,16 +541,19 @@ class ReactAgent:
 
         content: str | ToolOutput
         try:
-            with reporting_progress(progress):
+            with reporting_progress(progress), cuts.recording() as made:
                 content = self._execute_tool(action.tool_name, action.parameters,
                                              action.arguments_error)  # fmt: skip
             is_error = False
+            marks += _cut_notes(made)
         except (ToolError, McpToolError) as exc:
             content = f"Error: {exc}"
+            if isinstance(exc, ToolRefusal):
+                marks.append(Note("refused", str(exc)))
         if edited and not is_error:
             edit_check = self.edits.after(edited, old)
             content, is_error = edit_check.observed(content)
-        return content, is_error, time.monotonic() - started, edit_check
+        return content, is_error, time.monotonic() - started, edit_check, marks
 
     def _refused(self, action: Action, refusal: Refusal) -> None:
         """Count and record an action that did not run."""
@@ -571,7 +593,10 @@ class ReactAgent:
                                    tail=result.output_tail or "(no output)")  # fmt: skip
         text = self.redactor.redact(text)
         text = cap_text(text, observation_cap(self.context_budget), "task_complete")
-        return Observation(action, text, True, command=result)
+        marks = [Note("check", f"{result.command}: {status}")]
+        if result.sandbox_note:
+            marks.append(Note("sandbox", result.sandbox_note))
+        return Observation(action, text, True, command=result, notes=tuple(marks))
 
     def _refusal(self, action: Action) -> Refusal | None:
         """None when the action may run; else who refused it, why, and the observation."""
@@ -708,6 +733,21 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
+
+
+def _refusal_note(by: RefusedBy, reason: str) -> Note:
+    """The note of an action that did not run: the user declined it, or a rule, the
+    permission mode or a hook refused it."""
+    if by == "user":
+        return Note("declined", "declined by the user" + (f": {reason}" if reason else ""))
+    who = {"rule": "a deny rule", "mode": "the permission mode", "hook": "a hook"}.get(by, by)
+    return Note("refused", f"refused by {who}" + (f": {reason}" if reason else ""))
+
+
+def _cut_notes(cuts_made: list[tuple[str, str]]) -> list[Note]:
+    """The notes of the cuts made: (what was cut, how to see more)."""
+    return [Note("cut", f"{what} of its output cut" + (f" ({how})" if how else ""))
+            for what, how in cuts_made]  # fmt: skip
 
 
 def _check_error(check: dict[str, Any]) -> str:

@@ -33,6 +33,8 @@ from toy_agent.mcp_config import McpError
 from toy_agent.messages import Usage
 from toy_agent.permissions import Permissions
 from toy_agent.providers import PROVIDERS
+from toy_agent.record import RESULTS_FILE as RESULTS_FILE
+from toy_agent.record import results_lines
 from toy_agent.sandbox import SandboxUnavailable, resolve_sandbox
 from toy_agent.settings import RunSettings
 from toy_agent.swebench import SweOptions, load_instances_or_tasks, prediction
@@ -45,7 +47,6 @@ from toy_agent.tasks import parse_tasks as parse_tasks
 
 logger = logging.getLogger(__name__)
 
-RESULTS_FILE = "results.jsonl"
 PREDS_FILE, PREDS_JSON = "preds.jsonl", "preds.json"
 RECORD_KEYS = (
     "id", "outcome", "success", "check", "iterations", "usage", "cost_usd", "elapsed_seconds",
@@ -93,15 +94,7 @@ class ResultsFolder:
         if not self.results.exists():
             return {}
         text = self.results.read_text(encoding="utf-8", errors="replace")
-        records: dict[str, dict[str, Any]] = {}
-        bad = 0
-        for line in text.splitlines():
-            try:
-                record = json.loads(line)
-                records.pop(record["id"], None)
-                records[record["id"]] = record
-            except (ValueError, TypeError, KeyError):
-                bad += line.strip() != ""
+        records, bad = results_lines(text)
         if bad or (text and not text.endswith("\n")):
             logger.warning("%s: dropped %d unreadable line(s)", self.results, bad)
             self._rewrite(records.values())

@@ -5,11 +5,18 @@ and long lines, a command's output, search matches and lines, a listing, an old 
 from the context, an MCP description, a batch check's output, the report's texts) cuts here,
 so the model always learns the same way what it did not see and how to see more:
 `[… 1,234 characters cut: <how to see more>]`. Changing that wording is one line: `_NOTE`.
+
+Because every cut goes through `note`, the cuts made while a tool call's observation is built
+are also known as data: inside `recording()`, each note made is collected (what was cut, and
+how to see more), and the agent attaches them to the observation (`Note("cut", ...)`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,7 +56,25 @@ def note(what: str, how: str = "") -> str:
     """The note for a cut of `what` ("1,234 characters", "at least 600 lines"), with `how` to
     see it. Sites that count what they left out themselves (bytes of output, matches) call
     this; the others call `cut`."""
+    made = _RECORDED.get()
+    if made is not None:
+        made.append((what, how))
     return _NOTE.format(what=what, how=f": {how}" if how else "")
+
+
+_RECORDED: ContextVar[list[tuple[str, str]] | None] = ContextVar("cuts_recorded", default=None)
+
+
+@contextmanager
+def recording() -> Iterator[list[tuple[str, str]]]:
+    """The cuts noted in this thread while the block runs, in order: (what, how) each, as
+    their notes say them ("1,234 characters", "read a smaller range ...")."""
+    made: list[tuple[str, str]] = []
+    token = _RECORDED.set(made)
+    try:
+        yield made
+    finally:
+        _RECORDED.reset(token)
 
 
 @dataclass(frozen=True)

@@ -23,32 +23,16 @@ from toy_agent import cuts
 from toy_agent.files import FileState, atomic_write, file_state
 from toy_agent.messages import CommandResult, FailedAttempt, LlmResponse, Message
 from toy_agent.parsing import Action, Observation
+from toy_agent.record import TRAJECTORY_FORMAT as TRAJECTORY_FORMAT
+from toy_agent.record import observation_dict
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
 logger = logging.getLogger("toy_agent.agent")
 
-TRAJECTORY_FORMAT = "toy_agent.trajectory/1"
 # The version of --output json's object and of stream-json's lines (docs/cli.md): raised when a
 # field changes meaning or goes away, not when one is added.
 OUTPUT_SCHEMA_VERSION = 1
 MAX_OUTPUT_DIFF_CHARS = 100_000  # --output json's "diff": bounded, the rest named
-
-
-def _command(observation: Observation) -> dict[str, Any]:
-    """How a command ended, when the observation is a command's: {"command": {...}}; what an
-    edit introduced, when it introduced something: {"edit_check": {...}}."""
-    data = {"command": observation.command.to_dict()} if observation.command else {}
-    if observation.edit_check is not None:
-        data["edit_check"] = observation.edit_check.to_dict()
-    return data
-
-
-def _image_references(observation: Observation) -> dict[str, Any]:
-    """The images an observation sent, as references (mime type, bytes, sha256): a record
-    never holds their base64."""
-    if not observation.images:
-        return {}
-    return {"images": [image.reference() for image in observation.images]}
 
 
 @dataclass(frozen=True)
@@ -211,12 +195,7 @@ class Step:
             "response": self.response.to_dict(),
             "thought": self.thought,
             "actions": [asdict(a) for a in self.actions],
-            "observations": [
-                {"tool_name": o.action.tool_name, "content": o.content, "is_error": o.is_error}
-                | _command(o)
-                | _image_references(o)
-                for o in self.observations
-            ],
+            "observations": [observation_dict(o) for o in self.observations],
             "parse_error": self.parse_error,
             "llm_seconds": round(self.llm_seconds, 3),
             "tool_seconds": round(self.tool_seconds, 3),
@@ -355,10 +334,10 @@ class JsonLinesWriter:
             case HookAnswered():
                 self.write({"type": "hook", **event.to_dict()})
             case ToolFinished(iteration=i, observation=obs, seconds=seconds):
+                recorded = observation_dict(obs)  # as the trajectory has it, notes and all
                 self.write({"type": "tool_finished", "iteration": i,
-                            "tool": obs.action.tool_name, "content": obs.content,
-                            "is_error": obs.is_error, "seconds": round(seconds, 3)}
-                           | _command(obs) | _image_references(obs))  # fmt: skip
+                            "tool": recorded.pop("tool_name"), **recorded,
+                            "seconds": round(seconds, 3)})  # fmt: skip
             case CheckFinished():
                 self.write({"type": "check_finished", **event.to_dict()})
             case StepFinished(step=step):

@@ -64,6 +64,11 @@ class ToolError(Exception):
     defined here, below the tools, because the file layer's refusals are such messages."""
 
 
+class ToolRefusal(ToolError):
+    """A tool refused on principle (a path outside the repository, a symlink escape, git's
+    own files): the agent marks the observation `refused` rather than a plain error."""
+
+
 # --------------------------------------------------------------------------------- descriptors
 def open_dir(
     root: Path, parts: tuple[str, ...], *, created: list[tuple[str, ...]] | None = None
@@ -87,7 +92,7 @@ def open_dir(
                 if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
                     raise ToolError(f"Cannot open folder {where}: {exc.strerror}.") from exc
                 if stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
-                    raise ToolError(_SWAPPED.format(where)) from exc
+                    raise ToolRefusal(_SWAPPED.format(where)) from exc
                 raise ToolError(f"Cannot create folder {where}: a file is in the way.") from exc
             os.close(fd)
             fd = child
@@ -259,7 +264,7 @@ def stat_entry(dir_fd: int, name: str, rel: str) -> os.stat_result | None:
     if stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{rel} is a directory; give a file path.")
     if stat.S_ISLNK(st.st_mode):
-        raise ToolError(_SWAPPED.format(rel))
+        raise ToolRefusal(_SWAPPED.format(rel))
     if not stat.S_ISREG(st.st_mode):
         raise ToolError(special_message(rel, st.st_mode))
     return st
@@ -274,7 +279,7 @@ def open_file_at(dir_fd: int, name: str, rel: str) -> typing.BinaryIO:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise ToolError(_SWAPPED.format(rel)) from exc
+            raise ToolRefusal(_SWAPPED.format(rel)) from exc
         raise
     f = os.fdopen(fd, "rb")
     mode = os.fstat(fd).st_mode

@@ -42,6 +42,7 @@ from toy_agent.messages import (
     Usage,
 )
 from toy_agent.providers import EFFORTS, GEMINI, PROVIDERS, Provider, image_types
+from toy_agent.record import RecordError, read_trajectory
 from toy_agent.redaction import mask_key
 from toy_agent.settings import ModelSettings
 
@@ -168,20 +169,21 @@ class ReplayLlmClient(LlmClient):
     def __init__(self, trajectory_path: str | Path, *, lenient: bool = False):
         path = Path(trajectory_path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            steps, settings = _replay_steps(data)
+            recording = read_trajectory(path)
         except FileNotFoundError:
             raise LlmConfigError(f"replay file not found: {path}") from None
-        except (OSError, ValueError, RecursionError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        except RecordError as exc:
+            reason = f"{exc.where}: {exc.problem}" if exc.where else exc.problem
             raise LlmConfigError(
                 f"{path} is not a toy_agent trajectory ({reason}); record one with "
                 "--trajectory FILE"
             ) from None
-        self._responses = [LlmResponse.from_dict(step["response"]) for step in steps]
-        self._observations = [_recorded_observations(step) for step in steps]
-        self.model = settings.get("model") or "replay"
-        self._image_types = frozenset(map(str, settings.get("image_types") or ()))
+        self._responses = [step.response for step in recording.steps]
+        self._observations = [[o.content for o in step.observations] for step in recording.steps]
+        self.model = recording.setting("model") or "replay"
+        image_types = recording.settings.get("image_types")
+        self._image_types = frozenset(map(str, image_types if isinstance(image_types, list)
+                                               else ()))  # fmt: skip
         self.lenient = lenient
         self._next = 0
 
@@ -257,42 +259,6 @@ _TIMING = re.compile(r"\b\d+(?:\.\d+)?s\b")
 
 def _normalise(text: str) -> str:
     return _TIMING.sub("<t>s", text)
-
-
-def _replay_steps(data: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The steps and settings of a trajectory, checked enough that replaying cannot crash."""
-    if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
-        raise ValueError('expected an object with a "steps" list')
-    settings = data.get("settings", {})
-    if not isinstance(settings, dict):
-        raise ValueError('"settings" must be an object')
-    for n, step in enumerate(data["steps"], 1):
-        response = step.get("response") if isinstance(step, dict) else None
-        if not isinstance(response, dict):
-            raise ValueError(f'step {n} has no "response" object')
-        if not isinstance(response.get("text", ""), str):
-            raise ValueError(f'step {n}: "text" must be a string')
-        calls = response.get("tool_calls", [])
-        if not isinstance(calls, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("name"), str)
-            and isinstance(c.get("arguments", {}), dict) for c in calls
-        ):  # fmt: skip
-            raise ValueError(f'step {n}: "tool_calls" must be a list of {{name, arguments}}')
-        usage = response.get("usage", {})
-        if not isinstance(usage, dict) or not all(
-            isinstance(usage.get(k, 0), int) for k in ("input_tokens", "output_tokens")
-        ):
-            raise ValueError(f'step {n}: "usage" must hold token counts')
-        observations = step.get("observations", [])
-        if not isinstance(observations, list) or not all(
-            isinstance(o, dict) and isinstance(o.get("content", ""), str) for o in observations
-        ):
-            raise ValueError(f'step {n}: "observations" must be a list of objects')
-    return data["steps"], settings
-
-
-def _recorded_observations(step: dict[str, Any]) -> list[str]:
-    return [o.get("content", "") for o in step.get("observations", [])]
 
 
 # --- settings -------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import asdict, astuple, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 
 # Text reaching the model, a terminal or a listing, with the characters each cannot take as
@@ -247,6 +247,26 @@ class CommandResult:
             "killed": self.killed, "sandbox_note": self.sandbox_note,
             "output_tail": self.output_tail,
         }  # fmt: skip
+
+
+# What the agent's own rules did to an observation, one kind a rule: a cut (a cap on what the
+# model sees), the repeat guard's warning, the sandbox's note, a refusal (a permission rule or
+# mode, a hook, a tool refusing a path), the user declining, a hook's note for the model, a
+# failed check. A new kind is one word here.
+NoteKind = Literal["cut", "repeat", "sandbox", "refused", "declined", "hook", "check"]
+NOTE_KINDS: tuple[str, ...] = get_args(NoteKind)
+
+
+@dataclass(frozen=True)
+class Note:
+    """One rule's mark on an observation, as data: the observation's text says the same in
+    words, for the model; the trajectory, stream-json and the report read this."""
+
+    kind: NoteKind
+    text: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "text": self.text}
 
 
 def output_tail(text: str, lines: int = 20, chars: int = 2_000) -> str:

@@ -71,14 +71,13 @@ def _use_demo(args: argparse.Namespace) -> None:
 def _recorded_task(path: str) -> str | None:
     """The task a recording ran; None when the file says none (the replay client reports a
     file it cannot read)."""
-    import json
+    from toy_agent.record import read_trajectory
 
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        task = read_trajectory(path).task
+    except (OSError, ValueError):  # ValueError: RecordError
         return None
-    task = data.get("task") if isinstance(data, dict) else None
-    return task if isinstance(task, str) and task.strip() else None
+    return task if task.strip() else None
 
 
 def _run_agent(

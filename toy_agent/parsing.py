@@ -21,7 +21,15 @@ from typing import Any
 
 from toy_agent.catalogue import compact_parameters
 from toy_agent.lint import EditCheck
-from toy_agent.messages import CommandResult, Image, LlmResponse, Message, ToolResult, ToolSpec
+from toy_agent.messages import (
+    CommandResult,
+    Image,
+    LlmResponse,
+    Message,
+    Note,
+    ToolResult,
+    ToolSpec,
+)
 
 FORMAT_NAMES = ("xml", "react", "native")
 MAX_PARAMETER_DEPTH = 32
@@ -63,6 +71,7 @@ class Observation:
     images: tuple[Image, ...] = ()  # sent beside the text (text formats) or in the result
     command: CommandResult | None = None  # how a command ended (run_command), as data
     edit_check: EditCheck | None = None  # what a file change introduced (see toy_agent.lint)
+    notes: tuple[Note, ...] = ()  # what the agent's rules did to it (a cut, a warning, ...)
 
 
 def _images(observations: Sequence[Observation]) -> tuple[Image, ...]:
@@ -99,6 +108,35 @@ class ActionFormat(ABC):
         earlier run read when the conversation goes on in a text format. (Native: the thought
         alone, as the calls travel beside the text.)"""
         return thought
+
+    def observation_texts(self, message: Message, tools: Sequence[str]) -> list[str] | None:
+        """The texts of the observations of `tools` that `message` carries, as
+        `observation_message` wrote them (None: it did not). Read by the same template that
+        wrote it, so no reader has to know this format's wrapping."""
+        if not tools:
+            return None
+        if message.tool_results:
+            texts = [r.content for r in message.tool_results]
+            return texts if len(texts) == len(tools) else None
+        marks = [f"\x00{n}\x00" for n in range(len(tools))]
+        written = self.observation_message(
+            [Observation(Action(tool), mark) for tool, mark in zip(tools, marks, strict=True)]
+        ).content
+        pieces, rest = [], written
+        for mark in marks:
+            piece, _, rest = rest.partition(mark)
+            pieces.append(piece)
+        text, end = message.content, len(message.content) - len(rest)
+        if not text.startswith(pieces[0]) or not text.endswith(rest) or end < len(pieces[0]):
+            return None
+        texts, at = [], len(pieces[0])
+        for separator in pieces[1:]:
+            found = text.find(separator, at, end)
+            if found < 0:
+                return None
+            texts.append(text[at:found])
+            at = found + len(separator)
+        return [*texts, text[at:end]]
 
 
 def get_format(name: str) -> ActionFormat:

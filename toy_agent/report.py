@@ -28,14 +28,29 @@ from typing import Any, NoReturn, Protocol
 from urllib.parse import quote
 
 from toy_agent import __version__, cuts
-from toy_agent.batch import RESULTS_FILE
-from toy_agent.events import TRAJECTORY_FORMAT
 from toy_agent.files import atomic_write
-from toy_agent.messages import LlmResponse, Message, visible
+from toy_agent.messages import CommandResult, LlmResponse, Message, Usage, visible
 from toy_agent.parsing import ActionFormat, ParseError, get_format
-from toy_agent.permissions import DECLINED
+from toy_agent.record import (
+    RESULTS_FILE,
+    SESSION_FORMAT,
+    TRAJECTORY_FORMAT,
+    CheckRecord,
+    Compaction,
+    ObservationRecord,
+    Outcome,
+    RecordError,
+    SessionRecord,
+    SessionRun,
+    SessionStep,
+    StepRecord,
+    TaskResult,
+    Trajectory,
+    session_from_dict,
+    task_results,
+    trajectory_from_dict,
+)
 from toy_agent.redaction import REDACTED, Redactor, is_secret_variable
-from toy_agent.sessions import SESSION_FORMAT
 from toy_agent.tasks import TASK_ID
 
 
@@ -57,16 +72,6 @@ FOLD_CHARS, FOLD_LINES = 400, 8  # an observation longer than this starts folded
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP, CHART_LEFT, CHART_BOTTOM = 1000, 170, 12, 84, 24
 MAX_BAR_STEP = 40  # a few tasks get slim bars, not a wall
 
-# What the agent writes into an observation or a parse error, by the rule that wrote it.
-_REPEAT = re.compile(r"Warning: you have called (\S+) with the same parameters (\d+) times")
-_SANDBOX_NOTE = "[Note: commands run in a bubblewrap sandbox"
-_REFUSED = re.compile(
-    r"\brefus(?:ed|ing)\b|is outside the repository|leads outside|off limits", re.IGNORECASE
-)  # the tools' refusals: a path outside the repository, .git/, a symlink escape
-_CUT_BEFORE_25 = re.compile(  # the notes of trajectories recorded before the one cut note
-    r"\[\.\.\. (?P<what>[\d,]+ characters) cut here to fit"
-    r"|\[\.\.\. (?P<output>[\d,]+ bytes \([\d,]+ lines\)) of output cut"
-)
 _IN_PATCH = "cut for this report; the patch file has all of it"
 _IN_RECORD = "cut for this report; the file it comes from has all of it"
 
@@ -108,8 +113,10 @@ class ReportError(Exception):
 # ------------------------------------------------------------------------------ the views
 @dataclass(frozen=True)
 class Warn:
-    """Something worth seeing where it happened: `kind` is repeat, refused, sandbox, declined,
-    parse, safety, max_tokens, error, syntax (an edit introduced a syntax error) or cut."""
+    """Something worth seeing where it happened: `kind` is a note's (cut, repeat, sandbox,
+    refused, declined, hook, check: messages.NoteKind), or parse, safety, max_tokens, error
+    (a tool error, a command that did not exit 0) or syntax (an edit introduced a syntax
+    error)."""
 
     kind: str
     text: str
@@ -470,12 +477,21 @@ def load_report(paths: Sequence[Path], out: Path) -> Report:
         return Report("batch", f"batch {path.resolve().name}", batch=batch)
     data = _read_json(path)
     if isinstance(data, dict) and data.get("format") == TRAJECTORY_FORMAT:
-        run = run_view(data, "run", "run", scrub.known, RUN_CAPS)
+        run = run_view(_checked(trajectory_from_dict, data, str(path)), "run", "run",
+                       scrub.known, RUN_CAPS)  # fmt: skip
         return Report("run", f"run: {_first_line(run.task, 80)}", run=run)
     if isinstance(data, dict) and data.get("format") == SESSION_FORMAT:
-        session = session_view(data, path, scrub)
+        session = session_view(_checked(session_from_dict, data, str(path)), path, scrub)
         return Report("session", f"session {session.id}", session=session)
     raise ReportError(f"{path} is not a toy_agent trajectory, session or batch --out folder")
+
+
+def _checked(read: Any, data: Any, source: str) -> Any:
+    """`read(data, source)`, the record's one check: its error is the report's."""
+    try:
+        return read(data, source)
+    except RecordError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def _read_json(path: Path) -> Any:
@@ -515,28 +531,15 @@ def load_batch(folder: Path, scrub: Scrub, links: _Links, label: str) -> BatchVi
     if not results.is_file():
         raise ReportError(f"{folder} is not a batch --out folder (it has no {RESULTS_FILE})")
     try:
-        lines = results.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise ReportError(f"cannot read {results}: {reason}") from None
-    records: dict[str, dict[str, Any]] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            raise ReportError(f"{results} line {number}: not valid JSON") from None
-        if not isinstance(record, dict) or not isinstance(record.get("id"), str):
-            raise ReportError(f'{results} line {number}: not a task result (no "id")')
-        records.pop(record["id"], None)  # the last line of an id wins, as for the batch
-        records[record["id"]] = record
+        records = task_results(results)
+    except RecordError as exc:
+        raise ReportError(str(exc)) from None
     if not records:
         raise ReportError(f"{results} has no task results yet")
     prefix = f"{label.lower()}-" if label else ""
     notes: list[str] = []
     runs = []
-    ordered = sorted(records.values(), key=lambda r: _natural(r["id"]))
+    ordered = sorted(records, key=lambda r: _natural(r.id))
     for index, record in enumerate(ordered, 1):
         run = _batch_run(folder, record, f"{prefix}run-{index}", scrub, links, notes)
         runs.append(_with(run, back=f"{prefix}batch"))
@@ -548,31 +551,31 @@ def load_batch(folder: Path, scrub: Scrub, links: _Links, label: str) -> BatchVi
 
 def _batch_run(
     folder: Path,
-    record: dict[str, Any],
+    record: TaskResult,
     anchor: str,
     scrub: Scrub,
     links: _Links,
     notes: list[str],
 ) -> RunView:
     redactor = scrub.known
-    task_id = record["id"]
+    task_id = record.id
     safe_id = TASK_ID.fullmatch(task_id) is not None
     trajectory_file = folder / "trajectories" / f"{task_id}.json"
     patch_file = folder / "patches" / f"{task_id}.diff"
-    data: Any = None
+    trajectory: Trajectory | None = None
     run_notes: list[str] = []
     if safe_id and _plain_file(trajectory_file):
         try:
             data = _read_json(trajectory_file)
             if not isinstance(data, dict) or data.get("format") != TRAJECTORY_FORMAT:
                 raise ReportError(f"{trajectory_file} is not a toy_agent trajectory")
+            trajectory = _checked(trajectory_from_dict, data, str(trajectory_file))
         except ReportError as exc:
-            data = None
             run_notes.append(str(exc))
             notes.append(str(exc))
     name = _clean(redactor, task_id, 200)
-    if data is not None:
-        run = run_view(data, anchor, name, redactor, BATCH_CAPS)
+    if trajectory is not None:
+        run = run_view(trajectory, anchor, name, redactor, BATCH_CAPS)
     else:
         run = RunView(anchor, name, "", "", False, "")
         run_notes.append("no trajectory was recorded for this task")
@@ -584,29 +587,29 @@ def _batch_run(
             patch = raw.decode("utf-8", "replace")
         except OSError as exc:
             run_notes.append(f"cannot read {patch_file}: {exc.strerror or exc}")
-    check = record.get("check")
-    if isinstance(check, dict) and check.get("sandbox_note"):
-        run_notes.append(_clean(redactor, f"the check: {check['sandbox_note']}", 2_000))
-    usage = _dict(record.get("usage"))
+    check = record.check
+    if check is not None and check.sandbox_note:
+        run_notes.append(_clean(redactor, f"the check: {check.sandbox_note}", 2_000))
+    usage = record.usage
     diffs, diff_note = _diff_views(scrub.full, _split_patch(patch), BATCH_CAPS)
     if not patch:
-        diff_note = "no changes" if not record.get("files_changed") else "no patch file"
+        diff_note = "no changes" if not record.files_changed else "no patch file"
     return _with(
         run,
-        outcome=_clean(redactor, str(record.get("outcome") or run.outcome or "unknown"), 100),
-        success=record.get("success") is True,
-        exit_reason=_clean(redactor, str(record.get("error") or ""), 2_000) or run.exit_reason,
-        iterations=_int(record.get("iterations"), run.iterations),
-        input_tokens=_int(usage.get("input_tokens"), run.input_tokens),
-        output_tokens=_int(usage.get("output_tokens"), run.output_tokens),
-        cached_tokens=_int(usage.get("cached_tokens"), run.cached_tokens),
-        cost=_float(record.get("cost_usd")),
-        elapsed=_float(record.get("elapsed_seconds")),
-        files_changed=_paths(record.get("files_changed"), redactor),
-        check=_check(check, redactor) if isinstance(check, dict) else None,
-        verdict=_verdict(record),
-        attempts=len(_list(record.get("attempts"))),
-        attempt=record["attempt"] if type(record.get("attempt")) is int else None,
+        outcome=_clean(redactor, record.outcome or run.outcome or "unknown", 100),
+        success=record.success,
+        exit_reason=_clean(redactor, record.error, 2_000) or run.exit_reason,
+        iterations=record.iterations if record.iterations is not None else run.iterations,
+        input_tokens=usage.input_tokens if usage else run.input_tokens,
+        output_tokens=usage.output_tokens if usage else run.output_tokens,
+        cached_tokens=usage.cached_tokens if usage else run.cached_tokens,
+        cost=record.cost_usd,
+        elapsed=record.elapsed_seconds,
+        files_changed=_paths(record.files_changed, redactor),
+        check=_check(check, redactor) if check is not None else None,
+        verdict=record.verdict,
+        attempts=record.attempts,
+        attempt=record.attempt,
         diffs=diffs,
         diff_note=diff_note,
         patch_href=links.to(patch_file) if safe_id else "",
@@ -615,124 +618,95 @@ def _batch_run(
     )
 
 
-def _verdict(record: dict[str, Any]) -> str:
-    """What a batch task's check says about the fix, as results.jsonl records it (empty for a
-    record from before baselines were taken)."""
-    if record.get("already_passing") is True:
-        return "already passing"
-    if _list(record.get("keep_broken")):
-        return "broke keep"
-    if isinstance(record.get("baseline"), dict):
-        return "resolved" if record.get("resolved") is True else "not resolved"
-    return ""
-
-
-def _check(check: dict[str, Any], redactor: Redacts) -> CheckView:
-    code = check.get("exit_code")
-    return CheckView(check.get("passed") is True, code if isinstance(code, int) else None,
-                     _clean(redactor, str(check.get("output_tail") or ""), 4_000),
-                     _clean(redactor, str(check.get("command") or ""), 500),
-                     _int(check.get("attempts"), 1))  # fmt: skip
+def _check(check: CheckRecord, redactor: Redacts) -> CheckView:
+    return CheckView(check.passed, check.exit_code, _clean(redactor, check.output_tail, 4_000),
+                     _clean(redactor, check.command, 500), check.attempts)  # fmt: skip
 
 
 def run_view(
-    data: dict[str, Any],
+    trajectory: Trajectory,
     anchor: str,
     name: str,
     redactor: Redacts,
     caps: Caps,
 ) -> RunView:
-    """A trajectory's run. Raises ReportError when it is not one."""
-    steps_data = data.get("steps")
-    if not isinstance(steps_data, list):
-        raise ReportError('not a toy_agent trajectory: it has no "steps" list')
-    result = _dict(data.get("result"))
-    settings = _dict(data.get("settings"))
-    steps = tuple(_step(_dict(s), n, redactor, caps) for n, s in enumerate(steps_data, 1))
-    usage = _dict(result.get("usage"))
-    if not usage:  # a run cut short: add up its steps
-        usage = {"input_tokens": sum(s.input_tokens or 0 for s in steps),
-                 "output_tokens": sum(s.output_tokens or 0 for s in steps)}  # fmt: skip
-    outcome = str(result.get("outcome") or ("unfinished" if not result else "unknown"))
-    exit_reason = str(result.get("error") or "")
-    if not exit_reason:
-        exit_reason = "task_complete" if outcome == "completed" else ""
-    if not result:
+    """A trajectory's run."""
+    result = trajectory.result or Outcome()
+    steps = tuple(_step(s, redactor, caps) for s in trajectory.steps)
+    usage = result.usage
+    if usage is None:  # a run cut short: add up its steps
+        usage = Usage(sum(s.input_tokens or 0 for s in steps),
+                      sum(s.output_tokens or 0 for s in steps))  # fmt: skip
+    outcome = result.outcome or ("unfinished" if trajectory.result is None else "unknown")
+    exit_reason = result.error or ("task_complete" if outcome == "completed" else "")
+    if trajectory.result is None:
         exit_reason = "the trajectory has no result: the run was stopped before it finished"
-    diffs_data = data.get("diffs")
-    if isinstance(diffs_data, dict):
-        pairs = [(str(k), str(v)) for k, v in diffs_data.items()]
+    if trajectory.diffs is not None:
+        pairs = list(trajectory.diffs.items())
         diffs, diff_note = _diff_views(redactor, pairs, caps)
         if not pairs:
             diff_note = "no changes"
     else:
         diffs, diff_note = (), "this trajectory does not record the diff (an older toy-agent)"
-    max_iterations = settings.get("max_iterations")
+    model = f"{trajectory.setting('provider')} {trajectory.setting('model')}".strip()
     return RunView(
         anchor=anchor,
         name=name,
-        task=_clean(redactor, str(data.get("task") or ""), caps.text),
+        task=_clean(redactor, trajectory.task, caps.text),
         outcome=_clean(redactor, outcome, 100),
-        success=result.get("success") is True,
+        success=result.success,
         exit_reason=_clean(redactor, exit_reason, 2_000),
-        answer=_clean(redactor, str(result.get("result") or ""), caps.text),
-        iterations=_int(result.get("iterations"), len(steps)),
-        max_iterations=max_iterations if isinstance(max_iterations, int) else None,
-        input_tokens=_int(usage.get("input_tokens"), 0),
-        output_tokens=_int(usage.get("output_tokens"), 0),
-        cached_tokens=_int(usage.get("cached_tokens"), 0),
-        cost=_float(result.get("cost_usd")),
-        elapsed=_float(result.get("elapsed_seconds")),
+        answer=_clean(redactor, result.answer, caps.text),
+        iterations=result.iterations if result.iterations is not None else len(steps),
+        max_iterations=trajectory.max_iterations,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_tokens=usage.cached_tokens,
+        cost=result.cost_usd,
+        elapsed=result.elapsed_seconds,
         llm_seconds=sum(s.llm_seconds or 0.0 for s in steps),
         tool_seconds=sum(s.tool_seconds or 0.0 for s in steps),
-        model=_clean(
-            redactor, f"{settings.get('provider') or ''} {settings.get('model') or ''}".strip(), 200
-        ),  # fmt: skip
-        effort=_clean(redactor, str(settings.get("effort") or ""), 20),
-        started_at=_clean(redactor, str(data.get("started_at") or ""), 100),
+        model=_clean(redactor, model, 200),
+        effort=_clean(redactor, trajectory.setting("effort"), 20),
+        started_at=_clean(redactor, trajectory.started_at, 100),
         steps=steps,
         diffs=diffs,
         diff_note=diff_note,
-        files_changed=_paths(result.get("files_changed"), redactor),
-        check=_check(result["check"], redactor) if isinstance(result.get("check"), dict) else None,
+        files_changed=_paths(result.files_changed, redactor),
+        check=_check(result.check, redactor) if result.check is not None else None,
     )
 
 
-def _step(data: dict[str, Any], number: int, redactor: Redacts, caps: Caps) -> StepView:
-    response = _dict(data.get("response"))
-    usage = _dict(response.get("usage"))
-    iteration = _int(data.get("iteration"), number)
-    actions = []
-    for action in _list(data.get("actions")):
-        action = _dict(action)
-        text = _params_text(action.get("parameters"))
-        actions.append(ActionView(_clean(redactor, str(action.get("tool_name") or "?"), 200),
-                                  _clean(redactor, text, caps.text)))  # fmt: skip
-    observations = [_observation(_dict(o), redactor, caps) for o in _list(data.get("observations"))]
-    parse_error = _clean(redactor, str(data.get("parse_error") or ""), caps.text)
+def _step(step: StepRecord, redactor: Redacts, caps: Caps) -> StepView:
+    response = step.response
+    actions = tuple(
+        ActionView(_clean(redactor, a.tool_name, 200),
+                   _clean(redactor, _params_text(a.parameters), caps.text))
+        for a in step.actions
+    )  # fmt: skip
+    observations = [_observation(o, redactor, caps) for o in step.observations]
+    parse_error = _clean(redactor, step.parse_error, caps.text)
     warnings: list[Warn] = []
-    stop = response.get("stop_reason")
     if parse_error:
+        stop = response.stop_reason
         kind = stop if stop in ("safety", "max_tokens") else "parse"
-        warnings.append(Warn(kind, _first_line(parse_error, 300), iteration))
+        warnings.append(Warn(kind, _first_line(parse_error, 300), step.iteration))
     for obs in observations:
-        warnings += _observation_warnings(obs, iteration)
-    reply = ""
-    if parse_error or not actions:
-        reply = _clean(redactor, str(response.get("text") or ""), caps.text)
+        warnings += _observation_warnings(obs, step.iteration)
+    reply = _clean(redactor, response.text, caps.text) if parse_error or not actions else ""
     return StepView(
-        iteration,
-        _clean(redactor, str(data.get("thought") or ""), caps.text),
-        tuple(actions),
+        step.iteration,
+        _clean(redactor, step.thought, caps.text),
+        actions,
         tuple(observations),
         parse_error,
         reply,
-        _float(data.get("llm_seconds")),
-        _float(data.get("tool_seconds")),
-        _int(usage.get("input_tokens"), 0) if usage else None,
-        _int(usage.get("output_tokens"), 0) if usage else None,
+        step.llm_seconds,
+        step.tool_seconds,
+        response.usage.input_tokens,
+        response.usage.output_tokens,
         tuple(warnings),
-        _clean(redactor, str(response.get("thinking") or ""), caps.text),
+        _clean(redactor, response.thinking, caps.text),
     )
 
 
@@ -752,131 +726,85 @@ def _params_text(params: Any) -> str:
     return "\n".join(lines)
 
 
-def _observation(data: dict[str, Any], redactor: Redacts, caps: Caps) -> ObservationView:
-    raw = str(data.get("content") or "")
-    content = _clean(redactor, raw, caps.observation)
-    tool = _clean(redactor, str(data.get("tool_name") or "?"), 200)
-    is_error = data.get("is_error") is True
+def _observation(
+    record: ObservationRecord, redactor: Redacts, caps: Caps, content: str | None = None
+) -> ObservationView:
+    """An observation as the page shows it: its text (`content`, when the record keeps it
+    elsewhere: a session's messages), and what the agent's rules did to it, from its notes
+    and its command's result (a record from before notes shows its text plain)."""
+    raw = record.content if content is None else content
+    shown = _clean(redactor, raw, caps.observation)
+    tool = _clean(redactor, record.tool_name, 200)
     lines = raw.count("\n") + 1
     folded = len(raw) > FOLD_CHARS or lines > FOLD_LINES
-    found = _found(raw, content, tool, is_error)
-    images = tuple(
-        _clean(redactor, f"{_dict(i).get('mime_type') or 'image'}, "
-               f"{count(_int(_dict(i).get('bytes'), 0))} bytes", 200)
-        for i in _list(data.get("images"))[:100]
-    )  # fmt: skip
-    edit = _dict(data.get("edit_check"))
-    introduced = [str(e) for e in _list(edit.get("syntax_errors"))[:20]]
-    if introduced:  # what an edit broke, from the observation's record (not its text)
-        verb = "would have introduced (refused)" if edit.get("refused") is True else "introduced"
-        found = (*found, ("syntax", _clean(redactor, f"{tool} {verb}: {'; '.join(introduced)}",
-                                           500)))  # fmt: skip
-    command = _command(data.get("command"), redactor)
+    images = tuple(_clean(redactor, f"{i.mime_type or 'image'}, {count(i.size)} bytes", 200)
+                   for i in record.images[:100])  # fmt: skip
+    found: list[tuple[str, str]] = [
+        (note.kind, _clean(redactor, _note_text(note.kind, note.text, tool), 500))
+        for note in record.notes
+    ]
+    command = _command(record.command, redactor) if record.command is not None else None
+    said = {kind for kind, _ in found}
+    if record.command is not None and record.command.sandbox_note and "sandbox" not in said:
+        text = _note_text("sandbox", record.command.sandbox_note, tool)  # before notes were
+        found.append(("sandbox", _clean(redactor, text, 500)))
+    if record.is_error and not said & {"refused", "declined", "check"}:
+        found.append(("error", f"{tool}: {_first_line(shown, 240)}"))
+    edit = record.edit_check
+    if edit is not None and edit.syntax_errors:  # what an edit broke
+        verb = "would have introduced (refused)" if edit.refused else "introduced"
+        text = f"{tool} {verb}: {'; '.join(edit.syntax_errors[:20])}"
+        found.append(("syntax", _clean(redactor, text, 500)))
     if command is not None and not command.ok:  # open: the failure is what to see
         folded = False
-    note = _dict(data.get("command")).get("sandbox_note")
-    if note and not any(kind == "sandbox" for kind, _ in found):  # the field, not the text
-        found = (*found, ("sandbox", _clean(redactor, f"the sandbox: {note}", 500)))
-    return ObservationView(tool, content, is_error, len(raw), lines, folded,
-                           _first_line(content, 160), found, images, command)  # fmt: skip
+    return ObservationView(tool, shown, record.is_error, len(raw), lines, folded,
+                           _first_line(shown, 160), tuple(found), images, command)  # fmt: skip
 
 
-def _command(data: Any, redactor: Redacts) -> CommandView | None:
-    """A recorded CommandResult as the page shows it; None for a record without one."""
-    if not isinstance(data, dict):
-        return None
-    code = data.get("exit_code")
-    code = code if isinstance(code, int) and not isinstance(code, bool) else None
-    timed_out = data.get("timed_out") is True
+def _note_text(kind: str, text: str, tool: str) -> str:
+    """A note as a warning line."""
+    if kind == "repeat":
+        return f"repeat guard: {text}"
+    if kind == "sandbox":
+        return f"the sandbox refused something the command did: {_first_line(text, 300)}"
+    if kind == "check":
+        return f"the check: {text}"
+    if kind == "hook":
+        return f"{tool}: a hook's note: {_first_line(text, 300)}"
+    return f"{tool}: {_first_line(text, 300)}"
+
+
+def _command(result: CommandResult, redactor: Redacts) -> CommandView:
+    """A recorded CommandResult as the page shows it."""
+    code, timed_out = result.exit_code, result.timed_out
     if timed_out:
         status = "timed out"
     elif code is not None and code < 0:
         status = f"killed by signal {-code}"
     else:
         status = f"exit {code if code is not None else '?'}"
-    return CommandView(_clean(redactor, str(data.get("command") or ""), 500), code,
-                       code == 0 and not timed_out, status,
-                       _clean(redactor, str(data.get("output_tail") or ""), 4_000))  # fmt: skip
-
-
-def _found(raw: str, shown: str, tool: str, is_error: bool) -> tuple[tuple[str, str], ...]:
-    """What the agent's rules wrote into an observation: the repeat guard's warning, the
-    sandbox's note, a refusal, a declined action, a cut to the context budget."""
-    found = []
-    repeat = _REPEAT.search(raw)
-    if repeat:
-        found.append(("repeat", f"repeat guard: {repeat[1]} called with the same parameters "
-                      f"{repeat[2]} times in a row"))  # fmt: skip
-    if _SANDBOX_NOTE in raw:
-        found.append(("sandbox", "the sandbox refused something the command did"))
-    if raw.startswith(DECLINED):
-        found.append(("declined", f"{tool}: declined by the user"))
-    elif is_error:
-        kind = "refused" if _REFUSED.search(raw) else "error"
-        found.append((kind, f"{tool}: {_first_line(shown, 240)}"))
-    cut = cuts.NOTE_RE.search(raw) or _CUT_BEFORE_25.search(raw)
-    if cut:
-        found.append(("cut", f"{tool}: {cut['what'] or cut['output']} of its output cut"))
-    return tuple(found)
+    return CommandView(_clean(redactor, result.command, 500), code, result.ok, status,
+                       _clean(redactor, result.output_tail, 4_000))  # fmt: skip
 
 
 def _observation_warnings(obs: ObservationView, iteration: int) -> list[Warn]:
     return [Warn(kind, text, iteration) for kind, text in obs.warnings]
 
 
-def session_view(data: dict[str, Any], path: Path, scrub: Scrub) -> SessionView:
+def session_view(record: SessionRecord, path: Path, scrub: Scrub) -> SessionView:
     """A saved session: its runs, each with the part of the conversation it added. A session
     keeps no timings nor per-step tokens; the diff is the session's own (`--diff`), and only
     for a session of this user's store (a file from elsewhere names any folder)."""
-    from toy_agent.sessions import (
-        SUMMARY_HEADER,
-        Session,
-        SessionError,
-        SessionStore,
-        session_diff,
-        without_note,
-    )
+    from toy_agent.sessions import SUMMARY_HEADER, Session, SessionError, SessionStore, session_diff
 
     redactor = scrub.known
-    messages, runs = data.get("messages"), data.get("runs")
-    if not isinstance(messages, list) or not isinstance(data.get("repo"), str):
-        raise ReportError(f'{path} is not a toy_agent session: it needs "repo" and "messages"')
-    runs = [_dict(r) for r in runs] if isinstance(runs, list) else []
-    settings = _dict(data.get("settings"))
     try:
-        fmt = get_format(str(settings.get("tool_format") or "xml"))
-        parsed = [Message.from_dict(m) for m in messages]
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise ReportError(f"{path} is not a toy_agent session: {exc}") from None
-    compactions = [_dict(c) for c in _list(data.get("compactions"))]
-    chunks, summary = _run_chunks(parsed, runs, compactions, SUMMARY_HEADER, without_note)
-    views = []
-    for index, run in enumerate(runs):
-        chunk = chunks[index]
-        steps: list[StepView] = []
-        for at, message in enumerate(chunk or ()):
-            if message.role == "assistant":
-                reply = chunk[at + 1] if chunk and at + 1 < len(chunk) else None
-                steps.append(_session_step(message, reply, len(steps) + 1, fmt, redactor))
-        usage = _dict(run.get("usage"))
-        outcome = str(run.get("outcome") or "unknown")
-        views.append(RunView(
-            anchor=f"run-{index + 1}", name=f"run {index + 1}",
-            task=_clean(redactor, without_note(str(run.get("task") or "")), RUN_CAPS.text),
-            outcome=_clean(redactor, outcome, 100), success=outcome == "completed",
-            exit_reason=_clean(redactor, str(run.get("error") or ""), 2_000)
-            or ("task_complete" if outcome == "completed" else ""),
-            iterations=_int(run.get("iterations"), len(steps)),
-            input_tokens=_int(usage.get("input_tokens"), 0),
-            output_tokens=_int(usage.get("output_tokens"), 0),
-            cost=_float(run.get("cost_usd")),
-            started_at=_clean(redactor, str(run.get("started_at") or ""), 100),
-            steps=tuple(steps), diff_note="see the session's diff below",
-            files_changed=_paths(run.get("files_changed"), redactor),
-            notes=(("undone: its file changes were reverted",) if run.get("undone") else ())
-            + (("its steps were replaced by the summary of a /compact (above)",)
-               if chunk is None else ()),
-        ))  # fmt: skip
+        fmt = get_format(str(record.settings.get("tool_format") or "xml"))
+    except ValueError as exc:
+        raise ReportError(f"session {path}: settings.tool_format: {exc}") from None
+    chunks, summary = record.run_messages(SUMMARY_HEADER)
+    views = [_session_run(run, index, chunks[index], fmt, redactor)
+             for index, run in enumerate(record.runs)]  # fmt: skip
     store = SessionStore()
     diffs: tuple[FileDiff, ...] = ()
     if store.is_elsewhere(str(path)):
@@ -884,82 +812,87 @@ def session_view(data: dict[str, Any], path: Path, scrub: Scrub) -> SessionView:
                "repository itself)"  # fmt: skip
     else:
         try:
-            session = Session.from_dict(data, path.stem)
-            text = session_diff(store, session)
+            text = session_diff(store, Session(path.stem, record.repo))
             diffs, note = _diff_views(scrub.full, _split_patch(text), RUN_CAPS)
             note = note or ("" if diffs else "no file changed since the session's first edit")
         except (SessionError, OSError, ValueError) as exc:
             note = f"the diff cannot be computed: {exc}"
-    usage = _dict(data.get("usage"))
+    usage = record.usage or Usage()
     return SessionView(
-        _clean(redactor, str(data.get("id") or path.stem), 200),
-        _clean(redactor, str(data["repo"]), 1_000),
-        _clean(redactor, str(data.get("created_at") or ""), 100),
-        _clean(redactor, str(data.get("updated_at") or ""), 100),
+        _clean(redactor, record.id or path.stem, 200),
+        _clean(redactor, record.repo, 1_000),
+        _clean(redactor, record.created_at, 100),
+        _clean(redactor, record.updated_at, 100),
         tuple(views), diffs, _clean(redactor, note, 2_000),
-        _int(usage.get("input_tokens"), 0), _int(usage.get("output_tokens"), 0),
-        _float(data.get("cost_usd")),
-        tuple(_clean(redactor, _compaction_line(c), 500) for c in compactions),
+        usage.input_tokens, usage.output_tokens, record.cost_usd,
+        tuple(_clean(redactor, _compaction_line(c), 500) for c in record.compactions),
         _clean(redactor, summary, RUN_CAPS.text),
     )  # fmt: skip
 
 
-def _run_chunks(
-    parsed: Sequence[Message],
-    runs: Sequence[dict[str, Any]],
-    compactions: Sequence[dict[str, Any]],
-    header: str,
-    task_of: Any,
-) -> tuple[list[list[Message] | None], str]:
-    """The messages each run added after its task (None: a /compact replaced them), and the
-    latest /compact's summary. A run begins at the user message that carries its task (after
-    a note, maybe); after a /compact the first message is the first task and the summary, and
-    the steps kept after it belong to the last run the /compact summarised."""
-    summary = ""
-    first = parsed[0].content if parsed and parsed[0].role == "user" else ""
-    cursor = 0
-    if f"\n\n{header}\n" in first:
-        summary = first.partition(f"\n\n{header}\n")[2]
-        cursor = 1
-    starts: list[int | None] = []
-    for run in runs:
-        task = task_of(str(run.get("task") or ""))
-        found = next((i for i in range(cursor, len(parsed)) if task and parsed[i].role == "user"
-                      and parsed[i].content.endswith(task)), None)  # fmt: skip
-        starts.append(found)
-        cursor = found + 1 if found is not None else cursor
-    chunks: list[list[Message] | None] = []
-    for index, start in enumerate(starts):
-        later = [s for s in starts[index + 1 :] if s is not None]
-        end = later[0] if later else len(parsed)
-        chunks.append(None if start is None else list(parsed[start + 1 : end]))
-    if summary:
-        summarised = _int(compactions[-1].get("runs"), 0) if compactions else 0
-        kept_until = next((s for s in starts if s is not None), len(parsed))
-        owner = min(summarised, len(runs)) - 1 if summarised else -1
-        if owner < 0:  # an older session: the last run without a start of its own
-            owner = max((i for i, s in enumerate(starts) if s is None), default=-1)
-        if 0 <= owner < len(chunks) and chunks[owner] is None and kept_until > 1:
-            chunks[owner] = list(parsed[1:kept_until])
-    return chunks, summary
+def _session_run(
+    run: SessionRun, index: int, chunk: list[Message] | None, fmt: ActionFormat, redactor: Redacts
+) -> RunView:
+    """One run of a session: its steps are the assistant messages of its part of the
+    conversation, each with the message that answered it and the step the run recorded (in
+    order; from the last one for the steps a /compact kept of a run it summarised)."""
+    messages = chunk or []
+    replies = [(m, messages[at + 1] if at + 1 < len(messages) else None)
+               for at, m in enumerate(messages) if m.role == "assistant"]  # fmt: skip
+    recorded: list[SessionStep | None] = list(run.steps[: len(replies)])
+    recorded += [None] * (len(replies) - len(recorded))
+    if chunk is not None and run.start is None and replies:  # its last steps, kept by /compact
+        kept = list(run.steps[-len(replies) :])
+        recorded = [None] * (len(replies) - len(kept)) + kept
+    steps = [_session_step(message, reply, number, fmt, redactor, step)
+             for number, ((message, reply), step) in enumerate(zip(replies, recorded,
+                                                                   strict=True), 1)]  # fmt: skip
+    usage = run.usage or Usage()
+    notes = ["undone: its file changes were reverted"] if run.undone else []
+    if run.rewound:
+        notes.append("rewound: /rewind went back to a step before it")
+    elif chunk is None:
+        notes.append("its steps were replaced by the summary of a /compact (above)")
+    elif run.has_start and run.start is None:
+        notes.append("its first steps were replaced by the summary of a /compact (above)")
+    return RunView(
+        anchor=f"run-{index + 1}", name=f"run {index + 1}",
+        task=_clean(redactor, run.task, RUN_CAPS.text),
+        outcome=_clean(redactor, run.outcome or "unknown", 100),
+        success=run.outcome == "completed",
+        exit_reason=_clean(redactor, run.error, 2_000)
+        or ("task_complete" if run.outcome == "completed" else ""),
+        iterations=run.iterations if run.iterations is not None else len(steps),
+        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+        cost=run.cost_usd,
+        started_at=_clean(redactor, run.started_at, 100),
+        steps=tuple(steps), diff_note="see the session's diff below",
+        files_changed=_paths(run.files_changed, redactor),
+        notes=tuple(notes),
+    )  # fmt: skip
 
 
-def _compaction_line(compaction: dict[str, Any]) -> str:
+def _compaction_line(compaction: Compaction) -> str:
     """One /compact, for the session page."""
-    when = str(compaction.get("compacted_at") or "").replace("T", " ")[:19]
-    if compaction.get("applied") is False:
+    when = compaction.compacted_at.replace("T", " ")[:19]
+    if not compaction.applied:
         return f"{when}: /compact wrote a summary no shorter than the steps; nothing changed"
-    number = {key: _int(compaction.get(key), 0) for key in
-              ("messages_before", "messages_after", "tokens_before", "tokens_after")}  # fmt: skip
-    return (f"{when}: /compact replaced {number['messages_before']} messages by a summary, "
-            f"{number['messages_after']} left (about {number['tokens_before']:,} → "
-            f"{number['tokens_after']:,} tokens)")  # fmt: skip
+    c = compaction
+    return (f"{when}: /compact replaced {c.messages_before} messages by a summary, "
+            f"{c.messages_after} left (about {c.tokens_before:,} → "
+            f"{c.tokens_after:,} tokens)")  # fmt: skip
 
 
 def _session_step(
-    message: Message, reply: Message | None, number: int, fmt: ActionFormat, redactor: Redacts
+    message: Message,
+    reply: Message | None,
+    number: int,
+    fmt: ActionFormat,
+    redactor: Redacts,
+    step: SessionStep | None,
 ) -> StepView:
-    """One assistant message of a session and the observation that answered it."""
+    """One assistant message of a session and the observation that answered it, with what
+    the step's record says of each observation (its error, command, notes)."""
     caps = RUN_CAPS
     try:
         parsed = fmt.parse(LlmResponse(message.content, tool_calls=message.tool_calls))
@@ -973,17 +906,16 @@ def _session_step(
     )  # fmt: skip
     observations: list[ObservationView] = []
     if reply is not None and reply.role == "user":
-        if reply.tool_results:
-            for result in reply.tool_results:
-                data = {"tool_name": result.name, "content": result.content,
-                        "is_error": result.is_error}  # fmt: skip
-                observations.append(_observation(data, redactor, caps))
-        elif reply.content:
+        records = list(step.observations or ()) if step is not None else []
+        if not records:  # a session saved before steps kept their observations
+            records = [ObservationRecord(r.name, is_error=r.is_error) for r in reply.tool_results]
+        texts = fmt.observation_texts(reply, [r.tool_name for r in records])
+        if texts is None:  # not an answer of these tools (a parse error's): shown plain
             names = [a.tool_name for a in actions] or ["reply"]
-            for at, (named, content) in enumerate(_observation_parts(reply.content)):
-                tool = named or names[min(at, len(names) - 1)]
-                observations.append(_observation({"tool_name": tool, "content": content},
-                                                 redactor, caps))  # fmt: skip
+            records = [ObservationRecord(names[0])] if reply.content else records
+            texts = [reply.content] if reply.content else [r.content for r in reply.tool_results]
+        for record, text in zip(records, texts, strict=False):
+            observations.append(_observation(record, redactor, caps, text))
     warnings = [w for o in observations for w in _observation_warnings(o, number)]
     if parse_error:
         warnings.insert(0, Warn("parse", _first_line(parse_error, 300), number))
@@ -993,23 +925,6 @@ def _session_step(
         _clean(redactor, message.content, caps.text) if parse_error or not actions else "",
         warnings=tuple(warnings), thinking=_clean(redactor, message.thinking, caps.text),
     )  # fmt: skip
-
-
-_XML_OBSERVATION = re.compile(r'<OBSERVATION(?: tool="([^"]*)")?>\n(.*?)\n</OBSERVATION>', re.S)
-_REACT_OBSERVATION = re.compile(r"(?:^|\n\n)Observation(?: \(([^)]*)\))?: ", re.S)
-
-
-def _observation_parts(text: str) -> list[tuple[str, str]]:
-    """The observations a text format's user message carries, without the format's wrapping
-    (`<OBSERVATION>` tags, `Observation:` labels): (tool name or "", content) each."""
-    found = [(m[1] or "", m[2]) for m in _XML_OBSERVATION.finditer(text)]
-    if found:
-        return found
-    labels = list(_REACT_OBSERVATION.finditer(text))
-    if labels and labels[0].start() == 0:
-        ends = [m.start() for m in labels[1:]] + [len(text)]
-        return [(m[1] or "", text[m.end() : end]) for m, end in zip(labels, ends, strict=True)]
-    return [("", text)]
 
 
 def compare(a: BatchView, b: BatchView) -> Comparison:
@@ -1106,34 +1021,14 @@ def _natural(text: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
-def _paths(files: Any, redactor: Redacts) -> tuple[str, ...]:
-    """The paths of a `files_changed` list ({"path", "added", "removed"} each)."""
-    if not isinstance(files, list):
-        return ()
-    return tuple(_clean(redactor, str(_dict(f).get("path", "")), 500) for f in files[:1_000])
+def _paths(files: Sequence[str], redactor: Redacts) -> tuple[str, ...]:
+    """The paths of a run's changed files, as the page shows them."""
+    return tuple(_clean(redactor, path, 500) for path in files[:1_000])
 
 
 def _first_line(text: str, cap: int) -> str:
     line = text.strip().split("\n", 1)[0]
     return line if len(line) <= cap else line[: cap - 1] + "…"
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _with(run: RunView, **changes: Any) -> RunView:

@@ -50,7 +50,6 @@ from toy_agent.checkpoints import (
 )
 from toy_agent.context import CHARS_PER_TOKEN, cap_text, estimate_tokens
 from toy_agent.events import (
-    TRAJECTORY_FORMAT,
     ChangeTracker,
     Event,
     RunFinished,
@@ -60,15 +59,23 @@ from toy_agent.events import (
     json_text,
 )
 from toy_agent.files import DIFF_MAX_BYTES, ToolError, atomic_write, file_state, write_at
-from toy_agent.messages import Image, LlmResponse, Message, Usage, visible
-from toy_agent.parsing import Action, Observation, get_format
+from toy_agent.messages import Message, Usage, visible
+from toy_agent.record import SESSION_FORMAT as SESSION_FORMAT
+from toy_agent.record import (
+    TRAJECTORY_FORMAT,
+    RecordError,
+    observation_dict,
+    remap_after_compaction,
+    session_from_dict,
+    trajectory_from_dict,
+    without_note,
+)
 from toy_agent.tools import CodeRepositoryTools
 
 if TYPE_CHECKING:
     from toy_agent.llm import LlmClient
     from toy_agent.pricing import CostMeter
 
-SESSION_FORMAT = "toy_agent.session/1"
 DEFAULT_KEEP, DEFAULT_KEEP_DAYS = 200, 30
 UNDO_FORMAT = "toy_agent.undo/1"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -77,12 +84,11 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NOTE_START = "(Note: "  # what the model is told with the next task (after an undo)
 
 
-def without_note(task: str) -> str:
-    """The task as the user gave it, without the note the model got with it (sessions saved
-    before notes were kept apart recorded the two together)."""
-    if task.startswith(NOTE_START) and ".)\n\n" in task:
-        return task.partition(".)\n\n")[2]
-    return task
+def run_task(run: dict[str, Any]) -> str:
+    """A run's task as the user gave it. A run saved before runs kept their `start` may hold
+    the note the model got with it, which is taken off (record.without_note)."""
+    task = str(run.get("task") or "")
+    return task if "start" in run else without_note(task)
 
 
 class SessionError(Exception):
@@ -154,14 +160,11 @@ class Session:
         }  # fmt: skip
 
     @classmethod
-    def from_dict(cls, data: Any, session_id: str) -> Session:
-        if not isinstance(data, dict) or data.get("format") != SESSION_FORMAT:
-            raise ValueError(f'not a session (expected "format": "{SESSION_FORMAT}")')
+    def from_dict(cls, data: Any, session_id: str, source: str = "") -> Session:
+        """The session a file holds, checked by record.session_from_dict (raises its
+        RecordError, naming the field), here rather than mid-run."""
+        session_from_dict(data, source or session_id)
         messages, runs = data.get("messages"), data.get("runs")
-        if not isinstance(data.get("repo"), str) or not isinstance(messages, list):
-            raise ValueError('a session needs "repo" and "messages"')
-        for message in messages:
-            Message.from_dict(message)  # raises on a malformed one, here rather than mid-run
         compactions = data.get("compactions")
         return cls(
             session_id, data["repo"], str(data.get("created_at", "")),
@@ -321,13 +324,17 @@ class SessionStore:
             raise SessionError(f"cannot read {path}: {reason}") from None
         try:
             if isinstance(data, dict) and data.get("format") == TRAJECTORY_FORMAT:
-                repo = str((data.get("settings") or {}).get("repo") or "")
+                recording = trajectory_from_dict(data, str(path))
+                repo = recording.setting("repo")
                 fresh = self.new(Path(repo))
                 fresh.repo = repo  # "" when the trajectory does not say: --repo decides
-                fresh.messages = [m.to_dict() for m in messages_from_trajectory(data)]
+                fresh.messages = [m.to_dict() for m in recording.messages()]
                 return fresh
             in_store = not self.is_elsewhere(str(path))
-            session = Session.from_dict(data, path.stem if in_store else self.new(Path()).id)
+            session_id = path.stem if in_store else self.new(Path()).id
+            session = Session.from_dict(data, session_id, str(path))
+        except RecordError as exc:
+            raise SessionError(str(exc)) from None
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SessionError(f"{path} is not a toy_agent session or trajectory: {exc}") from None
         if not in_store:
@@ -335,37 +342,10 @@ class SessionStore:
         return session
 
 
-def messages_from_trajectory(data: dict[str, Any]) -> list[Message]:
-    """The conversation a trajectory records: the task, then each step's reply and the
-    observations (or parse error) the model was sent back, in the run's action format."""
-    fmt = get_format(str((data.get("settings") or {}).get("tool_format") or "xml"))
-    messages = [Message("user", str(data["task"]))]
-    for step in data["steps"]:
-        response = LlmResponse.from_dict(step["response"])
-        messages.append(response.message())
-        actions = [Action(**a) for a in step.get("actions") or ()]
-        if step.get("parse_error"):
-            error = f"Error: {step['parse_error']}"
-            calls = [Action(c.name, c.arguments, c.id) for c in response.tool_calls]
-            if calls:
-                messages.append(
-                    fmt.observation_message([Observation(a, error, True) for a in calls])
-                )
-            else:
-                messages.append(Message("user", str(step["parse_error"])))
-            continue
-        observations = [
-            Observation(
-                action,
-                str(o.get("content", "")),
-                bool(o.get("is_error")),
-                tuple(map(Image.from_reference, o.get("images") or ())),
-            )
-            for action, o in zip(actions, step.get("observations") or (), strict=False)
-        ]
-        if observations:
-            messages.append(fmt.observation_message(observations))
-    return messages
+def messages_from_trajectory(data: Any) -> list[Message]:
+    """The conversation a trajectory's JSON records (record.Trajectory.messages). Raises
+    record.RecordError."""
+    return trajectory_from_dict(data).messages()
 
 
 class SessionRecorder:
@@ -390,15 +370,24 @@ class SessionRecorder:
         self._changes: ChangeTracker | None = None  # the current run's
         self._own_tracker = False  # a run without an agent's tracker gets one of ours
         self._cache: list[tuple[Message, dict[str, Any]]] = []  # redacted once, not every step
+        self._told: tuple[str, str] | None = None  # the next task as given, and its note
         self._snapped = -1  # the iteration whose snapshot is taken (one per step)
 
     def __call__(self, event: Event) -> None:
         match event:
             case RunStarted(task=task, settings=settings):
                 self.session.settings = {k: v for k, v in settings.items() if k != "tools"}
-                self.session.runs.append({"task": self.redact(without_note(task)),
-                                          "started_at": _now(),
-                                          "outcome": "running"})  # fmt: skip
+                note = ""
+                told, self._told = self._told, None
+                if told is not None and task.endswith(told[0]):  # the note apart from it
+                    task, note = told
+                run = {
+                    "task": self.redact(task),
+                    "started_at": _now(),
+                    "outcome": "running",
+                    "start": len(self.history()) - 1,
+                }  # where its task is in the messages
+                self.session.runs.append(run | ({"note": self.redact(note)} if note else {}))
                 self._own_tracker = event.changes is None
                 self._changes = event.changes or ChangeTracker(self.tools)
                 self._snapped, self._checkpoint_error = -1, None
@@ -412,6 +401,8 @@ class SessionRecorder:
                     "iteration": step.iteration, "messages": len(self.history()),
                     "tools": [a.tool_name for a in step.actions],
                     "compactions": len(self.session.compactions),
+                    "observations": [self.redact(observation_dict(o, content=False))
+                                     for o in step.observations],  # their text: the messages
                 })  # fmt: skip
                 self.save()
             case RunFinished(result=result):
@@ -483,6 +474,7 @@ class SessionRecorder:
     def task(self, text: str) -> str:
         """The next task as the model gets it: after an undo, with a note saying so."""
         note, self.session.note = self.session.note, ""
+        self._told = (text, note)
         return f"{note}\n\n{text}" if note else text
 
     def compact(self, llm: LlmClient, budget_tokens: int, cost: CostMeter | None = None
@@ -500,12 +492,14 @@ class SessionRecorder:
         applied = compacted.saved > 0  # a summary no shorter is dropped, its cost still counts
         if applied:
             self.session.messages = [self.redact(m.to_dict()) for m in compacted.messages]
+            remap_after_compaction(self.session.runs, len(self._cache), len(compacted.messages))
         self.session.compactions.append({
             "compacted_at": _now(), "model": llm.model, "applied": applied,
             "runs": len(self.session.runs),  # the runs it summarised (their steps are gone)
             "messages_before": len(self._cache), "messages_after": len(compacted.messages),
             "tokens_before": compacted.tokens_before, "tokens_after": compacted.tokens_after,
             "usage": compacted.usage.to_dict(), "cost_usd": cost_usd,
+            "summary": self.redact(compacted.summary),
         })  # fmt: skip
         self.conversation()  # the cache now holds the messages as saved
         try:
@@ -551,7 +545,7 @@ class SessionInfo:
     @classmethod
     def of(cls, session: Session) -> SessionInfo:
         runs = [run for run in session.runs if isinstance(run, dict)]
-        first = without_note(str(runs[0].get("task", ""))) if runs else ""
+        first = run_task(runs[0]) if runs else ""
         outcome = str(runs[-1].get("outcome") or "") if runs else ""
         line = first.strip().splitlines()[0] if first.strip() else ""
         return cls(session.id, session.updated_at or session.created_at, session.repo, line,
@@ -680,7 +674,7 @@ def describe_session(session: Session) -> str:
         f"cost      {format_cost(cost, unpriced)}",
     ]
     for number, run in enumerate((r for r in session.runs if isinstance(r, dict)), 1):
-        task = without_note(str(run.get("task", ""))).strip()
+        task = run_task(run).strip()
         more = " …" if len(task.splitlines()) > 1 else ""
         undone = ", undone" if run.get("undone") else ""
         lines.append(f"task {number}: [{run.get('outcome')}{undone}] "
@@ -718,6 +712,7 @@ class Compacted:
     tokens_before: int
     tokens_after: int
     usage: Usage
+    summary: str = ""
 
     @property
     def saved(self) -> int:
@@ -748,7 +743,7 @@ def compact_conversation(
     head = Message("user", f"{first.content}\n\n{SUMMARY_HEADER}\n{summary}")
     compacted = [head, *kept]
     return Compacted(compacted, estimate_tokens(messages), estimate_tokens(compacted),
-                     response.usage)  # fmt: skip
+                     response.usage, summary)  # fmt: skip
 
 
 def _transcript(message: Message) -> str:
@@ -889,7 +884,7 @@ def _undo(
 def _undone(
     store: SessionStore, session: Session, index: int, restored: list[str], removed: list[str]
 ) -> Undone:
-    task = str(session.runs[index].get("task", ""))
+    task = run_task(session.runs[index])
     session.runs[index]["undone"] = True
     files = ", ".join(restored + removed)
     state = "is as it was" if len(restored + removed) == 1 else "are as they were"
@@ -958,7 +953,7 @@ def rewind_points(session: Session) -> list[StepPoint]:
         for step in run.get("steps") or ():
             if step.get("compactions") == len(session.compactions):
                 points.append(StepPoint(len(points) + 1, index, int(step["iteration"]),
-                                        str(run.get("task", "")), tuple(step.get("tools") or ()),
+                                        run_task(run), tuple(step.get("tools") or ()),
                                         int(step["messages"])))  # fmt: skip
     return points
 

@@ -44,6 +44,7 @@ from toy_agent.files import (
     Scan,
     Text,
     ToolError,
+    ToolRefusal,
     encode_text,
     existing_format,
     file_state,
@@ -633,11 +634,11 @@ class CodeRepositoryTools:
         if resolved.is_relative_to(self.repo_path):
             return resolved
         if not Path(os.path.normpath(candidate)).is_relative_to(self.repo_path):
-            raise ToolError(
+            raise ToolRefusal(
                 f"{path} is outside the repository ({self.repo_path}); "
                 "use a path relative to the repository root."
             )
-        raise ToolError(f"{path} leads outside the repository through a symlink; refused.")
+        raise ToolRefusal(f"{path} leads outside the repository through a symlink; refused.")
 
     def _named_by_escapes(self, path: str) -> Path | None:
         """The existing file `path` names when read as a tool showed it, escapes and all (see
@@ -709,9 +710,9 @@ class CodeRepositoryTools:
             )
         target = self._resolve(path)
         if ".git" in target.relative_to(self.repo_path).parts:
-            raise ToolError("Refusing to write inside .git/; git's own files are off limits.")
+            raise ToolRefusal("Refusing to write inside .git/; git's own files are off limits.")
         if self.git_guard.protects(target):
-            raise ToolError(
+            raise ToolRefusal(
                 f"Refusing to write {self._shown(target)}: the user's git runs or reads it "
                 "(a hook, an included config file or a program their git config names)."
             )
