@@ -11,7 +11,6 @@ Text from the model, the tools or the repository goes through `visible()` before
 from __future__ import annotations
 
 import contextlib
-import difflib
 import logging
 import os
 import re
@@ -21,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from toy_agent.diffs import line_counts, unified_diff
 from toy_agent.events import (
     ChangeTracker,
     CheckFinished,
@@ -435,10 +435,8 @@ class TerminalView:
         now = self._changes.now(rel)
         if was.too_big or now.too_big or (was.text() is None and now.text() is None):
             return ""
-        diff = difflib.unified_diff((was.text() or "").splitlines(),
-                                    (now.text() or "").splitlines(), n=0, lineterm="")  # fmt: skip
-        codes = [line[:1] for line in list(diff)[2:] if not line.startswith("@@")]
-        return f"+{codes.count('+')} -{codes.count('-')}"
+        added, removed = line_counts(unified_diff(rel, was.text(), now.text()))
+        return f"+{added} -{removed}"
 
     def _show_command(self, action: Action, command: CommandResult, seconds: float) -> None:
         """`✗ run_command pytest -q · exit 1`, then the last lines of its output."""
