@@ -42,7 +42,7 @@ from toy_agent.events import (
 from toy_agent.files import FileState
 from toy_agent.lint import EditCheck
 from toy_agent.messages import CommandResult, FailedAttempt, visible
-from toy_agent.parsing import Action
+from toy_agent.parsing import Action, ActionFormat, NativeFormat, get_format
 from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
@@ -87,114 +87,13 @@ class Style:
         return f"\033[{code}m{text}\033[0m" if self.enabled else text
 
 
-# --- the thought, without the action protocol around it -------------------------------------
-
-_XML_TAG = re.compile(r"<(/?)\s*([A-Za-z_-]+)\s*>")
-_XML_TAG_SO_FAR = re.compile(r"</?\s*[A-Za-z_-]*\s*")  # a tag whose `>` has not arrived yet
-_XML_ACTION_START = frozenset({"action", "tool_name", "tool-name"})
-_XML_ACTION_END = re.compile(r"</\s*action\s*>", re.I)
-# A ReAct label at the start of a line, tolerating markdown, as toy_agent.parsing reads them.
-_REACT_LABEL = re.compile(
-    r"[ \t>*_#`-]*(thought|action[ \t_]*input|action|final[ \t_]*answer|observation)"
-    r"[ \t*_`]*:[ \t*`]*",
-    re.I,
-)
-_REACT_WORDS = ("thought", "actioninput", "finalanswer", "observation")
-
-
-class ThoughtText:
-    """The thought in a reply, fed in the pieces it streams in: the XML tags and the action,
-    or the ReAct labels and what follows `Action:`, are left out (the native format's text is
-    all thought). What may still turn out to be a tag or a label is held back until the next
-    piece tells."""
-
-    def __init__(self, tool_format: str = "xml"):
-        self._split = {"xml": self._xml, "react": self._react}.get(tool_format, self._plain)
-        self._pending = ""
-        self._in_action = False
-        self._line_start = True
-
-    @classmethod
-    def of(cls, text: str, tool_format: str = "xml") -> str:
-        thought = cls(tool_format)
-        return thought.feed(text) + thought.flush()
-
-    def feed(self, text: str) -> str:
-        """The thought text that `text` completes."""
-        self._pending += text
-        return self._split(final=False)
-
-    def flush(self) -> str:
-        """What was held back, at the end of the reply."""
-        return self._split(final=True)
-
-    def _plain(self, final: bool) -> str:
-        text, self._pending = self._pending, ""
-        return text
-
-    def _xml(self, final: bool) -> str:
-        out: list[str] = []
-        text = self._pending
-        while text:
-            if self._in_action:
-                end = _XML_ACTION_END.search(text)
-                if end is None:
-                    text = "" if final else text[-10:]  # a `</ACTION>` may come in pieces
-                    break
-                text, self._in_action = text[end.end() :], False
-                continue
-            lt = text.find("<")
-            if lt < 0:
-                out.append(text)
-                text = ""
-                break
-            out.append(text[:lt])
-            text = text[lt:]
-            tag = _XML_TAG.match(text)
-            if tag:
-                name = tag.group(2).lower()
-                if name in _XML_ACTION_START and not tag.group(1):
-                    self._in_action = True
-                elif name != "thought":
-                    out.append(tag.group())  # a tag the thought talks about: `<div>`
-                text = text[tag.end() :]
-            elif not final and len(text) < 20 and _XML_TAG_SO_FAR.fullmatch(text):
-                break
-            else:
-                out.append("<")
-                text = text[1:]
-        self._pending = text
-        return "".join(out)
-
-    def _react(self, final: bool) -> str:
-        out: list[str] = []
-        text = self._pending
-        while text:
-            if self._line_start:
-                label = _REACT_LABEL.match(text)
-                if not final and _undecided(text, label):
-                    break
-                if label:
-                    self._in_action = not label.group(1).lower().startswith("thought")
-                    text = text[label.end() :]
-                self._line_start = False
-                continue
-            end = text.find("\n") + 1 or len(text)
-            if not self._in_action:
-                out.append(text[:end])
-            self._line_start = text[end - 1] == "\n"
-            text = text[end:]
-        self._pending = text
-        return "".join(out)
-
-
-def _undecided(line_start: str, label: re.Match[str] | None) -> bool:
-    """Whether more text may change what this line starts with: `**Thought:**` arriving in
-    pieces, or `Act` that may become `Action:`."""
-    if label:
-        return label.end() == len(line_start)
-    word = re.sub(r"[ \t>*_#`-]", "", line_start).lower()
-    return "\n" not in line_start and any(name.startswith(word) for name in _REACT_WORDS)
+def _action_format(name: Any) -> ActionFormat:
+    """The run's action format, which says what of a reply is the thought (one it does not
+    know, from a newer recording: all text is)."""
+    try:
+        return get_format(str(name or "xml"))
+    except ValueError:
+        return NativeFormat()
 
 
 def _is_blank(line: str) -> bool:
@@ -231,8 +130,8 @@ class TerminalView:
         )  # fmt: skip
         self._status: tuple[str, float] | None = None  # what runs, since when
         self._tool: Action | None = None  # the tool call running (its progress joins it)
-        self._tool_format = "xml"
-        self._thought = ThoughtText()
+        self._format: ActionFormat = get_format("xml")
+        self._thought = self._format.thought_filter()
         self._step = ""  # "step 2/10", for the live line
         self._streamed = False
         self._partial = ""  # the streamed thought's unfinished line, shown in the live region
@@ -251,7 +150,7 @@ class TerminalView:
     def __call__(self, event: Event) -> None:
         match event:
             case RunStarted(settings=settings, changes=changes):
-                self._tool_format = str(settings.get("tool_format", "xml"))
+                self._format = _action_format(settings.get("tool_format"))
                 self._changes = changes
             case StepStarted(iteration=i, max_iterations=n):
                 self._new_reply()
@@ -344,7 +243,7 @@ class TerminalView:
     # -- lines above the live line --------------------------------------------------------
 
     def _new_reply(self) -> None:
-        self._thought = ThoughtText(self._tool_format)
+        self._thought = self._format.thought_filter()
         self._streamed, self._stream_lines, self._stream_gap = False, 0, False
 
     def _show_retry(self, attempt: FailedAttempt) -> None:
@@ -370,7 +269,7 @@ class TerminalView:
                 self._stream_line(self._partial)
                 self._partial = ""
             return
-        thought = ThoughtText.of(visible(text.replace("\r\n", "\n")), self._tool_format)
+        thought = self._format.thought(visible(text.replace("\r\n", "\n")))
         lines = [" ".join(line.split()) for line in thought.splitlines() if not _is_blank(line)]
         head = Text(f"  thought ({seconds:.1f}s)" + (":" if lines else ""), style="dim")
         body = Text("\n".join(lines), style="dim")
