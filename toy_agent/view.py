@@ -11,11 +11,13 @@ Text from the model, the tools or the repository goes through `visible()` before
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import re
 import sys
 import time
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -53,6 +55,7 @@ except ImportError:  # Windows: no terminal modes to set
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+    from rich.control import Control
     from rich.text import Text
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -75,16 +78,16 @@ class VisibleFormatter(logging.Formatter):
         return self.lead + visible(super().format(record))
 
 
+def erase_line() -> Control:
+    """Back to the start of the terminal's line, and the line erased: what clears a progress
+    line before a line is printed in its place."""
+    from rich.control import Control, ControlType
+
+    return Control(ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2))
+
+
 def use_color(stream: TextIO) -> bool:
     return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
-
-
-class Style:
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-
-    def __call__(self, text: str, code: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.enabled else text
 
 
 def _action_format(name: Any) -> ActionFormat:
@@ -628,51 +631,76 @@ def describe_action(action: Action) -> str:
 def format_summary(
     result: dict[str, Any], diffs: dict[str, str], *, show_diff: bool, color: bool = False
 ) -> str:
-    style = Style(color)
+    pieces: list[tuple[str, str]] = []  # (text, rich style)
+
+    def line(*parts: str | tuple[str, str]) -> None:
+        pieces.extend((p, "") if isinstance(p, str) else p for p in (*parts, "\n"))
+
     not_run = result.get("refused_actions") or []
     status = (
-        style("✓ completed", "32")
+        ("✓ completed", "green")
         if result["success"]
-        else style(f"✗ not completed ({result['outcome']})", "31")
+        else (f"✗ not completed ({result['outcome']})", "red")
     )
-    if result["success"] and not_run:  # refused is not done: said where the verdict is
-        status += style(f", but {_actions(len(not_run))} not run (refused or declined)", "33")
+    refused = (  # refused is not done: said where the verdict is
+        (f", but {_actions(len(not_run))} not run (refused or declined)", "yellow")
+        if result["success"] and not_run
+        else ""
+    )
     usage = result.get("usage") or {}
-    lines = [
-        "",
-        f"{status} — iterations used: {result['iterations']}, "
-        f"conversation length: {result['conversation_length']} messages, "
-        f"time: {result.get('elapsed_seconds', 0):.1f}s",
-        f"tokens: {usage.get('input_tokens', 0):,} in, {usage.get('output_tokens', 0):,} out, "
-        f"{usage.get('cached_tokens', 0):,} cached"
-        + (f", cost ${result['cost_usd']:.4f}" if result.get("cost_usd") is not None else ""),
-    ]
+    line()
+    line(status, refused, f" — iterations used: {result['iterations']}, "
+         f"conversation length: {result['conversation_length']} messages, "
+         f"time: {result.get('elapsed_seconds', 0):.1f}s")  # fmt: skip
+    cost = f", cost ${result['cost_usd']:.4f}" if result.get("cost_usd") is not None else ""
+    line(f"tokens: {usage.get('input_tokens', 0):,} in, {usage.get('output_tokens', 0):,} out, "
+         f"{usage.get('cached_tokens', 0):,} cached{cost}")  # fmt: skip
     if result.get("session"):
-        lines.append(f"session: {result['session']}")
+        line(f"session: {result['session']}")
     if result.get("sandbox"):
-        lines.append(f"sandbox: {result['sandbox']}")
+        line(f"sandbox: {result['sandbox']}")
     if result.get("tool_errors") or result.get("declined"):
         why = [f"{result['declined']} declined by you"] if result.get("declined") else []
         why += [f"{result['refused']} refused"] if result.get("refused") else []
         declined = f" ({', '.join(why)})" if why else ""
-        lines.append(style(f"tool errors: {result.get('tool_errors', 0)}{declined}", "33"))
+        line((f"tool errors: {result.get('tool_errors', 0)}{declined}", "yellow"))
     if not_run:
-        lines.append(style(f"not run ({len(not_run)}):", "33"))
-        lines += [f"  {visible(r['tool'])}: {_not_run_reason(r)}" for r in not_run[:20]]
-        lines += [f"  … and {len(not_run) - 20} more"] if len(not_run) > 20 else []
+        line((f"not run ({len(not_run)}):", "yellow"))
+        for r in not_run[:20]:
+            line(f"  {visible(r['tool'])}: {_not_run_reason(r)}")
+        if len(not_run) > 20:
+            line(f"  … and {len(not_run) - 20} more")
     if result.get("files_changed"):
-        lines.append("files changed:")
-        lines += [
-            f"  {visible(c['path'])}  {style('+' + str(c['added']), '32')} "
-            f"{style('-' + str(c['removed']), '31')}"
-            for c in result["files_changed"]
-        ]
+        line("files changed:")
+        for c in result["files_changed"]:
+            line(f"  {visible(c['path'])}  ", (f"+{c['added']}", "green"), " ",
+                 (f"-{c['removed']}", "red"))  # fmt: skip
     if show_diff and diffs:
-        lines += ["", *(visible(d.rstrip("\n")) for d in diffs.values())]
+        line()
+        for d in diffs.values():
+            line(visible(d.rstrip("\n")))
     if result.get("error"):
-        lines.append(f"error: {visible(result['error'])}")
-    lines += ["result:", visible(result.get("result") or "(none)")]
-    return "\n".join(lines)
+        line(f"error: {visible(result['error'])}")
+    line("result:")
+    line(visible(result.get("result") or "(none)"))
+    pieces.pop()  # the last line's end
+    return styled(pieces, color)
+
+
+def styled(pieces: Sequence[tuple[str, str]], color: bool) -> str:
+    """Text in pieces with their rich styles ("green", "bold red", "" for none): with
+    `color`, written by rich for a terminal (ANSI codes), else plain, without loading rich."""
+    if not color:
+        return "".join(text for text, _ in pieces)
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(
+        file=io.StringIO(), color_system="standard", force_terminal=True, soft_wrap=True,
+        markup=False, emoji=False, highlight=False,
+    )  # fmt: skip
+    console.print(Text.assemble(*pieces), end="")
+    return typing.cast(io.StringIO, console.file).getvalue()
 
 
 def _introduced(check: EditCheck) -> str:
