@@ -375,11 +375,32 @@ def test_on_a_terminal_a_progress_line_shows_done_running_tokens_and_eta(
             toy_agent("--tasks-file", str(tasks), "--out", str(tmp_path / "out")),
             quickest_provider_env(provider),
         )  # fmt: skip
-    assert "\r\x1b[K" in screen
+    assert "\r\x1b[2K" in screen  # the progress line erased and drawn again in place
     assert "0/2 done · 1 running · ✓ 0 ✗ 0 · 0 tokens" in screen
     assert "· alpha step " in screen  # which task runs, and at which step
     assert "1/2 done · 1 running · ✓ 1 ✗ 0 · 45 tokens" in screen and "ETA" in screen
     assert "2 tasks: 2 passed, 0 failed" in screen
+
+
+def test_the_progress_line_is_cut_to_the_width_so_it_can_be_erased() -> None:
+    """A progress line wider than the terminal would wrap, and erasing the line would leave
+    its first rows on screen: it is cut with `…` instead; the lines above it are not."""
+    import io
+
+    from toy_agent.batch import BatchView
+
+    screen = io.StringIO()
+    view = BatchView(screen, live=True)
+    view.start(3, 3, 3)
+    view.update(3, [(f"a-task-with-a-long-name-{i}", 12) for i in range(3)])
+    record = {"id": "t" * 100, "success": True, "outcome": "completed", "check": None,
+              "iterations": 1, "elapsed_seconds": 1.0}  # fmt: skip
+    view.finished(record)
+    progress = screen.getvalue().split("\r\x1b[2K")
+    assert progress[0] == "" and progress[1] == "3 tasks to run with 3 workers\n"
+    assert 20 < len(progress[2]) < 80 and progress[2].endswith("…")
+    assert progress[2].startswith("0/3 done · 3 running")
+    assert progress[3].startswith(f"[1/3] ✓ {'t' * 100}  completed") and "…" not in progress[3]
 
 
 @pytest.mark.slow
@@ -393,7 +414,7 @@ def test_on_a_terminal_a_task_warning_names_its_task_above_the_progress_line(
             toy_agent("--tasks-file", str(tasks), "--out", str(tmp_path / "out"),
                       "--max-retries", "0"), quickest_provider_env(provider),
         )  # fmt: skip
-    assert "\r\x1b[KWARNING echo: LLM call failed" in screen
+    assert "\r\x1b[2KWARNING echo: LLM call failed" in screen
     assert "2 tasks: 1 passed, 1 failed" in screen
 
 

@@ -566,3 +566,42 @@ def test_get_format_builds_a_fresh_instance_of_each_named_format():
 def test_get_format_rejects_unknown_names():
     with pytest.raises(ValueError, match="unknown action format 'json'.*xml, react, native"):
         get_format("json")
+
+
+# --- the thought without the protocol, piece by piece ---------------------------------------
+
+REPLIES = {
+    "xml": (
+        "Some prose.\n\n<THOUGHT>Use <div> tags & a < b.</THOUGHT>\n<ACTION>\n<tool_name>x"
+        '</tool_name>\n<parameters>{"a": "</THOUGHT>"}</parameters>\n</ACTION>',
+        "Some prose.\n\nUse <div> tags & a < b.\n",
+    ),
+    "react": (
+        '**Thought:** Check a: b.\nThen this.\nAction: read_file\nAction Input: {"path":'
+        ' "Thought: no"}\n',
+        "Check a: b.\nThen this.\n",
+    ),
+    "native": ("Plain <THOUGHT> text.", "Plain <THOUGHT> text."),
+}
+
+
+def test_the_thought_filter_leaves_out_the_action_parse_finds() -> None:
+    """The live view's thought and the parser read the protocol by the same rule: a lost
+    <ACTION> before <tool-name> starts the action for both."""
+    reply = 'Look first. <tool-name>read_file</tool-name><parameters>{"path": "a"}</parameters>'
+    xml = get_format("xml")
+    parsed = xml.parse(LlmResponse(reply))
+    assert parsed.actions[0].tool_name == "read_file"
+    assert xml.thought(reply) == "Look first. "
+
+
+@pytest.mark.parametrize("tool_format", REPLIES)
+def test_thought_text_is_the_same_however_the_reply_is_cut(tool_format):
+    reply, thought = REPLIES[tool_format]
+    action_format = get_format(tool_format)
+    assert action_format.thought(reply) == thought
+    for cut in range(len(reply) + 1):
+        pieces = action_format.thought_filter()
+        assert pieces.feed(reply[:cut]) + pieces.feed(reply[cut:]) + pieces.flush() == thought
+    one_by_one = action_format.thought_filter()
+    assert "".join(one_by_one.feed(c) for c in reply) + one_by_one.flush() == thought

@@ -541,8 +541,7 @@ def test_the_edit_preview_is_exactly_the_change_edit_file_then_makes(
 ) -> None:
     """Whatever the file and the edit, the confirm prompt shows the diff edit_file then makes,
     or the error it then gives: both come from edit_file itself (a dry run)."""
-    import difflib
-
+    from toy_agent.diffs import unified_diff
     from toy_agent.parsing import Action
     from toy_agent.view import preview_action
 
@@ -562,10 +561,10 @@ def test_the_edit_preview_is_exactly_the_change_edit_file_then_makes(
         assert target.read_bytes() == content.encode()
         return
     unified = [
-        text.replace("\r\n", "\n").replace("\r", "\n").splitlines(keepends=True)
+        text.replace("\r\n", "\n").replace("\r", "\n")
         for text in (content, target.read_bytes().decode())
     ]
-    assert preview == "".join(difflib.unified_diff(*unified, "a/f.txt", "b/f.txt"))
+    assert preview == unified_diff("f.txt", *unified)
 
 
 def test_the_edit_preview_refuses_what_edit_file_refuses(tmp_path: Path) -> None:

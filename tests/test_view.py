@@ -20,8 +20,6 @@ from fake_providers import FakeProvider, anthropic_reply, error_reply
 from fakes import write_replay, xml_action
 from rich.cells import cell_len
 
-from toy_agent.view import ThoughtText
-
 pytestmark = pytest.mark.slow  # see pyproject's markers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -300,34 +298,6 @@ def test_control_characters_from_the_model_are_shown_never_obeyed(repo, tmp_path
     assert "Hi\\x1b[2Jthere" in output and "evil\\x1b]52;c;cm0gLXJm\\x07.py" in output
     assert "ok\\x1b[31m" in output
     assert "\x1b]" not in output and "\x1b[2J" not in output and "\x07" not in output
-
-
-# --- the thought without the protocol, piece by piece ---------------------------------------
-
-REPLIES = {
-    "xml": (
-        "Some prose.\n\n<THOUGHT>Use <div> tags & a < b.</THOUGHT>\n<ACTION>\n<tool_name>x"
-        '</tool_name>\n<parameters>{"a": "</THOUGHT>"}</parameters>\n</ACTION>',
-        "Some prose.\n\nUse <div> tags & a < b.\n",
-    ),
-    "react": (
-        '**Thought:** Check a: b.\nThen this.\nAction: read_file\nAction Input: {"path":'
-        ' "Thought: no"}\n',
-        "Check a: b.\nThen this.\n",
-    ),
-    "native": ("Plain <THOUGHT> text.", "Plain <THOUGHT> text."),
-}
-
-
-@pytest.mark.parametrize("tool_format", REPLIES)
-def test_thought_text_is_the_same_however_the_reply_is_cut(tool_format):
-    reply, thought = REPLIES[tool_format]
-    assert ThoughtText.of(reply, tool_format) == thought
-    for cut in range(len(reply) + 1):
-        pieces = ThoughtText(tool_format)
-        assert pieces.feed(reply[:cut]) + pieces.feed(reply[cut:]) + pieces.flush() == thought
-    one_by_one = ThoughtText(tool_format)
-    assert "".join(one_by_one.feed(c) for c in reply) + one_by_one.flush() == thought
 
 
 def test_the_confirm_preview_of_an_edit_to_a_crlf_file_shows_the_change(tmp_path):

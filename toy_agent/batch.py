@@ -476,6 +476,7 @@ class BatchView:
 
     def __init__(self, stream: TextIO | None, *, live: bool = False, quiet: bool = False):
         self.stream, self.live, self.quiet = stream, live, quiet
+        self._terminal = _Terminal(stream) if live and stream is not None else None
         self.total = self.done = self.to_run = self.finished_now = 0
         self.passed = self.failed = self.tokens = 0
         self.cost: float | None = None
@@ -517,8 +518,8 @@ class BatchView:
             shown = ", ".join(names[:RUNNING_SHOWN])
             parts.append(shown + (f" +{len(names) - RUNNING_SHOWN}" if len(names) > RUNNING_SHOWN
                                   else ""))  # fmt: skip
-        self.stream.write("\r\x1b[K" + " · ".join(parts))
-        self.stream.flush()
+        if self._terminal is not None:
+            self._terminal.progress(" · ".join(parts))
 
     def stopping(self, running: int) -> None:
         if running:
@@ -548,10 +549,41 @@ class BatchView:
         self._line(" · ".join(totals) + f"\nresults: {Path(summary.out) / RESULTS_FILE}")
 
     def _line(self, text: str) -> None:
-        if self.stream is None:
-            return
-        self.stream.write(("\r\x1b[K" if self.live else "") + text + "\n")
-        self.stream.flush()
+        if self._terminal is not None:
+            self._terminal.line(text)
+        elif self.stream is not None:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+
+class _Terminal:
+    """The progress line on a terminal, drawn by rich: erased and drawn again in place, cut
+    to the width (a wrapped line could not be erased), and erased before each line above it."""
+
+    def __init__(self, stream: TextIO):
+        from rich.console import Console
+
+        self.console = Console(
+            file=stream, force_terminal=True, color_system=None, soft_wrap=True, markup=False,
+            emoji=False, highlight=False,
+        )  # fmt: skip
+
+    def progress(self, text: str) -> None:
+        from rich.text import Text
+
+        line = Text(text)
+        line.truncate(max(self.console.width - 1, 10), overflow="ellipsis")
+        self._erase()
+        self.console.print(line, end="")
+
+    def line(self, text: str) -> None:
+        self._erase()
+        self.console.print(text)
+
+    def _erase(self) -> None:
+        from toy_agent.view import erase_line
+
+        self.console.control(erase_line())
 
 
 def _task_line(record: dict[str, Any]) -> str:

@@ -1061,7 +1061,7 @@ def _setup_logging(
     each record names its task, and on a terminal first clears the progress line (which is
     drawn again within half a second)."""
     from toy_agent.redaction import RedactingFilter, Redactor
-    from toy_agent.view import VisibleFormatter
+    from toy_agent.view import VisibleFormatter, erase_line
 
     redactor = Redactor()  # it reads the providers' keys from the environment itself
     quiet = live or args.quiet or args.output != "text"  # scripts read stderr for problems
@@ -1072,7 +1072,9 @@ def _setup_logging(
     if view is not None and sys.stderr.isatty():
         console = view.log_handler()
     console.setLevel(level)
-    clear = "\r\x1b[K" if batch and live and sys.stdout.isatty() and sys.stderr.isatty() else ""
+    clear = (
+        str(erase_line()) if batch and live and sys.stdout.isatty() and sys.stderr.isatty() else ""
+    )
     console.setFormatter(VisibleFormatter("%(levelname)s %(message)s", lead=clear))
     handlers: list[logging.Handler] = [console]
     if args.log_file:

@@ -7,7 +7,6 @@ subscriber sees the world as it is at that moment (the change tracker relies on 
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from toy_agent import cuts
+from toy_agent.diffs import line_counts, unified_diff
 from toy_agent.files import FileState, atomic_write, file_state
 from toy_agent.messages import CommandResult, FailedAttempt, LlmResponse, Message
 from toy_agent.parsing import Action, Observation
@@ -483,31 +483,14 @@ class ChangeTracker:
         """Unified diff per changed file (files whose content did not change are left out)."""
         out: dict[str, str] = {}
         for path, state in self.before.items():
-            before, after = state.text(), self.now(path).text()
-            if after == before:
-                continue
-            diff = difflib.unified_diff(
-                _diff_lines(before),
-                _diff_lines(after),
-                fromfile=f"a/{path}" if before is not None else "/dev/null",
-                tofile=f"b/{path}" if after is not None else "/dev/null",
-            )
-            out[path] = "".join(diff)
+            diff = unified_diff(path, state.text(), self.now(path).text(), git=True)
+            if diff:
+                out[path] = diff
         return out
 
     def diff_stat(self) -> list[dict[str, Any]]:
         stats = []
         for path, diff in self.diffs().items():
-            lines = diff.splitlines()[2:]
-            added = sum(1 for line in lines if line.startswith("+"))
-            removed = sum(1 for line in lines if line.startswith("-"))
+            added, removed = line_counts(diff)
             stats.append({"path": path, "added": added, "removed": removed})
         return stats
-
-
-def _diff_lines(text: str | None) -> list[str]:
-    """Lines for difflib, marking a last line without a newline the way git does."""
-    lines = (text or "").splitlines(keepends=True)
-    if lines and not lines[-1].endswith(("\n", "\r")):
-        lines[-1] += "\n\\ No newline at end of file\n"
-    return lines

@@ -558,10 +558,16 @@ class FileState:
             return f"({self.size:,} bytes, too big to diff; modified {self.mtime_ns})\n"
         if self.data is None or self.linked_outside:
             return None
-        encoding = text_encoding(self.data[:BINARY_SNIFF_BYTES])
-        if encoding is not None and encoding.codec != "utf-8":  # UTF-16/32 with its mark
-            return self.data[len(encoding.bom) :].decode(encoding.codec, "replace")
-        return self.data.decode("utf-8", "surrogateescape")
+        return diff_text(self.data)
+
+
+def diff_text(data: bytes) -> str:
+    """A file's bytes as a diff shows them: decoded in the file's encoding, undecodable bytes
+    kept as surrogate escapes (`visible` shows them as `\\xNN`)."""
+    encoding = text_encoding(data[:BINARY_SNIFF_BYTES])
+    if encoding is not None and encoding.codec != "utf-8":  # UTF-16/32 with its mark
+        return data[len(encoding.bom) :].decode(encoding.codec, "replace")
+    return data.decode("utf-8", "surrogateescape")
 
 
 def file_state(

@@ -1,7 +1,8 @@
 """Turning LLM output into actions, one `ActionFormat` per way of writing them.
 
-A format owns three things and nothing else: the response-format section of the system
-prompt, parsing a reply into actions, and the message that carries observations back.
+A format owns four things and nothing else: the response-format section of the system
+prompt, parsing a reply into actions, the message that carries observations back, and which
+part of a reply streaming in is the thought (what the terminal view shows of it).
 
 The text formats are parsed by a tolerant scanner rather than an XML parser: real replies
 carry code (`<`, `&`, even `</ACTION>`) unescaped inside JSON, and an XML parser would either
@@ -137,6 +138,37 @@ class ActionFormat(ABC):
             texts.append(text[at:found])
             at = found + len(separator)
         return [*texts, text[at:end]]
+
+    def thought_filter(self) -> ThoughtFilter:
+        """A filter for one reply as it streams in: what of it is the thought."""
+        return ThoughtFilter()
+
+    def thought(self, text: str) -> str:
+        """The thought in a whole reply, the protocol around it left out."""
+        thought = self.thought_filter()
+        return thought.feed(text) + thought.flush()
+
+
+class ThoughtFilter:
+    """The thought in a reply, fed in the pieces it streams in: each `feed` returns the
+    thought text that its piece completes, and what may still turn out to be protocol (a tag,
+    a label) is held back until the next piece tells. This one keeps everything: the native
+    format's text is all thought, its calls travel beside it."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def feed(self, text: str) -> str:
+        self._pending += text
+        return self._split(final=False)
+
+    def flush(self) -> str:
+        """What was held back, at the end of the reply."""
+        return self._split(final=True)
+
+    def _split(self, final: bool) -> str:
+        text, self._pending = self._pending, ""
+        return text
 
 
 def get_format(name: str) -> ActionFormat:
@@ -340,7 +372,8 @@ JSON as is, no XML escaping. Example:
 _THOUGHT = re.compile(
     r"<thought\s*>(.*?)(?:</thought\s*>|(?=<action\s*>|<tool_name\s*>)|\Z)", re.I | re.S
 )
-_ACTION_OPEN = re.compile(r"<action\s*>|(?=<tool_name\s*>)", re.I)  # tolerate a lost <ACTION>
+_ACTION_START_TAGS = ("action", "tool_name", "tool-name")  # a lost <ACTION> is tolerated
+_ACTION_OPEN = re.compile(r"<action\s*>|(?=<tool[_-]name\s*>)", re.I)
 _ACTION_TAG = re.compile(r"<action\s*>", re.I)
 _ACTION_CLOSE = re.compile(r"</action\s*>", re.I)
 _OBSERVATION = re.compile(r"<observation\b", re.I)
@@ -460,6 +493,9 @@ class XmlFormat(ActionFormat):
         )
         return "\n".join((f"<THOUGHT>{thought}</THOUGHT>", *calls))
 
+    def thought_filter(self) -> ThoughtFilter:
+        return _XmlThought()
+
     def observation_message(self, observations: Sequence[Observation]) -> Message:
         images = _images(observations)
         if len(observations) == 1:
@@ -477,6 +513,53 @@ class XmlFormat(ActionFormat):
             f"<OBSERVATION>\nYour reply could not be parsed: {error}\n</OBSERVATION>\n"
             f"Reply with a <THOUGHT> and exactly one <ACTION>, like this:\n{_XML_EXAMPLE}",
         )
+
+
+_TAG = re.compile(r"<(/?)([A-Za-z_-]+)\s*>")
+_TAG_SO_FAR = re.compile(r"</?[A-Za-z_-]*\s*")  # a tag whose `>` has not arrived yet
+
+
+class _XmlThought(ThoughtFilter):
+    """Leaves out the THOUGHT tags and each action, from the tag that opens it (as `parse`
+    finds it) to `</ACTION>`; any other tag is text the thought talks about (`<div>`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._in_action = False
+
+    def _split(self, final: bool) -> str:
+        out: list[str] = []
+        text = self._pending
+        while text:
+            if self._in_action:
+                end = _ACTION_CLOSE.search(text)
+                if end is None:
+                    text = "" if final else text[-10:]  # a `</ACTION>` may come in pieces
+                    break
+                text, self._in_action = text[end.end() :], False
+                continue
+            lt = text.find("<")
+            if lt < 0:
+                out.append(text)
+                text = ""
+                break
+            out.append(text[:lt])
+            text = text[lt:]
+            tag = _TAG.match(text)
+            if tag:
+                name = tag.group(2).lower()
+                if name in _ACTION_START_TAGS and not tag.group(1):
+                    self._in_action = True
+                elif name != "thought":
+                    out.append(tag.group())
+                text = text[tag.end() :]
+            elif not final and len(text) < 20 and _TAG_SO_FAR.fullmatch(text):
+                break
+            else:
+                out.append("<")
+                text = text[1:]
+        self._pending = text
+        return "".join(out)
 
 
 # --- ReAct text: Thought: / Action: / Action Input: / Final Answer: -----------------------
@@ -498,6 +581,7 @@ _REACT_LABEL = re.compile(
     r"[ \t*_`]*:[ \t*`]*",
     re.I | re.M,
 )
+_LABEL_WORDS = ("thought", "actioninput", "finalanswer", "observation")  # as _kind names them
 
 
 def _kind(label: re.Match[str]) -> str:
@@ -620,6 +704,9 @@ class ReactFormat(ActionFormat):
         )
         return "\n".join((f"Thought: {thought}", *calls))
 
+    def thought_filter(self) -> ThoughtFilter:
+        return _ReactThought()
+
     def observation_message(self, observations: Sequence[Observation]) -> Message:
         images = _images(observations)
         if len(observations) == 1:
@@ -633,6 +720,46 @@ class ReactFormat(ActionFormat):
             f"Observation: Your reply could not be parsed: {error}\n"
             f"Use this format (or `Final Answer: ...` when done):\n{_REACT_EXAMPLE}",
         )
+
+
+class _ReactThought(ThoughtFilter):
+    """Leaves out the labels, and every line from a label other than `Thought:` (an action,
+    its input, a final answer) up to the next `Thought:`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._in_action = False
+        self._line_start = True
+
+    def _split(self, final: bool) -> str:
+        out: list[str] = []
+        text = self._pending
+        while text:
+            if self._line_start:
+                label = _REACT_LABEL.match(text)
+                if not final and _undecided(text, label):
+                    break
+                if label:
+                    self._in_action = _kind(label) != "thought"
+                    text = text[label.end() :]
+                self._line_start = False
+                continue
+            end = text.find("\n") + 1 or len(text)
+            if not self._in_action:
+                out.append(text[:end])
+            self._line_start = text[end - 1] == "\n"
+            text = text[end:]
+        self._pending = text
+        return "".join(out)
+
+
+def _undecided(line_start: str, label: re.Match[str] | None) -> bool:
+    """Whether more text may change what this line starts with: `**Thought:**` arriving in
+    pieces, or `Act` that may become `Action:`."""
+    if label:
+        return label.end() == len(line_start)
+    word = re.sub(r"[ \t>*_#`-]", "", line_start).lower()
+    return "\n" not in line_start and any(name.startswith(word) for name in _LABEL_WORDS)
 
 
 # --- Native tool calling ------------------------------------------------------------------

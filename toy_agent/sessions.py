@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import difflib
 import json
 import os
 import re
@@ -49,6 +48,7 @@ from toy_agent.checkpoints import (
     git_available,
 )
 from toy_agent.context import CHARS_PER_TOKEN, cap_text, estimate_tokens
+from toy_agent.diffs import unified_diff
 from toy_agent.events import (
     ChangeTracker,
     Event,
@@ -58,7 +58,7 @@ from toy_agent.events import (
     ToolStarted,
     json_text,
 )
-from toy_agent.files import DIFF_MAX_BYTES, ToolError, atomic_write, file_state, write_at
+from toy_agent.files import DIFF_MAX_BYTES, ToolError, atomic_write, diff_text, file_state, write_at
 from toy_agent.messages import Message, Usage, visible
 from toy_agent.record import SESSION_FORMAT as SESSION_FORMAT
 from toy_agent.record import (
@@ -824,12 +824,7 @@ def session_diff(store: SessionStore, session: Session) -> str:
         now = file_state(repo, rel).data
         if before == now or (before is None and "unrestorable" in change):
             continue
-        diff = difflib.unified_diff(
-            _text_lines(before), _text_lines(now),
-            fromfile=f"a/{rel}" if before is not None else "/dev/null",
-            tofile=f"b/{rel}" if now is not None else "/dev/null",
-        )  # fmt: skip
-        out.append("".join(diff))
+        out.append(unified_diff(rel, _diff_text(before), _diff_text(now), git=True))
     return "".join(out)
 
 
@@ -1053,11 +1048,8 @@ def _decoded(change: dict[str, Any]) -> bytes | None:
     return before.encode("utf-8") if isinstance(before, str) else None
 
 
-def _text_lines(data: bytes | None) -> list[str]:
-    lines = (data or b"").decode("utf-8", "replace").splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n\\ No newline at end of file\n"
-    return lines
+def _diff_text(data: bytes | None) -> str | None:
+    return None if data is None else diff_text(data)
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 from toy_agent import cuts
+from toy_agent.diffs import unified_diff
 from toy_agent.environment import named_variables, withheld_note, withheld_variables
 from toy_agent.files import (
     BINARY_SNIFF_BYTES,
@@ -1308,9 +1309,9 @@ def _as_json_type(tool: str, pname: str, value: Any, kind: str, prop: dict[str, 
 
 def _diff(rel: str, before: str, after: str) -> str:
     """The unified diff a change makes, line endings as the model sees them ("\n")."""
-    old, new = (_unify_endings(text).splitlines(keepends=True) for text in (before, after))
-    diff = difflib.unified_diff(old, new, fromfile=f"a/{rel}", tofile=f"b/{rel}")
-    return "".join(diff) or f"{shown_path(rel)}: no change"
+    return unified_diff(rel, _unify_endings(before), _unify_endings(after)) or (
+        f"{shown_path(rel)}: no change"
+    )
 
 
 def _json_type(value: Any) -> str:

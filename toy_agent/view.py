@@ -11,16 +11,18 @@ Text from the model, the tools or the repository goes through `visible()` before
 from __future__ import annotations
 
 import contextlib
-import difflib
+import io
 import logging
 import os
 import re
 import sys
 import time
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from toy_agent.diffs import line_counts, unified_diff
 from toy_agent.events import (
     ChangeTracker,
     CheckFinished,
@@ -42,7 +44,7 @@ from toy_agent.events import (
 from toy_agent.files import FileState
 from toy_agent.lint import EditCheck
 from toy_agent.messages import CommandResult, FailedAttempt, visible
-from toy_agent.parsing import Action
+from toy_agent.parsing import Action, ActionFormat, NativeFormat, get_format
 from toy_agent.permissions import Answer, OfferedTools, Permissions, parse_answer
 from toy_agent.tools import CodeRepositoryTools, ToolError
 
@@ -53,6 +55,7 @@ except ImportError:  # Windows: no terminal modes to set
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+    from rich.control import Control
     from rich.text import Text
 
 SPINNER_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -75,126 +78,25 @@ class VisibleFormatter(logging.Formatter):
         return self.lead + visible(super().format(record))
 
 
+def erase_line() -> Control:
+    """Back to the start of the terminal's line, and the line erased: what clears a progress
+    line before a line is printed in its place."""
+    from rich.control import Control, ControlType
+
+    return Control(ControlType.CARRIAGE_RETURN, (ControlType.ERASE_IN_LINE, 2))
+
+
 def use_color(stream: TextIO) -> bool:
     return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
-class Style:
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-
-    def __call__(self, text: str, code: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.enabled else text
-
-
-# --- the thought, without the action protocol around it -------------------------------------
-
-_XML_TAG = re.compile(r"<(/?)\s*([A-Za-z_-]+)\s*>")
-_XML_TAG_SO_FAR = re.compile(r"</?\s*[A-Za-z_-]*\s*")  # a tag whose `>` has not arrived yet
-_XML_ACTION_START = frozenset({"action", "tool_name", "tool-name"})
-_XML_ACTION_END = re.compile(r"</\s*action\s*>", re.I)
-# A ReAct label at the start of a line, tolerating markdown, as toy_agent.parsing reads them.
-_REACT_LABEL = re.compile(
-    r"[ \t>*_#`-]*(thought|action[ \t_]*input|action|final[ \t_]*answer|observation)"
-    r"[ \t*_`]*:[ \t*`]*",
-    re.I,
-)
-_REACT_WORDS = ("thought", "actioninput", "finalanswer", "observation")
-
-
-class ThoughtText:
-    """The thought in a reply, fed in the pieces it streams in: the XML tags and the action,
-    or the ReAct labels and what follows `Action:`, are left out (the native format's text is
-    all thought). What may still turn out to be a tag or a label is held back until the next
-    piece tells."""
-
-    def __init__(self, tool_format: str = "xml"):
-        self._split = {"xml": self._xml, "react": self._react}.get(tool_format, self._plain)
-        self._pending = ""
-        self._in_action = False
-        self._line_start = True
-
-    @classmethod
-    def of(cls, text: str, tool_format: str = "xml") -> str:
-        thought = cls(tool_format)
-        return thought.feed(text) + thought.flush()
-
-    def feed(self, text: str) -> str:
-        """The thought text that `text` completes."""
-        self._pending += text
-        return self._split(final=False)
-
-    def flush(self) -> str:
-        """What was held back, at the end of the reply."""
-        return self._split(final=True)
-
-    def _plain(self, final: bool) -> str:
-        text, self._pending = self._pending, ""
-        return text
-
-    def _xml(self, final: bool) -> str:
-        out: list[str] = []
-        text = self._pending
-        while text:
-            if self._in_action:
-                end = _XML_ACTION_END.search(text)
-                if end is None:
-                    text = "" if final else text[-10:]  # a `</ACTION>` may come in pieces
-                    break
-                text, self._in_action = text[end.end() :], False
-                continue
-            lt = text.find("<")
-            if lt < 0:
-                out.append(text)
-                text = ""
-                break
-            out.append(text[:lt])
-            text = text[lt:]
-            tag = _XML_TAG.match(text)
-            if tag:
-                name = tag.group(2).lower()
-                if name in _XML_ACTION_START and not tag.group(1):
-                    self._in_action = True
-                elif name != "thought":
-                    out.append(tag.group())  # a tag the thought talks about: `<div>`
-                text = text[tag.end() :]
-            elif not final and len(text) < 20 and _XML_TAG_SO_FAR.fullmatch(text):
-                break
-            else:
-                out.append("<")
-                text = text[1:]
-        self._pending = text
-        return "".join(out)
-
-    def _react(self, final: bool) -> str:
-        out: list[str] = []
-        text = self._pending
-        while text:
-            if self._line_start:
-                label = _REACT_LABEL.match(text)
-                if not final and _undecided(text, label):
-                    break
-                if label:
-                    self._in_action = not label.group(1).lower().startswith("thought")
-                    text = text[label.end() :]
-                self._line_start = False
-                continue
-            end = text.find("\n") + 1 or len(text)
-            if not self._in_action:
-                out.append(text[:end])
-            self._line_start = text[end - 1] == "\n"
-            text = text[end:]
-        self._pending = text
-        return "".join(out)
-
-
-def _undecided(line_start: str, label: re.Match[str] | None) -> bool:
-    """Whether more text may change what this line starts with: `**Thought:**` arriving in
-    pieces, or `Act` that may become `Action:`."""
-    if label:
-        return label.end() == len(line_start)
-    word = re.sub(r"[ \t>*_#`-]", "", line_start).lower()
-    return "\n" not in line_start and any(name.startswith(word) for name in _REACT_WORDS)
+def _action_format(name: Any) -> ActionFormat:
+    """The run's action format, which says what of a reply is the thought (one it does not
+    know, from a newer recording: all text is)."""
+    try:
+        return get_format(str(name or "xml"))
+    except ValueError:
+        return NativeFormat()
 
 
 def _is_blank(line: str) -> bool:
@@ -231,8 +133,8 @@ class TerminalView:
         )  # fmt: skip
         self._status: tuple[str, float] | None = None  # what runs, since when
         self._tool: Action | None = None  # the tool call running (its progress joins it)
-        self._tool_format = "xml"
-        self._thought = ThoughtText()
+        self._format: ActionFormat = get_format("xml")
+        self._thought = self._format.thought_filter()
         self._step = ""  # "step 2/10", for the live line
         self._streamed = False
         self._partial = ""  # the streamed thought's unfinished line, shown in the live region
@@ -251,7 +153,7 @@ class TerminalView:
     def __call__(self, event: Event) -> None:
         match event:
             case RunStarted(settings=settings, changes=changes):
-                self._tool_format = str(settings.get("tool_format", "xml"))
+                self._format = _action_format(settings.get("tool_format"))
                 self._changes = changes
             case StepStarted(iteration=i, max_iterations=n):
                 self._new_reply()
@@ -344,7 +246,7 @@ class TerminalView:
     # -- lines above the live line --------------------------------------------------------
 
     def _new_reply(self) -> None:
-        self._thought = ThoughtText(self._tool_format)
+        self._thought = self._format.thought_filter()
         self._streamed, self._stream_lines, self._stream_gap = False, 0, False
 
     def _show_retry(self, attempt: FailedAttempt) -> None:
@@ -370,7 +272,7 @@ class TerminalView:
                 self._stream_line(self._partial)
                 self._partial = ""
             return
-        thought = ThoughtText.of(visible(text.replace("\r\n", "\n")), self._tool_format)
+        thought = self._format.thought(visible(text.replace("\r\n", "\n")))
         lines = [" ".join(line.split()) for line in thought.splitlines() if not _is_blank(line)]
         head = Text(f"  thought ({seconds:.1f}s)" + (":" if lines else ""), style="dim")
         body = Text("\n".join(lines), style="dim")
@@ -435,10 +337,8 @@ class TerminalView:
         now = self._changes.now(rel)
         if was.too_big or now.too_big or (was.text() is None and now.text() is None):
             return ""
-        diff = difflib.unified_diff((was.text() or "").splitlines(),
-                                    (now.text() or "").splitlines(), n=0, lineterm="")  # fmt: skip
-        codes = [line[:1] for line in list(diff)[2:] if not line.startswith("@@")]
-        return f"+{codes.count('+')} -{codes.count('-')}"
+        added, removed = line_counts(unified_diff(rel, was.text(), now.text()))
+        return f"+{added} -{removed}"
 
     def _show_command(self, action: Action, command: CommandResult, seconds: float) -> None:
         """`✗ run_command pytest -q · exit 1`, then the last lines of its output."""
@@ -731,51 +631,76 @@ def describe_action(action: Action) -> str:
 def format_summary(
     result: dict[str, Any], diffs: dict[str, str], *, show_diff: bool, color: bool = False
 ) -> str:
-    style = Style(color)
+    pieces: list[tuple[str, str]] = []  # (text, rich style)
+
+    def line(*parts: str | tuple[str, str]) -> None:
+        pieces.extend((p, "") if isinstance(p, str) else p for p in (*parts, "\n"))
+
     not_run = result.get("refused_actions") or []
     status = (
-        style("✓ completed", "32")
+        ("✓ completed", "green")
         if result["success"]
-        else style(f"✗ not completed ({result['outcome']})", "31")
+        else (f"✗ not completed ({result['outcome']})", "red")
     )
-    if result["success"] and not_run:  # refused is not done: said where the verdict is
-        status += style(f", but {_actions(len(not_run))} not run (refused or declined)", "33")
+    refused = (  # refused is not done: said where the verdict is
+        (f", but {_actions(len(not_run))} not run (refused or declined)", "yellow")
+        if result["success"] and not_run
+        else ""
+    )
     usage = result.get("usage") or {}
-    lines = [
-        "",
-        f"{status} — iterations used: {result['iterations']}, "
-        f"conversation length: {result['conversation_length']} messages, "
-        f"time: {result.get('elapsed_seconds', 0):.1f}s",
-        f"tokens: {usage.get('input_tokens', 0):,} in, {usage.get('output_tokens', 0):,} out, "
-        f"{usage.get('cached_tokens', 0):,} cached"
-        + (f", cost ${result['cost_usd']:.4f}" if result.get("cost_usd") is not None else ""),
-    ]
+    line()
+    line(status, refused, f" — iterations used: {result['iterations']}, "
+         f"conversation length: {result['conversation_length']} messages, "
+         f"time: {result.get('elapsed_seconds', 0):.1f}s")  # fmt: skip
+    cost = f", cost ${result['cost_usd']:.4f}" if result.get("cost_usd") is not None else ""
+    line(f"tokens: {usage.get('input_tokens', 0):,} in, {usage.get('output_tokens', 0):,} out, "
+         f"{usage.get('cached_tokens', 0):,} cached{cost}")  # fmt: skip
     if result.get("session"):
-        lines.append(f"session: {result['session']}")
+        line(f"session: {result['session']}")
     if result.get("sandbox"):
-        lines.append(f"sandbox: {result['sandbox']}")
+        line(f"sandbox: {result['sandbox']}")
     if result.get("tool_errors") or result.get("declined"):
         why = [f"{result['declined']} declined by you"] if result.get("declined") else []
         why += [f"{result['refused']} refused"] if result.get("refused") else []
         declined = f" ({', '.join(why)})" if why else ""
-        lines.append(style(f"tool errors: {result.get('tool_errors', 0)}{declined}", "33"))
+        line((f"tool errors: {result.get('tool_errors', 0)}{declined}", "yellow"))
     if not_run:
-        lines.append(style(f"not run ({len(not_run)}):", "33"))
-        lines += [f"  {visible(r['tool'])}: {_not_run_reason(r)}" for r in not_run[:20]]
-        lines += [f"  … and {len(not_run) - 20} more"] if len(not_run) > 20 else []
+        line((f"not run ({len(not_run)}):", "yellow"))
+        for r in not_run[:20]:
+            line(f"  {visible(r['tool'])}: {_not_run_reason(r)}")
+        if len(not_run) > 20:
+            line(f"  … and {len(not_run) - 20} more")
     if result.get("files_changed"):
-        lines.append("files changed:")
-        lines += [
-            f"  {visible(c['path'])}  {style('+' + str(c['added']), '32')} "
-            f"{style('-' + str(c['removed']), '31')}"
-            for c in result["files_changed"]
-        ]
+        line("files changed:")
+        for c in result["files_changed"]:
+            line(f"  {visible(c['path'])}  ", (f"+{c['added']}", "green"), " ",
+                 (f"-{c['removed']}", "red"))  # fmt: skip
     if show_diff and diffs:
-        lines += ["", *(visible(d.rstrip("\n")) for d in diffs.values())]
+        line()
+        for d in diffs.values():
+            line(visible(d.rstrip("\n")))
     if result.get("error"):
-        lines.append(f"error: {visible(result['error'])}")
-    lines += ["result:", visible(result.get("result") or "(none)")]
-    return "\n".join(lines)
+        line(f"error: {visible(result['error'])}")
+    line("result:")
+    line(visible(result.get("result") or "(none)"))
+    pieces.pop()  # the last line's end
+    return styled(pieces, color)
+
+
+def styled(pieces: Sequence[tuple[str, str]], color: bool) -> str:
+    """Text in pieces with their rich styles ("green", "bold red", "" for none): with
+    `color`, written by rich for a terminal (ANSI codes), else plain, without loading rich."""
+    if not color:
+        return "".join(text for text, _ in pieces)
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(
+        file=io.StringIO(), color_system="standard", force_terminal=True, soft_wrap=True,
+        markup=False, emoji=False, highlight=False,
+    )  # fmt: skip
+    console.print(Text.assemble(*pieces), end="")
+    return typing.cast(io.StringIO, console.file).getvalue()
 
 
 def _introduced(check: EditCheck) -> str:
