@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 IMAGE = "localhost/toy-agent-test:python"
 PROGRAMS = ("sh", "bash", "cat", "ls", "test", "sleep", "echo", "mkdir", "rm", "cp", "mv",
             "env", "head", "tail", "wc", "touch", "chmod", "pwd", "true", "false", "grep",
@@ -30,6 +32,13 @@ STDLIB_LEFT_OUT = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib
                    "site-packages", "dist-packages", "__pycache__"}  # fmt: skip
 RUNTIMES = ("", "runc")  # the host's own choice first
 LIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096")  # as toy_agent's
+
+
+def unavailable(reason: str) -> None:
+    """Skip saying why; under CI=true, which installs podman and runc, fail instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
 
 
 def _entries(path: str, seen: set[str]) -> list[str]:
@@ -135,13 +144,46 @@ def podman_env(conf: Path | None) -> dict[str, str]:
     return env
 
 
-def build_image(name: str, folder: Path, extra: dict[str, Path] | None = None) -> str | None:
-    """`podman import` of the minimal root as `name`; None, or why it failed."""
+def pytest_packages(folder: str = "/opt/pytest") -> dict[str, Path]:
+    """The tests' own pytest and the distributions it requires (pure Python), as image paths
+    under `folder` (to add with PYTHONPATH set to it) to host paths."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    found: dict[str, Path] = {}
+    todo, seen = ["pytest"], set()
+    while todo:
+        dist = metadata.distribution(todo.pop())
+        if dist.metadata["Name"] in seen:
+            continue
+        seen.add(dist.metadata["Name"])
+        for line in dist.requires or []:
+            wanted = Requirement(line)
+            if wanted.marker is None or wanted.marker.evaluate({"extra": ""}):
+                todo.append(wanted.name)
+        for file in dist.files or []:
+            top = file.parts[0]
+            if not top.endswith(".pth") and top not in ("..", "__pycache__"):  # dist-info too
+                found[f"{folder}/{top}"] = Path(str(dist.locate_file(top)))
+    return found
+
+
+def build_image(name: str, folder: Path, extra: dict[str, Path] | None = None,
+                changes: tuple[str, ...] = ()) -> str | None:  # fmt: skip
+    """`podman import` of the minimal root as `name` (with `changes`, Dockerfile lines such as
+    `ENV PYTHONPATH=/opt/pytest`); None, or why it failed."""
     tar = root_tar(folder / "root.tar", extra)
-    done = subprocess.run(["podman", "import", str(tar), name], capture_output=True, text=True)
+    options = [word for change in changes for word in ("--change", change)]
+    before = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", name],
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    done = subprocess.run(["podman", "import", *options, str(tar), name],
+                          capture_output=True, text=True)  # fmt: skip
     tar.unlink()
     if done.returncode != 0:
         return f"podman import failed: {done.stderr.strip().splitlines()[-1:]}"
+    if before and before not in done.stdout:  # the older build, unless a container uses it
+        subprocess.run(["podman", "rmi", before], capture_output=True)
     return None
 
 

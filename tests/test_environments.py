@@ -3,7 +3,6 @@ or a container (podman, docker), with the copy at /testbed, and nothing of the h
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from fakes import ScriptedLlm, folder, wait_until, xml_action
 
 from toy_agent.batch import RunSettings, run_batch
+from toy_agent.environments import image_for
 from toy_agent.tasks import BatchError
 
 TOOLS = ("/bin/sh", "/bin/bash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/test")
@@ -82,26 +82,19 @@ def test_a_rootfs_environment_runs_commands_and_checks_in_that_root(tmp_path):
     assert set(seen) >= {"bin", "lib", "testbed", "usr", "a"} and "work" not in seen
 
 
-def unavailable(reason: str) -> None:
-    """Skip saying why; under CI=true, which installs podman and runc, fail instead."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def podman_conf(tmp_path_factory) -> Path | None:
     """The tests' image (the host's python3, sh, bash, coreutils, git: 70 MB, about 2 s)
     imported into podman; the containers.conf podman runs it with here (None: the host's)."""
     if shutil.which("podman") is None:
-        unavailable("podman is not installed")
+        containers.unavailable("podman is not installed")
     work = tmp_path_factory.mktemp("podman")
     problem = containers.build_image(containers.IMAGE, work)
     if problem:
-        unavailable(problem)
+        containers.unavailable(problem)
     conf, problem = containers.podman_runs(work)
     if problem:
-        unavailable(problem)
+        containers.unavailable(problem)
     return conf
 
 
@@ -176,3 +169,10 @@ def test_a_bad_env_stops_the_batch_before_anything_runs(tmp_path):
         with pytest.raises(BatchError, match=message):
             run_batch([{"id": "t", "repo": str(repo), "task": "t", "env": env}],
                       tmp_path / "out", RunSettings(make_llm=ScriptedLlm))  # fmt: skip
+
+
+def test_an_image_names_the_task_by_its_id_or_as_swebench_images_spell_it():
+    assert image_for("swebench/sweb.eval.x86_64.{image_id}:latest", "django__django-11099") == (
+        "swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+    )
+    assert image_for("mine/{id}", "Django__x-1") == "mine/Django__x-1"

@@ -52,6 +52,14 @@ def parse_env(spec: str) -> tuple[str, str]:
     raise EnvironmentError_(f"env {spec!r}: use host, rootfs:DIR, docker:IMAGE or podman:IMAGE")
 
 
+def image_for(target: str, task_id: str) -> str:
+    """`target` with the task's id in it: `{id}` as it is, `{image_id}` as SWE-bench's image
+    names spell it (lower case, `__` as `_1776_`: `django__django-11099` is in
+    `swebench/sweb.eval.x86_64.django_1776_django-11099`)."""
+    image_id = task_id.lower().replace("__", "_1776_")
+    return target.replace("{image_id}", image_id).replace("{id}", task_id)
+
+
 @dataclass
 class Environment:
     """A task's environment while its copy lives: `wrap` turns a shell argv into one that runs

@@ -21,7 +21,7 @@ from typing import Any
 from toy_agent.agent import DEFAULT_CHECK_RETRIES, ReactAgent, RunResult
 from toy_agent.context import DEFAULT_CONTEXT_BUDGET
 from toy_agent.copies import Copy, GitError, collect_patch, prepare_copy, rebase_copy, remove_copy
-from toy_agent.environments import Environment, EnvironmentError_, parse_env
+from toy_agent.environments import Environment, EnvironmentError_, image_for, parse_env
 from toy_agent.events import TrajectoryRecorder, json_text
 from toy_agent.hooks import Hooks
 from toy_agent.lint import LintMode
@@ -258,7 +258,7 @@ def _attempt(
     meta = scratch / "meta" / task.id
     copy = None
     kind, target = parse_env(task.env or settings.env or "host")
-    environment = Environment(kind, target.replace("{id}", task.id), settings.sandbox_network,
+    environment = Environment(kind, image_for(target, task.id), settings.sandbox_network,
                               owner=settings.owner)  # fmt: skip
     try:
         copy = prepare_copy(task, scratch)
