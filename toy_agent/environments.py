@@ -117,7 +117,8 @@ class Environment:
             assert self.container is not None
             client = [f"{name}={os.environ[name]}" for name in ENGINE_VARIABLES
                       if name in os.environ]  # fmt: skip
-            return [*(["env", *client] if client else []), _engine(self.kind), "exec",
+            env = shutil.which("env") or "/usr/bin/env"
+            return [*([env, *client] if client else []), _engine(self.kind), "exec",
                     "--workdir", WORKDIR, self.container, *argv]  # fmt: skip
         return argv
 
