@@ -7,13 +7,26 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import container_helpers as containers
 import pytest
-from fakes import ScriptedLlm, folder, xml_action
+from fakes import ScriptedLlm, folder, wait_until, xml_action
 
 from toy_agent.batch import RunSettings, run_batch
+from toy_agent.environments import image_for
 from toy_agent.tasks import BatchError
 
 TOOLS = ("/bin/sh", "/bin/bash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/test")
+LOOK = "ls / > seen.txt; cat a.txt >> seen.txt"
+OUTSIDE = "test -f /testbed/seen.txt && test ! -e /work && test ! -e /root/x"
+# In a container: its root, its network (loopback only) and its capabilities (none).
+IN_CONTAINER = (
+    "ls / > seen.txt; cat a.txt >> seen.txt; grep CapEff /proc/self/status >> seen.txt;"
+    " python3 -c 'import socket; print(socket.if_nameindex())' >> seen.txt"
+)
+CONTAINED = (
+    f"{OUTSIDE} && grep -q 'CapEff:.0000000000000000' /proc/self/status && python3 -c "
+    "'import socket, sys; sys.exit(socket.if_nameindex() != [(1, \"lo\")])'"
+)
 
 
 def small_root(root: Path) -> Path:
@@ -37,24 +50,23 @@ def bwrap_works() -> str | None:
     return None if done.returncode == 0 else f"bwrap does not run here: {done.stderr.strip()}"
 
 
-def batch_in(env: str, tmp_path: Path) -> dict:
+def batch_in(env: str, tmp_path: Path, command: str = LOOK, check: str = OUTSIDE) -> dict:
     repo = folder(tmp_path / "repo", {"a.txt": "a\n"})
     script = ScriptedLlm(
-        xml_action("run_command", command="ls / > seen.txt; cat a.txt >> seen.txt"),
+        xml_action("run_command", command=command),
         xml_action("task_complete", result="done"),
     )  # fmt: skip
-    tasks = [
-        {
-            "id": "t1",
-            "repo": str(repo),
-            "task": "look",
-            "env": env,
-            "check": "test -f /testbed/seen.txt && test ! -e /work && test ! -e /root/x",
-        }
-    ]
+    task_id = f"{env.partition(':')[0]}-t1"
+    tasks = [{"id": task_id, "repo": str(repo), "task": "look", "env": env, "check": check}]
     settings = RunSettings(make_llm=lambda: script, allow_commands=True, check_retries=0)
     summary = run_batch(tasks, tmp_path / "out", settings)
     return summary.records[0] | {"out": tmp_path / "out"}
+
+
+def added_lines(record: dict) -> list[str]:
+    """The lines the task's patch adds (what the agent's command wrote to seen.txt)."""
+    patch = (record["out"] / record["patch"]).read_text()
+    return [line[1:] for line in patch.splitlines() if line.startswith("+") and "+++" not in line]
 
 
 @pytest.mark.slow
@@ -65,45 +77,87 @@ def test_a_rootfs_environment_runs_commands_and_checks_in_that_root(tmp_path):
     root = small_root(tmp_path / "root")
     record = batch_in(f"rootfs:{root}", tmp_path)
     assert record["success"] is True, record
-    patch = (record["out"] / record["patch"]).read_text()
     # the root's own top folders and the copy at /testbed, nothing else of the host
-    seen = [line[1:] for line in patch.splitlines() if line.startswith("+") and "+++" not in line]
+    seen = added_lines(record)
     assert set(seen) >= {"bin", "lib", "testbed", "usr", "a"} and "work" not in seen
 
 
-def podman_problem(tmp_path: Path) -> str | None:
-    """Why podman cannot run a container here (None when it can), with a small image made of
-    the host's own programs (no registry is reachable)."""
+@pytest.fixture(scope="module")
+def podman_conf(tmp_path_factory) -> Path | None:
+    """The tests' image (the host's python3, sh, bash, coreutils, git: 70 MB, about 2 s)
+    imported into podman; the containers.conf podman runs it with here (None: the host's)."""
     if shutil.which("podman") is None:
-        return "podman is not installed"
-    root = small_root(tmp_path / "image")
-    tar = tmp_path / "image.tar"
-    subprocess.run(["tar", "-C", str(root), "-cf", str(tar), "."], check=True)
-    done = subprocess.run(["podman", "import", str(tar), "toy-agent-test:small"],
-                          capture_output=True, text=True)  # fmt: skip
-    if done.returncode != 0:
-        return f"podman import failed: {done.stderr.strip().splitlines()[-1:]}"
-    done = subprocess.run(["podman", "run", "--rm", "--ulimit", "nofile=1024:1024",
-                           "--ulimit", "nproc=4096:4096", "toy-agent-test:small", "/bin/sh",
-                           "-c", "true"], capture_output=True, text=True)  # fmt: skip
-    if done.returncode != 0:
-        return f"podman cannot run a container here: {done.stderr.strip().splitlines()[-1:]}"
-    return None
+        containers.unavailable("podman is not installed")
+    work = tmp_path_factory.mktemp("podman")
+    problem = containers.build_image(containers.IMAGE, work)
+    if problem:
+        containers.unavailable(problem)
+    conf, problem = containers.podman_runs(work)
+    if problem:
+        containers.unavailable(problem)
+    return conf
+
+
+@pytest.fixture
+def podman(podman_conf, monkeypatch) -> None:
+    if podman_conf is not None:
+        monkeypatch.setenv("CONTAINERS_CONF", str(podman_conf))
+
+
+def container_names(engine: str, task_id: str) -> list[str]:
+    listed = subprocess.run([engine, "ps", "--all", "--format", "{{.Names}}"],
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return [name for name in listed.split() if name.startswith(f"toy-agent-{task_id}-")]
+
+
+def assert_ran_in_a_container(record: dict) -> None:
+    assert record["success"] is True, record  # the check: in the container, no network
+    seen = added_lines(record)
+    assert {"testbed", "usr", "a", "[(1, 'lo')]", "CapEff:\t0000000000000000"} <= set(seen)
+    assert "work" not in seen  # nothing of the host but the copy
 
 
 @pytest.mark.slow
-def test_a_podman_environment_runs_one_task_in_its_own_container(tmp_path):
-    problem = podman_problem(tmp_path)
-    if problem:
-        pytest.skip(problem)
-    record = batch_in("podman:toy-agent-test:small", tmp_path)
-    assert record["success"] is True, record
-    names = subprocess.run(
-        ["podman", "ps", "--all", "--filter", "label=toy-agent=batch", "--format", "{{.Names}}"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    assert names.strip() == ""  # removed at the end
+def test_a_podman_environment_runs_one_task_in_its_own_container(podman, tmp_path):
+    record = batch_in(f"podman:{containers.IMAGE}", tmp_path, IN_CONTAINER, CONTAINED)
+    assert_ran_in_a_container(record)
+    assert container_names("podman", "podman-t1") == []  # removed at the end
+
+
+@pytest.fixture
+def docker_on_podman(podman_conf, tmp_path, monkeypatch):
+    """The docker command talking to podman's docker-compatible API (`podman system service`
+    on a socket of the test's own, DOCKER_HOST pointing at it): the docker client's real
+    path, where no docker engine runs."""
+    if shutil.which("docker") is None:
+        pytest.skip("the docker command is not installed")
+    socket = tmp_path / "podman.sock"
+    env = containers.podman_env(containers.service_conf(podman_conf, tmp_path))
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket}"],
+                               env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{socket}")
+    try:
+        wait_until(lambda: subprocess.run(["docker", "version"], capture_output=True)
+                   .returncode == 0, "podman's API answers the docker client")  # fmt: skip
+        yield
+    finally:
+        service.terminate()
+        service.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_a_docker_environment_runs_one_task_and_removes_a_killed_batchs_container(
+    docker_on_podman, tmp_path
+):
+    stale = subprocess.run(
+        ["docker", "run", "--detach", "--name", "toy-agent-docker-t1-stale", "--label",
+         "toy-agent=batch", "--label", "toy-agent.owner=999999999 1", "--entrypoint", "/bin/sh",
+         containers.IMAGE, "-c", "sleep 600"], capture_output=True, text=True,
+    )  # fmt: skip
+    assert stale.returncode == 0, stale.stderr
+    record = batch_in(f"docker:{containers.IMAGE}", tmp_path, IN_CONTAINER, CONTAINED)
+    assert_ran_in_a_container(record)
+    assert container_names("docker", "docker-t1") == []  # its own and the killed batch's
 
 
 def test_a_bad_env_stops_the_batch_before_anything_runs(tmp_path):
@@ -115,3 +169,10 @@ def test_a_bad_env_stops_the_batch_before_anything_runs(tmp_path):
         with pytest.raises(BatchError, match=message):
             run_batch([{"id": "t", "repo": str(repo), "task": "t", "env": env}],
                       tmp_path / "out", RunSettings(make_llm=ScriptedLlm))  # fmt: skip
+
+
+def test_an_image_names_the_task_by_its_id_or_as_swebench_images_spell_it():
+    assert image_for("swebench/sweb.eval.x86_64.{image_id}:latest", "django__django-11099") == (
+        "swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+    )
+    assert image_for("mine/{id}", "Django__x-1") == "mine/Django__x-1"

@@ -608,3 +608,46 @@ def test_what_a_path_folder_holds_never_changes_what_is_exposed(venv, local, dot
         after = sandbox_policy(repo, environ=environ, homes=[home.root])
         assert after == before
         assert_exposes_no_home_and_nothing_of_the_repository(after)
+
+
+# ------------------------------------------------------------- editable installs
+@pytest.mark.slow
+@needs_bwrap
+def test_an_editable_install_from_the_hidden_home_fails_and_the_note_names_its_folder(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A virtualenv the user exposed, with `pip install -e` of a src-layout project kept in
+    the home: its `.pth` points into the hidden home, so the import fails with no path in the
+    output; the note names the folder and --sandbox-read, which then makes it work."""
+    project = home.root / "work" / "tinypkg"
+    text(project / "pyproject.toml", '[build-system]\nrequires = ["setuptools>=64"]\n'
+         'build-backend = "setuptools.build_meta"\n\n[project]\nname = "tinypkg"\n'
+         'version = "0.1"\n')  # fmt: skip
+    text(project / "src" / "tinypkg" / "__init__.py", "print('TINYPKG-IMPORTED')\n")
+    venv = home.root / "venvs" / "tiny"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    # offline: the tests' own pip and setuptools build it, into the venv's prefix
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "--prefix", str(venv), "-e", str(project)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    python = venv / "bin" / "python"
+    assert subprocess.run([python, "-c", "import tinypkg"], capture_output=True).returncode == 0
+    repo = text(tmp_path / "repo" / "app.py", "print('hi')\n").parent
+    activate(home, monkeypatch)
+    # the interpreter the venv links to, wherever it is installed (the real home, say)
+    base = Path(os.path.realpath(sys.base_prefix))
+    command = f"{python} -c 'import tinypkg'"
+
+    tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="bwrap",
+                                sandbox_read=[venv, base])  # fmt: skip
+    out = tools.run_command(command)
+    assert "No module named 'tinypkg'" in out and "TINYPKG-IMPORTED" not in out
+    assert "tinypkg is an editable install of ~/work/tinypkg/src (~/venvs/tiny/lib/" in out
+    assert "which is hidden" in out and "--sandbox-read" in out
+
+    exposed = CodeRepositoryTools(repo, allow_commands=True, sandbox="bwrap",
+                                  sandbox_read=[venv, base, project / "src"])  # fmt: skip
+    assert "TINYPKG-IMPORTED" in exposed.run_command(command)  # what the note says works

@@ -506,7 +506,8 @@ def build_parser() -> _Parser:
          "say), like a check; not in the patch (a task's setup wins)")  # fmt: skip
     badd("--env", metavar="ENV",
          help="where each task's commands and checks run: host (default), rootfs:DIR "
-         "(bubblewrap in that root), docker:IMAGE or podman:IMAGE ({id}: the task's id); "
+         "(bubblewrap in that root), docker:IMAGE or podman:IMAGE ({id}: the task's id, "
+         "{image_id}: as SWE-bench's images spell it); "
          "the copy is at /testbed (a task's env wins)")  # fmt: skip
     badd("--task-timeout", type=_positive_float, metavar="SECONDS",
          help="stop a task's agent after SECONDS (outcome timeout; its work is still "

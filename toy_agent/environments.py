@@ -8,6 +8,7 @@ the checks, a setup, the SWE-bench grading) go into the environment.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import subprocess
@@ -26,6 +27,15 @@ STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # default RLIMIT_NOFILE/NPROC podman asks for ("crun: setrlimit `RLIMIT_NOFILE`: Operation not
 # permitted"); limits at or below the host's need no privilege.
 LOWER_LIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096")
+# The engine client's own settings (which daemon or socket, which context, podman's
+# configuration and rootless runtime folder). A command runs with the allow-listed environment,
+# but its `docker exec` / `podman exec` must reach the engine that started the container; they
+# are given to the client only (an exec passes nothing of its own environment into the
+# container).
+ENGINE_VARIABLES = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH",
+                    "DOCKER_TLS_VERIFY", "CONTAINER_HOST", "CONTAINER_CONNECTION",
+                    "CONTAINER_SSHKEY", "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF",
+                    "CONTAINERS_REGISTRIES_CONF", "XDG_RUNTIME_DIR")  # fmt: skip
 
 
 class EnvironmentError_(Exception):
@@ -40,6 +50,14 @@ def parse_env(spec: str) -> tuple[str, str]:
     if kind in ("rootfs", *ENGINES) and target.strip():
         return kind, target.strip()
     raise EnvironmentError_(f"env {spec!r}: use host, rootfs:DIR, docker:IMAGE or podman:IMAGE")
+
+
+def image_for(target: str, task_id: str) -> str:
+    """`target` with the task's id in it: `{id}` as it is, `{image_id}` as SWE-bench's image
+    names spell it (lower case, `__` as `_1776_`: `django__django-11099` is in
+    `swebench/sweb.eval.x86_64.django_1776_django-11099`)."""
+    image_id = task_id.lower().replace("__", "_1776_")
+    return target.replace("{image_id}", image_id).replace("{id}", task_id)
 
 
 @dataclass
@@ -97,13 +115,17 @@ class Environment:
                     "--die-with-parent", "--new-session", "--", *argv]  # fmt: skip
         if self.kind in ENGINES:
             assert self.container is not None
-            return [_engine(self.kind), "exec", "--workdir", WORKDIR, self.container, *argv]
+            client = [f"{name}={os.environ[name]}" for name in ENGINE_VARIABLES
+                      if name in os.environ]  # fmt: skip
+            env = shutil.which("env") or "/usr/bin/env"
+            return [*([env, *client] if client else []), _engine(self.kind), "exec",
+                    "--workdir", WORKDIR, self.container, *argv]  # fmt: skip
         return argv
 
     def stop(self) -> None:
         if self.container is not None:
             with contextlib.suppress(OSError, subprocess.SubprocessError):
-                subprocess.run([_engine(self.kind), "rm", "--force", self.container],
+                subprocess.run(_remove(_engine(self.kind), [self.container]),
                                capture_output=True, timeout=120)  # fmt: skip
             self.container = None
 
@@ -129,6 +151,13 @@ def _engine(kind: str) -> str:
     return found
 
 
+def _remove(engine: str, names: list[str]) -> list[str]:
+    """The command that removes containers now: podman's `rm --force` otherwise waits 10 s for
+    the container's shell, which as pid 1 ignores SIGTERM (docker's kills at once)."""
+    now = ["--time", "0"] if Path(engine).name == "podman" else []
+    return [engine, "rm", "--force", *now, *names]
+
+
 def remove_stale_containers(kind: str, is_alive: Callable[[str], bool]) -> list[str]:
     """The containers of batches that were killed (labelled toy-agent=batch, with an owner
     `is_alive` says is gone), removed; returns their names."""
@@ -136,15 +165,19 @@ def remove_stale_containers(kind: str, is_alive: Callable[[str], bool]) -> list[
     if engine is None:
         return []
     try:
-        listed = subprocess.run(
-            [engine, "ps", "--all", "--filter", "label=toy-agent=batch", "--format",
-             '{{.Names}} {{index .Labels "toy-agent.owner"}}'],
+        ids = subprocess.run(
+            [engine, "ps", "--all", "--quiet", "--filter", "label=toy-agent=batch"],
             capture_output=True, text=True, timeout=60,
-        ).stdout  # fmt: skip
-        stale = [line.split(" ", 1)[0] for line in listed.splitlines()
-                 if line.strip() and not is_alive(line.partition(" ")[2].strip())]  # fmt: skip
+        ).stdout.split()  # fmt: skip
+        # `inspect` reads a label the same way in docker and podman (their `ps --format` differ)
+        listed = subprocess.run(
+            [engine, "inspect", "--format", '{{.Name}}|{{index .Config.Labels "toy-agent.owner"}}',
+             *ids], capture_output=True, text=True, timeout=60,
+        ).stdout if ids else ""  # fmt: skip
+        stale = [name.lstrip("/") for name, _, owner in (line.partition("|") for line in
+                 listed.splitlines()) if name.strip() and not is_alive(owner.strip())]  # fmt: skip
         if stale:
-            subprocess.run([engine, "rm", "--force", *stale], capture_output=True, timeout=300)
+            subprocess.run(_remove(engine, stale), capture_output=True, timeout=300)
     except (OSError, subprocess.SubprocessError):
         return []
     return stale

@@ -591,7 +591,8 @@ def sandbox_note(
     hidden = sorted({_tilde(Path(m)) for m in _ABSOLUTE_PATH.findall(output)
                      if policy.hidden_folder_of(m) is not None})  # fmt: skip
     missing = exit_code in (126, 127) or (hidden and any(m in output for m in _MISSING))
-    if not (refused or missing):
+    editable = _editable_leads(policy, output)
+    if not (refused or missing or editable):
         return None
     exposed = _listing(policy.exposed)
     limits = "only the repository (but not git's files in it: .git, hooks, included config, "
@@ -602,6 +603,7 @@ def sandbox_note(
     verb = "is" if len(hidden) == 1 else "are"
     named = f" {', '.join(hidden[:5])} {verb} hidden." if hidden else ""
     named += "".join(f" {lead}, which is hidden." for lead in _leads_to_hidden(policy, output))
+    named += "".join(f" {lead}, which is hidden." for lead in editable)
     if for_user:
         return (
             f"the command ran in the bubblewrap sandbox: {limits}.{named} Expose a folder "
@@ -636,6 +638,57 @@ def _leads_to_hidden(policy: SandboxPolicy, output: str) -> list[str]:
                 leads.append(f"{_tilde(place)} leads to {_tilde(target)}")
                 break
     return leads[:5]
+
+
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+_FINDER_ENTRY = re.compile(r"""['"]([\w.]+)['"]\s*:\s*['"]([^'"]+)['"]""")
+
+
+def _editable_leads(policy: SandboxPolicy, output: str) -> list[str]:
+    """For each module `output` says Python could not import that an editable install (`pip
+    install -e`) in a visible environment takes from a hidden folder: "tinypkg is an editable
+    install of ~/proj/src (.venv/lib/python3.12/site-packages/__editable__.tinypkg-0.1.pth)".
+    The install's `.pth` file names the folder (setuptools' src-layout, hatchling, flit), or
+    its `__editable___*_finder.py` maps the package to it (setuptools' other layouts). Read
+    only to explain a failure."""
+    names = {name.split(".")[0] for name in _NO_MODULE.findall(output)}
+    if not names:
+        return []
+    leads = []
+    for site in _site_folders(policy):
+        for file in sorted(site.glob("*.pth")) + sorted(site.glob("__editable___*_finder.py")):
+            try:
+                content = file.read_text(encoding="utf-8", errors="replace")[:65_536]
+            except OSError:
+                continue
+            if file.suffix == ".pth":
+                places = [(name, Path(line.strip(), name)) for line in content.splitlines()
+                          if line.strip().startswith("/") for name in names]  # fmt: skip
+            else:
+                places = [(name, Path(path)) for name, path in _FINDER_ENTRY.findall(content)
+                          if name in names]  # fmt: skip
+            for name, place in places:
+                found = place.exists() or place.with_suffix(".py").exists()
+                if found and policy.hidden_folder_of(str(place)) is not None:
+                    where = f"{_tilde(place.parent)} ({_tilde(file)})"
+                    leads.append(f"{name} is an editable install of {where}")
+                    names.discard(name)
+    return leads[:5]
+
+
+def _site_folders(policy: SandboxPolicy) -> list[Path]:
+    """The site-packages a command's Python may have used: of the repository's virtualenv,
+    of the environments holding a PATH folder, of the folders exposed read-only."""
+    roots = [policy.repo / name for name in (".venv", "venv", "env")]
+    roots += [Path(p).parent for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    roots += [*policy.exposed, *(p.parent for p in policy.exposed)]
+    found: list[Path] = []
+    for root in dict.fromkeys(roots):
+        if policy.hidden_folder_of(str(root)) is not None:
+            continue  # a hidden environment's Python did not run
+        for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages"):
+            found += sorted(root.glob(pattern))
+    return list(dict.fromkeys(found))
 
 
 def _program_target(path: Path) -> Path | None:

@@ -22,7 +22,7 @@ from toy_agent.agent import ReactAgent, RunResult
 from toy_agent.build import build_agent, build_tools, open_mcp
 from toy_agent.build import build_llm as build_model_client
 from toy_agent.copies import Copy, GitError, collect_patch, prepare_copy, rebase_copy, remove_copy
-from toy_agent.environments import Environment, EnvironmentError_, parse_env
+from toy_agent.environments import Environment, EnvironmentError_, image_for, parse_env
 from toy_agent.events import TrajectoryRecorder, json_text
 from toy_agent.llm import LlmClient, LlmConfigError
 from toy_agent.mcp_config import McpError
@@ -209,7 +209,7 @@ def _attempt(
     copy = None
     kind, target = parse_env(settings.batch.env or "host")
     here, timeout = settings.tools, settings.agent.check_timeout
-    environment = Environment(kind, target.replace("{id}", task.id), here.sandbox_network,
+    environment = Environment(kind, image_for(target, task.id), here.sandbox_network,
                               owner=settings.batch.owner)  # fmt: skip
     try:
         copy = prepare_copy(task, scratch)
