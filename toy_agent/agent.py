@@ -27,7 +27,6 @@ from toy_agent.events import (
     ChangeTracker,
     CheckFinished,
     Event,
-    HookAnswered,
     LlmFailed,
     LlmRequested,
     LlmResponded,
@@ -46,7 +45,7 @@ from toy_agent.events import (
     log_event,
 )
 from toy_agent.files import ToolRefusal
-from toy_agent.hooks import HookOutcome, Hooks
+from toy_agent.hooks import Hooks, RunHooks
 from toy_agent.lint import EditCheck, LintMode, edit_checker
 from toy_agent.llm import AdaptedClient, LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
@@ -99,7 +98,6 @@ contents. Prefer edit_file for changes, write_file for new files. If a tool fail
 call instead of repeating it."""
 
 REPEAT_LIMIT = 3
-HOOK_OBJECTS = "The user's post_tool hook reports a problem with this result: {reason}"
 
 # A confirm hook: True or Answer(approved=True) runs the action; False or a declining Answer
 # (with the user's reason) does not.
@@ -187,6 +185,7 @@ class _Run:
     routes: RouteTable
     subscribers: list[Subscriber]
     changes: ChangeTracker
+    hooks: RunHooks
     last_action_key: str = ""
     repeats: int = 0
     tool_errors: int = 0
@@ -196,7 +195,6 @@ class _Run:
     commands: list[dict[str, Any]] = field(default_factory=list)
     refusals: list[dict[str, Any]] = field(default_factory=list)
     check: dict[str, Any] | None = None  # the check's last run (see RunResult.check)
-    hook_notes: list[str] = field(default_factory=list)  # for the action's observation
 
 
 class ReactAgent:
@@ -306,18 +304,18 @@ class ReactAgent:
         self.usage, self.iteration = Usage(), 0
         started, spent = time.monotonic(), self.cost.spent
         with self._mcp_session() as mcp:
-            self._run = self._new_run(mcp)
-            changes = self._run.changes
+            run = self._run = self._new_run(mcp)
+            changes = run.changes
             try:
                 self.system_prompt = self._build_system_prompt()
                 task = wire_text(task)
-                hooked = self._start_hooks(task)
+                hooked = run.hooks.start(task)
                 notes = hooked.notes()
                 told = f"{task}\n\n{notes}" if notes else task
                 task_message = Message("user", self.redactor.redact(told))
                 self.conversation_history = _continued(history, task_message, self.format)
                 self._emit(RunStarted(task, self.system_prompt, self.settings(), changes))
-                self._emit_hooks(hooked)
+                run.hooks.tell(hooked, self.iteration)
                 refused = hooked.blocked
                 if refused is None:
                     outcome, answer, error = self._loop()
@@ -334,8 +332,7 @@ class ReactAgent:
                     self._run.check,
                 )  # fmt: skip
                 self._emit(RunFinished(result.to_dict(), diffs))
-                self.hooks.run("run_stop", self.repo_path, permission_mode=self.permissions.mode,
-                               task=task, **result.to_dict())  # fmt: skip
+                run.hooks.stop(task, result.to_dict())
                 return result
             finally:
                 self._run = None
@@ -503,10 +500,11 @@ class ReactAgent:
             )
         marks += _cut_notes(capped)
         if refusal is None:
-            self._post_tool_hooks(action, content, is_error)
-        notes, self._state.hook_notes = self._state.hook_notes, []
-        content += "".join(f"\n\n{self.redactor.redact(note)}" for note in notes)
-        marks += [Note("hook", self.redactor.redact(note)) for note in notes]
+            self._state.hooks.after(action.tool_name, action.parameters, content, is_error,
+                                    self.iteration)  # fmt: skip
+        notes = self._state.hooks.notes()
+        content += "".join(f"\n\n{note}" for note in notes)
+        marks += [Note("hook", note) for note in notes]
         warning = self._repetition_warning(action)
         content += warning
         if warning:
@@ -603,9 +601,10 @@ class ReactAgent:
         if action.tool_name not in self._routes.routes and not self.permissions.read_only:
             return None  # not offered: no one is asked, the route table answers
         confirm = None if self.confirm is None else partial(self.confirm, action)
+        pre_tool = partial(self._state.hooks.before, action.tool_name, action.parameters,
+                           self.iteration)  # fmt: skip
         return self.permissions.gate(action.tool_name, action.parameters,
-                                     self.tools.changes(action.tool_name),
-                                     pre_tool=partial(self._pre_tool_hooks, action),
+                                     self.tools.changes(action.tool_name), pre_tool=pre_tool,
                                      confirm=confirm, redact=self.redactor.redact)  # fmt: skip
 
     def _execute_tool(
@@ -621,58 +620,18 @@ class ReactAgent:
             return self._final_answer(parameters)
         return self._routes.call(tool_name, parameters)
 
-    # -- the user's hooks ----------------------------------------------------------------
-
-    def _start_hooks(self, task: str) -> HookOutcome:
-        """The prompt hooks, then (unless one refused the task) the run_start hooks."""
-        mode = self.permissions.mode
-        prompt = self.hooks.run("prompt", self.repo_path, permission_mode=mode, prompt=task)
-        if prompt.blocked:
-            return prompt
-        start = self.hooks.run("run_start", self.repo_path, permission_mode=mode, task=task)
-        return HookOutcome(prompt.replies + start.replies)
-
-    def _pre_tool_hooks(self, action: Action) -> str | None:
-        """The pre_tool hooks of an offered tool: the reason when one refused the call; the
-        notes wait for its observation."""
-        if action.tool_name not in self._routes.routes:
-            return None
-        outcome = self.hooks.run("pre_tool", self.repo_path, action.tool_name,
-                                 permission_mode=self.permissions.mode,
-                                 parameters=action.parameters)  # fmt: skip
-        self._emit_hooks(outcome, action.tool_name)
-        if outcome.blocked:
-            return " ".join(self.redactor.redact(outcome.blocked.text).split())
-        if notes := outcome.notes():
-            self._state.hook_notes.append(notes)
-        return None
-
-    def _post_tool_hooks(self, action: Action, result: str, is_error: bool) -> None:
-        outcome = self.hooks.run("post_tool", self.repo_path, action.tool_name,
-                                 permission_mode=self.permissions.mode,
-                                 parameters=action.parameters, result=result,
-                                 is_error=is_error)  # fmt: skip
-        self._emit_hooks(outcome, action.tool_name)
-        if outcome.blocked:
-            self._state.hook_notes.append(HOOK_OBJECTS.format(reason=outcome.blocked.text))
-        if notes := outcome.notes():
-            self._state.hook_notes.append(notes)
-
-    def _emit_hooks(self, outcome: HookOutcome, tool: str | None = None) -> None:
-        for reply in outcome.replies:
-            text = self.redactor.redact(reply.text)
-            self._emit(HookAnswered(self.iteration, reply.hook.event, reply.hook.command,
-                                    reply.blocked, text, tool))  # fmt: skip
-
     # -- helpers ------------------------------------------------------------------------
 
     def _new_run(self, mcp: McpTools | None) -> _Run:
+        """A run's state and collaborators, made from the agent's settings as the run starts."""
         offered = OfferedTools.of
-        permissions = self.permissions
+        permissions, redact = self.permissions, self.redactor.redact
         others = [offered(mcp, permissions)] if mcp else []
         routes = RouteTable.build(offered(self.tools, permissions), others)
         changes = ChangeTracker(self.tools)
-        return _Run(routes, [log_event, changes, *self._subscribers], changes)
+        hooks = RunHooks(self.hooks, self.repo_path, permissions.mode, routes.routes, redact,
+                         self._emit)  # fmt: skip
+        return _Run(routes, [log_event, changes, *self._subscribers], changes, hooks)
 
     @property
     def _state(self) -> _Run:
