@@ -25,7 +25,6 @@ from toy_agent.context import (
 )
 from toy_agent.events import (
     ChangeTracker,
-    CheckFinished,
     Event,
     LlmFailed,
     LlmRequested,
@@ -50,7 +49,6 @@ from toy_agent.lint import EditCheck, LintMode, edit_checker
 from toy_agent.llm import AdaptedClient, LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
 from toy_agent.messages import (
-    CommandResult,
     LlmResponse,
     Message,
     Note,
@@ -85,6 +83,7 @@ from toy_agent.providers import saved_base_url
 from toy_agent.redaction import Redactor
 from toy_agent.routes import RouteTable
 from toy_agent.settings import AgentSettings, ToolSettings
+from toy_agent.task_check import DEFAULT_CHECK_RETRIES, DEFAULT_CHECK_TIMEOUT, TaskCheck
 from toy_agent.tools import CodeRepositoryTools, Tool, ToolError
 
 logger = logging.getLogger(__name__)
@@ -112,14 +111,6 @@ Outcome = Literal[
     "check_failed",
     "hook_refused",
 ]
-DEFAULT_CHECK_RETRIES = AgentSettings.check_retries  # the defaults live in toy_agent.settings
-DEFAULT_CHECK_TIMEOUT = AgentSettings.check_timeout
-CHECK_FAILED = (
-    "task_complete was not accepted yet: the user's check `{command}` ran and {status} "
-    "(attempt {attempt} of {limit}). The end of its output:\n{tail}\n"
-    "The task is done when this check passes: fix what it reports, then call task_complete "
-    "again."
-)
 UNANSWERED_CALL = "(the previous task ended here)"
 LOOP_CLOSED = "(The previous task ended here. A new task follows.)"
 
@@ -186,6 +177,7 @@ class _Run:
     subscribers: list[Subscriber]
     changes: ChangeTracker
     hooks: RunHooks
+    check: TaskCheck
     last_action_key: str = ""
     repeats: int = 0
     tool_errors: int = 0
@@ -194,7 +186,6 @@ class _Run:
     images: ImageBudget = field(default_factory=ImageBudget)  # the current step's
     commands: list[dict[str, Any]] = field(default_factory=list)
     refusals: list[dict[str, Any]] = field(default_factory=list)
-    check: dict[str, Any] | None = None  # the check's last run (see RunResult.check)
 
 
 class ReactAgent:
@@ -327,9 +318,8 @@ class ReactAgent:
                 result = RunResult(
                     outcome, self.iteration, len(self.conversation_history), answer, error,
                     self.usage, time.monotonic() - started, tuple(changes.diff_stat()), diffs,
-                    self._run.tool_errors, self._run.declined, self.cost.since(spent),
-                    self._run.refused, tuple(self._run.commands), tuple(self._run.refusals),
-                    self._run.check,
+                    run.tool_errors, run.declined, self.cost.since(spent), run.refused,
+                    tuple(run.commands), tuple(run.refusals), run.check.record,
                 )  # fmt: skip
                 self._emit(RunFinished(result.to_dict(), diffs))
                 run.hooks.stop(task, result.to_dict())
@@ -376,10 +366,8 @@ class ReactAgent:
                 response = self._call_llm()
                 final_answer = self._process_response(response)
                 if final_answer is not None:
-                    check = self._state.check
-                    if check is not None and not check["passed"]:
-                        return "check_failed", final_answer, _check_error(check)
-                    return "completed", final_answer, None
+                    error = self._state.check.error  # the check never passed
+                    return ("check_failed" if error else "completed"), final_answer, error
             limit = f"reached the iteration limit ({self.max_iterations}) without task_complete"
             return "max_iterations", "", limit
         except (RunCancelled, KeyboardInterrupt):
@@ -449,12 +437,10 @@ class ReactAgent:
         self._state.images = ImageBudget()
         for action in parsed.actions:
             if action.tool_name == "task_complete":
-                rejected = self._checked(action)
-                if rejected is not None:  # the check failed: the model is told, and goes on
-                    observations.append(rejected)
-                    if self._state.check and self._state.check["attempts"] <= self.check_retries:
-                        break
-                final_answer = self._final_answer(action.parameters)
+                rejected = self._state.check.verdict(action, self.iteration)
+                observations += [rejected] if rejected else []  # the model is told, goes on
+                if rejected is None or not self._state.check.may_retry:
+                    final_answer = self._final_answer(action.parameters)
                 break
             observation, seconds = self._run_action(action)
             observations.append(observation)
@@ -563,39 +549,6 @@ class ReactAgent:
                                      "by": refusal.by, "reason": refusal.reason})  # fmt: skip
         self._emit(ToolRefused(self.iteration, action, refusal.by, refusal.reason))
 
-    def _checked(self, action: Action) -> Observation | None:
-        """Run the check for this task_complete: None when it passed (or there is none), else
-        the observation that tells the model why the task is not done yet."""
-        if not self.check:
-            return None
-        run = self._state
-        attempts = (run.check or {}).get("attempts", 0) + 1
-        decision = self.permissions.decide("run_command", {"command": self.check}, "commands")
-        if decision.verdict == "deny":  # the user's rules bind the user's check too
-            result = CommandResult(self.check, None, 0.0, output_tail=f"refused: "
-                                   f"{decision.reason}")  # fmt: skip
-            status = f"was refused ({decision.reason})"
-        else:
-            result = self.tools.run_check(self.check, self.check_timeout)
-            status = "passed" if result.ok else result.status.replace("exit", "exited with", 1)
-        run.check = {"command": result.command, "passed": result.ok, "exit_code":
-                     result.exit_code, "output_tail": result.output_tail, "attempts": attempts,
-                     "seconds": round(result.seconds, 3), "timed_out": result.timed_out,
-                     **({"sandbox_note": result.sandbox_note} if result.sandbox_note else {})
-                     }  # fmt: skip
-        self._emit(CheckFinished(self.iteration, result, attempts, 1 + self.check_retries))
-        if result.ok:
-            return None
-        text = CHECK_FAILED.format(command=self.check, status=status, attempt=attempts,
-                                   limit=1 + self.check_retries,
-                                   tail=result.output_tail or "(no output)")  # fmt: skip
-        text = self.redactor.redact(text)
-        text = cap_text(text, observation_cap(self.context_budget), "task_complete")
-        marks = [Note("check", f"{result.command}: {status}")]
-        if result.sandbox_note:
-            marks.append(Note("sandbox", result.sandbox_note))
-        return Observation(action, text, True, command=result, notes=tuple(marks))
-
     def _refusal(self, action: Action) -> Refusal | None:
         """None when the action may run; else who refused it, why, and the observation."""
         if action.tool_name not in self._routes.routes and not self.permissions.read_only:
@@ -631,7 +584,10 @@ class ReactAgent:
         changes = ChangeTracker(self.tools)
         hooks = RunHooks(self.hooks, self.repo_path, permissions.mode, routes.routes, redact,
                          self._emit)  # fmt: skip
-        return _Run(routes, [log_event, changes, *self._subscribers], changes, hooks)
+        check = TaskCheck(self.check, self.check_retries, self.check_timeout, self.tools,
+                          permissions, redact, observation_cap(self.context_budget),
+                          self._emit)  # fmt: skip
+        return _Run(routes, [log_event, changes, *self._subscribers], changes, hooks, check)
 
     @property
     def _state(self) -> _Run:
@@ -707,14 +663,6 @@ def _cut_notes(cuts_made: list[tuple[str, str]]) -> list[Note]:
     """The notes of the cuts made: (what was cut, how to see more)."""
     return [Note("cut", f"{what} of its output cut" + (f" ({how})" if how else ""))
             for what, how in cuts_made]  # fmt: skip
-
-
-def _check_error(check: dict[str, Any]) -> str:
-    code = check.get("exit_code")
-    how = f"exit {code}" if code is not None else "refused"
-    how = "timed out" if check.get("timed_out") else how
-    return (f"the check `{check['command']}` did not pass ({how}) after "
-            f"{check['attempts']} attempt{'s' * (check['attempts'] != 1)}")  # fmt: skip
 
 
 def _continued(history: Sequence[Message], task: Message, fmt: ActionFormat) -> list[Message]:
