@@ -15,14 +15,7 @@ from typing import Any, Literal
 
 from toy_agent import cuts
 from toy_agent.abandon import abandonable
-from toy_agent.context import (
-    ImageBudget,
-    cap_text,
-    fit_to_budget,
-    observation_cap,
-    recent_images,
-    tool_images,
-)
+from toy_agent.context import fit_to_budget, observation_cap, recent_images
 from toy_agent.events import (
     ChangeTracker,
     Event,
@@ -45,7 +38,7 @@ from toy_agent.events import (
 )
 from toy_agent.files import ToolRefusal
 from toy_agent.hooks import Hooks, RunHooks
-from toy_agent.lint import EditCheck, LintMode, edit_checker
+from toy_agent.lint import LintMode, edit_checker
 from toy_agent.llm import AdaptedClient, LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
 from toy_agent.messages import (
@@ -58,6 +51,7 @@ from toy_agent.messages import (
     Usage,
     wire_text,
 )
+from toy_agent.observations import ActionResult, Observer, cut_notes
 from toy_agent.parsing import (
     MAX_PARAMETER_DEPTH,
     Action,
@@ -76,7 +70,6 @@ from toy_agent.permissions import (
     OfferedTools,
     Permissions,
     Refusal,
-    RefusedBy,
 )
 from toy_agent.pricing import CostLimitReached, CostMeter, price_for
 from toy_agent.providers import saved_base_url
@@ -95,8 +88,6 @@ is done, then call task_complete with a short summary and the answer.
 Paths are relative to the repository root. Read before you change; never guess file \
 contents. Prefer edit_file for changes, write_file for new files. If a tool fails, fix the \
 call instead of repeating it."""
-
-REPEAT_LIMIT = 3
 
 # A confirm hook: True or Answer(approved=True) runs the action; False or a declining Answer
 # (with the user's reason) does not.
@@ -177,13 +168,11 @@ class _Run:
     subscribers: list[Subscriber]
     changes: ChangeTracker
     hooks: RunHooks
+    observer: Observer
     check: TaskCheck
-    last_action_key: str = ""
-    repeats: int = 0
     tool_errors: int = 0
     declined: int = 0
     refused: int = 0
-    images: ImageBudget = field(default_factory=ImageBudget)  # the current step's
     commands: list[dict[str, Any]] = field(default_factory=list)
     refusals: list[dict[str, Any]] = field(default_factory=list)
 
@@ -434,7 +423,7 @@ class ReactAgent:
             return None
         observations: list[Observation] = []
         final_answer, tool_seconds = None, 0.0
-        self._state.images = ImageBudget()
+        self._state.observer.new_step()
         for action in parsed.actions:
             if action.tool_name == "task_complete":
                 rejected = self._state.check.verdict(action, self.iteration)
@@ -459,63 +448,28 @@ class ReactAgent:
     def _run_action(self, action: Action) -> tuple[Observation, float]:
         """The observation of one action, and the seconds its tool took (--confirm's wait for
         an answer is not the tool's time)."""
+        run = self._state
         self._emit(ToolStarted(self.iteration, action))
-        content: str | ToolOutput
         refusal = self._refusal(action)
         if refusal is not None:
             self._refused(action, refusal)
-            content, is_error, seconds, edit_check = refusal.observation, True, 0.0, None
-            marks = [_refusal_note(refusal.by, refusal.reason)]
+            result = ActionResult.refused(refusal)
         else:
-            content, is_error, seconds, edit_check, marks = self._tool_result(action)
-        command = content.command if isinstance(content, ToolOutput) else None
-        if command is not None:
-            is_error = not command.ok  # a failing command is an error result, as data
-            self._state.commands.append({"iteration": self.iteration, **command.to_dict()})
-            if command.sandbox_note:
-                marks.append(Note("sandbox", command.sandbox_note))
-        self._state.tool_errors += is_error
-        content, images = tool_images(content, self.llm_client.image_types,
-                                      self.llm_client.model, self._state.images)  # fmt: skip
-        content = wire_text(content)
-        content = self.redactor.redact(content)
+            result = self._tool_result(action)
+        if result.command is not None:
+            run.commands.append({"iteration": self.iteration, **result.command.to_dict()})
+        run.tool_errors += result.is_error
         task = self.conversation_history[0].content if self.conversation_history else ""
-        with cuts.recording() as capped:
-            content = cap_text(
-                content, observation_cap(self.context_budget, task), action.tool_name
-            )
-        marks += _cut_notes(capped)
-        if refusal is None:
-            self._state.hooks.after(action.tool_name, action.parameters, content, is_error,
-                                    self.iteration)  # fmt: skip
-        notes = self._state.hooks.notes()
-        content += "".join(f"\n\n{note}" for note in notes)
-        marks += [Note("hook", note) for note in notes]
-        warning = self._repetition_warning(action)
-        content += warning
-        if warning:
-            marks.append(Note("repeat", f"{action.tool_name} called with the same parameters "
-                                        f"{self._state.repeats} times in a row"))  # fmt: skip
-        observation = Observation(
-            action,
-            content,
-            is_error,
-            images,
-            command,
-            edit_check if edit_check and edit_check.note() else None,
-            tuple(marks),
-        )
-        self._emit(ToolFinished(self.iteration, observation, seconds))
-        return observation, seconds
+        cap = observation_cap(self.context_budget, task)
+        observation = run.observer.observe(action, result, cap, self.iteration)
+        self._emit(ToolFinished(self.iteration, observation, result.seconds))
+        return observation, result.seconds
 
-    def _tool_result(
-        self, action: Action
-    ) -> tuple[str | ToolOutput, bool, float, EditCheck | None, list[Note]]:
-        """What the tool gave (its output, or its error), whether it failed, the seconds it
-        took, the check of the file it edited, and the notes of what the rules did to it (a
-        refusal of a path, the cuts the tool made)."""
-        started, is_error, edit_check = time.monotonic(), True, None
-        marks: list[Note] = []
+    def _tool_result(self, action: Action) -> ActionResult:
+        """What the tool gave (its output, or its error), the seconds it took, the check of
+        the file it edited, and the notes of what the rules did to it (a refusal of a path,
+        the cuts the tool made)."""
+        started = time.monotonic()
         edited = self.edits.target(action.tool_name, action.parameters)
         old = self.edits.before(edited) if edited else None
 
@@ -528,16 +482,16 @@ class ReactAgent:
             with reporting_progress(progress), cuts.recording() as made:
                 content = self._execute_tool(action.tool_name, action.parameters,
                                              action.arguments_error)  # fmt: skip
-            is_error = False
-            marks += _cut_notes(made)
         except (ToolError, McpToolError) as exc:
-            content = f"Error: {exc}"
-            if isinstance(exc, ToolRefusal):
-                marks.append(Note("refused", str(exc)))
-        if edited and not is_error:
+            refused = [Note("refused", str(exc))] if isinstance(exc, ToolRefusal) else []
+            return ActionResult.of(f"Error: {exc}", True, time.monotonic() - started,
+                                   notes=refused)  # fmt: skip
+        is_error, edit_check = False, None
+        if edited:
             edit_check = self.edits.after(edited, old)
             content, is_error = edit_check.observed(content)
-        return content, is_error, time.monotonic() - started, edit_check, marks
+        return ActionResult.of(content, is_error, time.monotonic() - started, edit_check,
+                               cut_notes(made))  # fmt: skip
 
     def _refused(self, action: Action, refusal: Refusal) -> None:
         """Count and record an action that did not run."""
@@ -584,10 +538,12 @@ class ReactAgent:
         changes = ChangeTracker(self.tools)
         hooks = RunHooks(self.hooks, self.repo_path, permissions.mode, routes.routes, redact,
                          self._emit)  # fmt: skip
+        observer = Observer(self.llm_client.image_types, self.llm_client.model, redact, hooks)
         check = TaskCheck(self.check, self.check_retries, self.check_timeout, self.tools,
                           permissions, redact, observation_cap(self.context_budget),
                           self._emit)  # fmt: skip
-        return _Run(routes, [log_event, changes, *self._subscribers], changes, hooks, check)
+        return _Run(routes, [log_event, changes, *self._subscribers], changes, hooks, observer,
+                    check)  # fmt: skip
 
     @property
     def _state(self) -> _Run:
@@ -618,19 +574,6 @@ class ReactAgent:
             return str(next(iter(params.values())))
         return json.dumps(params) if params else ""
 
-    def _repetition_warning(self, action: Action) -> str:
-        run = self._state
-        key = json.dumps([action.tool_name, action.parameters], sort_keys=True, default=str)
-        run.repeats = run.repeats + 1 if key == run.last_action_key else 1
-        run.last_action_key = key
-        if run.repeats < REPEAT_LIMIT:
-            return ""
-        return (
-            f"\n\nWarning: you have called {action.tool_name} with the same parameters "
-            f"{run.repeats} times in a row. Repeating it will not change the result; "
-            "try a different approach, or call task_complete if you are done."
-        )
-
     def _check_cancelled(self) -> None:
         if self._cancel.is_set():
             raise RunCancelled()
@@ -648,21 +591,6 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
-
-
-def _refusal_note(by: RefusedBy, reason: str) -> Note:
-    """The note of an action that did not run: the user declined it, or a rule, the
-    permission mode or a hook refused it."""
-    if by == "user":
-        return Note("declined", "declined by the user" + (f": {reason}" if reason else ""))
-    who = {"rule": "a deny rule", "mode": "the permission mode", "hook": "a hook"}.get(by, by)
-    return Note("refused", f"refused by {who}" + (f": {reason}" if reason else ""))
-
-
-def _cut_notes(cuts_made: list[tuple[str, str]]) -> list[Note]:
-    """The notes of the cuts made: (what was cut, how to see more)."""
-    return [Note("cut", f"{what} of its output cut" + (f" ({how})" if how else ""))
-            for what, how in cuts_made]  # fmt: skip
 
 
 def _continued(history: Sequence[Message], task: Message, fmt: ActionFormat) -> list[Message]:
