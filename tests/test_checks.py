@@ -15,6 +15,12 @@ from cli_helpers import quickest_provider_env, run_main, toy_agent
 from fake_providers import FakeProvider, error_reply, openai_reply
 from fakes import ScriptedLlm, folder, run_in_pty, write_replay, xml_action
 
+from toy_agent.events import CheckFinished
+from toy_agent.parsing import Action
+from toy_agent.permissions import CommandRules, Permissions
+from toy_agent.task_check import TaskCheck
+from toy_agent.tools import CodeRepositoryTools
+
 pytestmark = pytest.mark.usefixtures("home")  # see conftest
 
 FAILING = "printf 'collected 1 item\\nE   assert 1 == 2\\n1 failed\\n'; exit 1"
@@ -231,6 +237,65 @@ def test_a_check_runs_in_bash_so_pipefail_and_double_brackets_work(tmp_path, san
     assert tools.run_check("[[ -f a.txt ]] && echo $BASH_VERSION | grep -q .", 30).ok
     failing = tools.run_check("set -o pipefail; false | cat", 30)
     assert not failing.ok and failing.exit_code == 1
+
+
+def task_check(
+    repo: Path, command: str | None, retries: int = 1, deny: tuple[str, ...] = ()
+) -> tuple[TaskCheck, list[CheckFinished]]:
+    """A run's check on `repo` (no sandbox), redacting `s3cret`, and the events it told."""
+    told: list[CheckFinished] = []
+    tools = CodeRepositoryTools(repo, sandbox="off")
+    check = TaskCheck(command, retries, 10.0, tools, Permissions("auto", CommandRules(deny=deny)),
+                      lambda text: text.replace("s3cret", "[REDACTED]"), 2_000,
+                      told.append)  # fmt: skip
+    return check, told
+
+
+DONE = Action("task_complete", {"result": "done"})
+
+
+def test_a_task_check_that_fails_rejects_task_complete_until_its_retries_are_spent(tmp_path):
+    repo = calc_repo(tmp_path / "repo")
+    check, told = task_check(repo, CHECK + " s3cret", retries=1)
+
+    rejected = check.verdict(DONE, 4)
+
+    assert rejected is not None and rejected.is_error and rejected.action == DONE
+    assert rejected.content.startswith("task_complete was not accepted yet: the user's check")
+    assert "(attempt 1 of 2)" in rejected.content and "[REDACTED]" in rejected.content
+    [note] = rejected.notes
+    assert note.kind == "check" and note.text.endswith("exited with 1")
+    assert check.may_retry and check.record is not None and check.record["attempts"] == 1
+    assert [(e.iteration, e.attempt, e.limit) for e in told] == [(4, 1, 2)]
+    assert check.verdict(DONE, 5) is not None and not check.may_retry
+    assert check.error == f"the check `{CHECK} s3cret` did not pass (exit 1) after 2 attempts"
+
+
+def test_a_task_check_that_passes_accepts_task_complete(tmp_path):
+    repo = folder(tmp_path / "repo", {"calc.py": "def add(a, b):\n    return a + b\n"})
+    check, _ = task_check(repo, CHECK)
+
+    assert check.verdict(DONE, 1) is None
+    assert check.error is None and not check.may_retry
+    assert check.record is not None and check.record["passed"] and check.record["attempts"] == 1
+
+
+def test_no_task_check_accepts_task_complete_and_records_nothing(tmp_path):
+    check, told = task_check(folder(tmp_path / "repo", {}), None)
+
+    assert check.verdict(DONE, 1) is None
+    assert (check.record, check.error, told) == (None, None, [])
+
+
+def test_a_task_check_a_deny_rule_refuses_never_runs_and_fails_the_run(tmp_path):
+    repo = folder(tmp_path / "repo", {})
+    check, _ = task_check(repo, "touch ran", retries=0, deny=("touch*",))
+
+    rejected = check.verdict(DONE, 1)
+
+    assert rejected is not None and "was refused" in rejected.content
+    assert not (repo / "ran").exists() and not check.may_retry
+    assert check.error == "the check `touch ran` did not pass (refused) after 1 attempt"
 
 
 # --- every edit checked -----------------------------------------------------------------

@@ -16,7 +16,8 @@ from cli_helpers import ROOT, run_main, toy_agent
 from fakes import ScriptedLlm, folder, write_replay, xml_action
 
 from toy_agent import CodeRepositoryTools, ReactAgent
-from toy_agent.hooks import Hook, HookError, Hooks, parse_hook
+from toy_agent.events import HookAnswered
+from toy_agent.hooks import HOOK_OBJECTS, Hook, HookError, Hooks, RunHooks, parse_hook
 
 try:
     import tomllib
@@ -185,6 +186,79 @@ def test_a_hook_that_fails_or_runs_too_long_changes_nothing(repo, caplog):
     assert "print('helo')" in llm.requests[1]["messages"][-1].content
     assert "exited 1: broken" in caplog.text and "timed out after 0.3s" in caplog.text
     assert "exited 2: too late to refuse" in caplog.text and "exited 2: over" in caplog.text
+
+
+# --- one run's hooks (RunHooks: what the loop hands them, what they hand back) ----------------
+
+
+def run_hooks(tmp_path: Path, *lines: str) -> tuple[RunHooks, list[HookAnswered]]:
+    """A run's hooks offering read_file and write_file, redacting `s3cret`, in plan mode."""
+    told: list[HookAnswered] = []
+    redact = lambda text: text.replace("s3cret", "[REDACTED]")  # noqa: E731
+    hooks = RunHooks(Hooks.parse(lines), tmp_path, "plan", {"read_file", "write_file"}, redact,
+                     told.append)  # fmt: skip
+    return hooks, told
+
+
+def test_a_run_pre_tool_block_is_the_reason_redacted_on_one_line_and_an_event(tmp_path):
+    hooks, told = run_hooks(
+        tmp_path, "pre_tool:write_file=printf 'no\\n s3cret  writes' >&2; exit 2"
+    )
+
+    assert hooks.before("read_file", {"path": "a"}, 3) is None  # its matcher passes it by
+    assert hooks.before("write_file", {"path": "a"}, 3) == "no [REDACTED] writes"
+    assert told == [HookAnswered(3, "pre_tool", told[0].command, True, "no\n [REDACTED]  writes",
+                                 "write_file")]  # fmt: skip
+    assert hooks.notes() == []
+
+
+def test_a_run_tool_not_offered_runs_no_hook(tmp_path):
+    hooks, told = run_hooks(tmp_path, f"pre_tool=touch {tmp_path / 'ran'}")
+
+    assert hooks.before("run_command", {"command": "ls"}, 1) is None
+    assert not (tmp_path / "ran").exists() and told == []
+    assert hooks.before("read_file", {"path": "a"}, 1) is None
+    assert (tmp_path / "ran").exists()
+
+
+def test_a_run_hooks_notes_wait_for_the_next_observation_then_are_gone(tmp_path):
+    post = "post_tool=cat > payload.json; echo 'too short' >&2; exit 2"
+    hooks, told = run_hooks(tmp_path, "pre_tool=echo 'before s3cret'", post)
+
+    assert hooks.before("read_file", {"path": "a"}, 2) is None
+    hooks.after("read_file", {"path": "a"}, "the text", False, 2)
+
+    assert hooks.notes() == ["Note from the user's pre_tool hook: before [REDACTED]",
+                             HOOK_OBJECTS.format(reason="too short")]  # fmt: skip
+    assert hooks.notes() == []
+    assert [(e.event, e.blocked) for e in told] == [("pre_tool", False), ("post_tool", True)]
+    payload = json.loads((tmp_path / "payload.json").read_text())
+    assert (payload["permission_mode"], payload["result"], payload["is_error"]) == (
+        "plan", "the text", False,
+    )  # fmt: skip
+
+
+def test_a_run_prompt_block_skips_run_start_and_its_replies_wait_to_be_told(tmp_path):
+    hooks, told = run_hooks(tmp_path, "prompt=echo 'no' >&2; exit 2",
+                            f"run_start=touch {tmp_path / 'started'}")  # fmt: skip
+
+    outcome = hooks.start("deploy")
+
+    assert outcome.blocked is not None and outcome.blocked.text == "no"
+    assert not (tmp_path / "started").exists() and told == []
+    hooks.tell(outcome, 0)
+    assert [(e.iteration, e.event, e.blocked, e.tool) for e in told] == [(0, "prompt", True, None)]
+
+
+def test_a_run_stop_hook_is_told_how_the_run_ended(tmp_path):
+    hooks, _ = run_hooks(tmp_path, "run_stop=cat > stopped.json")
+
+    hooks.stop("the task", {"outcome": "completed", "iterations": 2})
+
+    stopped = json.loads((tmp_path / "stopped.json").read_text())
+    assert (stopped["event"], stopped["task"], stopped["outcome"]) == (
+        "run_stop", "the task", "completed",
+    )  # fmt: skip
 
 
 # --- through the CLI: the docs' examples, the records ----------------------------------------

@@ -15,19 +15,10 @@ from typing import Any, Literal
 
 from toy_agent import cuts
 from toy_agent.abandon import abandonable
-from toy_agent.context import (
-    ImageBudget,
-    cap_text,
-    fit_to_budget,
-    observation_cap,
-    recent_images,
-    tool_images,
-)
+from toy_agent.context import fit_to_budget, observation_cap, recent_images
 from toy_agent.events import (
     ChangeTracker,
-    CheckFinished,
     Event,
-    HookAnswered,
     LlmFailed,
     LlmRequested,
     LlmResponded,
@@ -46,12 +37,11 @@ from toy_agent.events import (
     log_event,
 )
 from toy_agent.files import ToolRefusal
-from toy_agent.hooks import HookOutcome, Hooks
-from toy_agent.lint import EditCheck, LintMode, edit_checker
+from toy_agent.hooks import Hooks, RunHooks
+from toy_agent.lint import LintMode, edit_checker
 from toy_agent.llm import AdaptedClient, LlmClient, LlmError, ReplayDiverged
 from toy_agent.mcp_tools import McpProgress, McpToolError, McpTools, reporting_progress
 from toy_agent.messages import (
-    CommandResult,
     LlmResponse,
     Message,
     Note,
@@ -61,6 +51,7 @@ from toy_agent.messages import (
     Usage,
     wire_text,
 )
+from toy_agent.observations import ActionResult, Observer, cut_notes
 from toy_agent.parsing import (
     MAX_PARAMETER_DEPTH,
     Action,
@@ -79,13 +70,13 @@ from toy_agent.permissions import (
     OfferedTools,
     Permissions,
     Refusal,
-    RefusedBy,
 )
 from toy_agent.pricing import CostLimitReached, CostMeter, price_for
 from toy_agent.providers import saved_base_url
 from toy_agent.redaction import Redactor
 from toy_agent.routes import RouteTable
 from toy_agent.settings import AgentSettings, ToolSettings
+from toy_agent.task_check import DEFAULT_CHECK_RETRIES, DEFAULT_CHECK_TIMEOUT, TaskCheck
 from toy_agent.tools import CodeRepositoryTools, Tool, ToolError
 
 logger = logging.getLogger(__name__)
@@ -97,9 +88,6 @@ is done, then call task_complete with a short summary and the answer.
 Paths are relative to the repository root. Read before you change; never guess file \
 contents. Prefer edit_file for changes, write_file for new files. If a tool fails, fix the \
 call instead of repeating it."""
-
-REPEAT_LIMIT = 3
-HOOK_OBJECTS = "The user's post_tool hook reports a problem with this result: {reason}"
 
 # A confirm hook: True or Answer(approved=True) runs the action; False or a declining Answer
 # (with the user's reason) does not.
@@ -114,14 +102,6 @@ Outcome = Literal[
     "check_failed",
     "hook_refused",
 ]
-DEFAULT_CHECK_RETRIES = AgentSettings.check_retries  # the defaults live in toy_agent.settings
-DEFAULT_CHECK_TIMEOUT = AgentSettings.check_timeout
-CHECK_FAILED = (
-    "task_complete was not accepted yet: the user's check `{command}` ran and {status} "
-    "(attempt {attempt} of {limit}). The end of its output:\n{tail}\n"
-    "The task is done when this check passes: fix what it reports, then call task_complete "
-    "again."
-)
 UNANSWERED_CALL = "(the previous task ended here)"
 LOOP_CLOSED = "(The previous task ended here. A new task follows.)"
 
@@ -187,16 +167,14 @@ class _Run:
     routes: RouteTable
     subscribers: list[Subscriber]
     changes: ChangeTracker
-    last_action_key: str = ""
-    repeats: int = 0
+    hooks: RunHooks
+    observer: Observer
+    check: TaskCheck
     tool_errors: int = 0
     declined: int = 0
     refused: int = 0
-    images: ImageBudget = field(default_factory=ImageBudget)  # the current step's
     commands: list[dict[str, Any]] = field(default_factory=list)
     refusals: list[dict[str, Any]] = field(default_factory=list)
-    check: dict[str, Any] | None = None  # the check's last run (see RunResult.check)
-    hook_notes: list[str] = field(default_factory=list)  # for the action's observation
 
 
 class ReactAgent:
@@ -306,18 +284,18 @@ class ReactAgent:
         self.usage, self.iteration = Usage(), 0
         started, spent = time.monotonic(), self.cost.spent
         with self._mcp_session() as mcp:
-            self._run = self._new_run(mcp)
-            changes = self._run.changes
+            run = self._run = self._new_run(mcp)
+            changes = run.changes
             try:
                 self.system_prompt = self._build_system_prompt()
                 task = wire_text(task)
-                hooked = self._start_hooks(task)
+                hooked = run.hooks.start(task)
                 notes = hooked.notes()
                 told = f"{task}\n\n{notes}" if notes else task
                 task_message = Message("user", self.redactor.redact(told))
                 self.conversation_history = _continued(history, task_message, self.format)
                 self._emit(RunStarted(task, self.system_prompt, self.settings(), changes))
-                self._emit_hooks(hooked)
+                run.hooks.tell(hooked, self.iteration)
                 refused = hooked.blocked
                 if refused is None:
                     outcome, answer, error = self._loop()
@@ -329,13 +307,11 @@ class ReactAgent:
                 result = RunResult(
                     outcome, self.iteration, len(self.conversation_history), answer, error,
                     self.usage, time.monotonic() - started, tuple(changes.diff_stat()), diffs,
-                    self._run.tool_errors, self._run.declined, self.cost.since(spent),
-                    self._run.refused, tuple(self._run.commands), tuple(self._run.refusals),
-                    self._run.check,
+                    run.tool_errors, run.declined, self.cost.since(spent), run.refused,
+                    tuple(run.commands), tuple(run.refusals), run.check.record,
                 )  # fmt: skip
                 self._emit(RunFinished(result.to_dict(), diffs))
-                self.hooks.run("run_stop", self.repo_path, permission_mode=self.permissions.mode,
-                               task=task, **result.to_dict())  # fmt: skip
+                run.hooks.stop(task, result.to_dict())
                 return result
             finally:
                 self._run = None
@@ -379,10 +355,8 @@ class ReactAgent:
                 response = self._call_llm()
                 final_answer = self._process_response(response)
                 if final_answer is not None:
-                    check = self._state.check
-                    if check is not None and not check["passed"]:
-                        return "check_failed", final_answer, _check_error(check)
-                    return "completed", final_answer, None
+                    error = self._state.check.error  # the check never passed
+                    return ("check_failed" if error else "completed"), final_answer, error
             limit = f"reached the iteration limit ({self.max_iterations}) without task_complete"
             return "max_iterations", "", limit
         except (RunCancelled, KeyboardInterrupt):
@@ -449,15 +423,13 @@ class ReactAgent:
             return None
         observations: list[Observation] = []
         final_answer, tool_seconds = None, 0.0
-        self._state.images = ImageBudget()
+        self._state.observer.new_step()
         for action in parsed.actions:
             if action.tool_name == "task_complete":
-                rejected = self._checked(action)
-                if rejected is not None:  # the check failed: the model is told, and goes on
-                    observations.append(rejected)
-                    if self._state.check and self._state.check["attempts"] <= self.check_retries:
-                        break
-                final_answer = self._final_answer(action.parameters)
+                rejected = self._state.check.verdict(action, self.iteration)
+                observations += [rejected] if rejected else []  # the model is told, goes on
+                if rejected is None or not self._state.check.may_retry:
+                    final_answer = self._final_answer(action.parameters)
                 break
             observation, seconds = self._run_action(action)
             observations.append(observation)
@@ -476,62 +448,28 @@ class ReactAgent:
     def _run_action(self, action: Action) -> tuple[Observation, float]:
         """The observation of one action, and the seconds its tool took (--confirm's wait for
         an answer is not the tool's time)."""
+        run = self._state
         self._emit(ToolStarted(self.iteration, action))
-        content: str | ToolOutput
         refusal = self._refusal(action)
         if refusal is not None:
             self._refused(action, refusal)
-            content, is_error, seconds, edit_check = refusal.observation, True, 0.0, None
-            marks = [_refusal_note(refusal.by, refusal.reason)]
+            result = ActionResult.refused(refusal)
         else:
-            content, is_error, seconds, edit_check, marks = self._tool_result(action)
-        command = content.command if isinstance(content, ToolOutput) else None
-        if command is not None:
-            is_error = not command.ok  # a failing command is an error result, as data
-            self._state.commands.append({"iteration": self.iteration, **command.to_dict()})
-            if command.sandbox_note:
-                marks.append(Note("sandbox", command.sandbox_note))
-        self._state.tool_errors += is_error
-        content, images = tool_images(content, self.llm_client.image_types,
-                                      self.llm_client.model, self._state.images)  # fmt: skip
-        content = wire_text(content)
-        content = self.redactor.redact(content)
+            result = self._tool_result(action)
+        if result.command is not None:
+            run.commands.append({"iteration": self.iteration, **result.command.to_dict()})
+        run.tool_errors += result.is_error
         task = self.conversation_history[0].content if self.conversation_history else ""
-        with cuts.recording() as capped:
-            content = cap_text(
-                content, observation_cap(self.context_budget, task), action.tool_name
-            )
-        marks += _cut_notes(capped)
-        if refusal is None:
-            self._post_tool_hooks(action, content, is_error)
-        notes, self._state.hook_notes = self._state.hook_notes, []
-        content += "".join(f"\n\n{self.redactor.redact(note)}" for note in notes)
-        marks += [Note("hook", self.redactor.redact(note)) for note in notes]
-        warning = self._repetition_warning(action)
-        content += warning
-        if warning:
-            marks.append(Note("repeat", f"{action.tool_name} called with the same parameters "
-                                        f"{self._state.repeats} times in a row"))  # fmt: skip
-        observation = Observation(
-            action,
-            content,
-            is_error,
-            images,
-            command,
-            edit_check if edit_check and edit_check.note() else None,
-            tuple(marks),
-        )
-        self._emit(ToolFinished(self.iteration, observation, seconds))
-        return observation, seconds
+        cap = observation_cap(self.context_budget, task)
+        observation = run.observer.observe(action, result, cap, self.iteration)
+        self._emit(ToolFinished(self.iteration, observation, result.seconds))
+        return observation, result.seconds
 
-    def _tool_result(
-        self, action: Action
-    ) -> tuple[str | ToolOutput, bool, float, EditCheck | None, list[Note]]:
-        """What the tool gave (its output, or its error), whether it failed, the seconds it
-        took, the check of the file it edited, and the notes of what the rules did to it (a
-        refusal of a path, the cuts the tool made)."""
-        started, is_error, edit_check = time.monotonic(), True, None
-        marks: list[Note] = []
+    def _tool_result(self, action: Action) -> ActionResult:
+        """What the tool gave (its output, or its error), the seconds it took, the check of
+        the file it edited, and the notes of what the rules did to it (a refusal of a path,
+        the cuts the tool made)."""
+        started = time.monotonic()
         edited = self.edits.target(action.tool_name, action.parameters)
         old = self.edits.before(edited) if edited else None
 
@@ -544,16 +482,16 @@ class ReactAgent:
             with reporting_progress(progress), cuts.recording() as made:
                 content = self._execute_tool(action.tool_name, action.parameters,
                                              action.arguments_error)  # fmt: skip
-            is_error = False
-            marks += _cut_notes(made)
         except (ToolError, McpToolError) as exc:
-            content = f"Error: {exc}"
-            if isinstance(exc, ToolRefusal):
-                marks.append(Note("refused", str(exc)))
-        if edited and not is_error:
+            refused = [Note("refused", str(exc))] if isinstance(exc, ToolRefusal) else []
+            return ActionResult.of(f"Error: {exc}", True, time.monotonic() - started,
+                                   notes=refused)  # fmt: skip
+        is_error, edit_check = False, None
+        if edited:
             edit_check = self.edits.after(edited, old)
             content, is_error = edit_check.observed(content)
-        return content, is_error, time.monotonic() - started, edit_check, marks
+        return ActionResult.of(content, is_error, time.monotonic() - started, edit_check,
+                               cut_notes(made))  # fmt: skip
 
     def _refused(self, action: Action, refusal: Refusal) -> None:
         """Count and record an action that did not run."""
@@ -565,47 +503,15 @@ class ReactAgent:
                                      "by": refusal.by, "reason": refusal.reason})  # fmt: skip
         self._emit(ToolRefused(self.iteration, action, refusal.by, refusal.reason))
 
-    def _checked(self, action: Action) -> Observation | None:
-        """Run the check for this task_complete: None when it passed (or there is none), else
-        the observation that tells the model why the task is not done yet."""
-        if not self.check:
-            return None
-        run = self._state
-        attempts = (run.check or {}).get("attempts", 0) + 1
-        decision = self.permissions.decide("run_command", {"command": self.check}, "commands")
-        if decision.verdict == "deny":  # the user's rules bind the user's check too
-            result = CommandResult(self.check, None, 0.0, output_tail=f"refused: "
-                                   f"{decision.reason}")  # fmt: skip
-            status = f"was refused ({decision.reason})"
-        else:
-            result = self.tools.run_check(self.check, self.check_timeout)
-            status = "passed" if result.ok else result.status.replace("exit", "exited with", 1)
-        run.check = {"command": result.command, "passed": result.ok, "exit_code":
-                     result.exit_code, "output_tail": result.output_tail, "attempts": attempts,
-                     "seconds": round(result.seconds, 3), "timed_out": result.timed_out,
-                     **({"sandbox_note": result.sandbox_note} if result.sandbox_note else {})
-                     }  # fmt: skip
-        self._emit(CheckFinished(self.iteration, result, attempts, 1 + self.check_retries))
-        if result.ok:
-            return None
-        text = CHECK_FAILED.format(command=self.check, status=status, attempt=attempts,
-                                   limit=1 + self.check_retries,
-                                   tail=result.output_tail or "(no output)")  # fmt: skip
-        text = self.redactor.redact(text)
-        text = cap_text(text, observation_cap(self.context_budget), "task_complete")
-        marks = [Note("check", f"{result.command}: {status}")]
-        if result.sandbox_note:
-            marks.append(Note("sandbox", result.sandbox_note))
-        return Observation(action, text, True, command=result, notes=tuple(marks))
-
     def _refusal(self, action: Action) -> Refusal | None:
         """None when the action may run; else who refused it, why, and the observation."""
         if action.tool_name not in self._routes.routes and not self.permissions.read_only:
             return None  # not offered: no one is asked, the route table answers
         confirm = None if self.confirm is None else partial(self.confirm, action)
+        pre_tool = partial(self._state.hooks.before, action.tool_name, action.parameters,
+                           self.iteration)  # fmt: skip
         return self.permissions.gate(action.tool_name, action.parameters,
-                                     self.tools.changes(action.tool_name),
-                                     pre_tool=partial(self._pre_tool_hooks, action),
+                                     self.tools.changes(action.tool_name), pre_tool=pre_tool,
                                      confirm=confirm, redact=self.redactor.redact)  # fmt: skip
 
     def _execute_tool(
@@ -621,58 +527,23 @@ class ReactAgent:
             return self._final_answer(parameters)
         return self._routes.call(tool_name, parameters)
 
-    # -- the user's hooks ----------------------------------------------------------------
-
-    def _start_hooks(self, task: str) -> HookOutcome:
-        """The prompt hooks, then (unless one refused the task) the run_start hooks."""
-        mode = self.permissions.mode
-        prompt = self.hooks.run("prompt", self.repo_path, permission_mode=mode, prompt=task)
-        if prompt.blocked:
-            return prompt
-        start = self.hooks.run("run_start", self.repo_path, permission_mode=mode, task=task)
-        return HookOutcome(prompt.replies + start.replies)
-
-    def _pre_tool_hooks(self, action: Action) -> str | None:
-        """The pre_tool hooks of an offered tool: the reason when one refused the call; the
-        notes wait for its observation."""
-        if action.tool_name not in self._routes.routes:
-            return None
-        outcome = self.hooks.run("pre_tool", self.repo_path, action.tool_name,
-                                 permission_mode=self.permissions.mode,
-                                 parameters=action.parameters)  # fmt: skip
-        self._emit_hooks(outcome, action.tool_name)
-        if outcome.blocked:
-            return " ".join(self.redactor.redact(outcome.blocked.text).split())
-        if notes := outcome.notes():
-            self._state.hook_notes.append(notes)
-        return None
-
-    def _post_tool_hooks(self, action: Action, result: str, is_error: bool) -> None:
-        outcome = self.hooks.run("post_tool", self.repo_path, action.tool_name,
-                                 permission_mode=self.permissions.mode,
-                                 parameters=action.parameters, result=result,
-                                 is_error=is_error)  # fmt: skip
-        self._emit_hooks(outcome, action.tool_name)
-        if outcome.blocked:
-            self._state.hook_notes.append(HOOK_OBJECTS.format(reason=outcome.blocked.text))
-        if notes := outcome.notes():
-            self._state.hook_notes.append(notes)
-
-    def _emit_hooks(self, outcome: HookOutcome, tool: str | None = None) -> None:
-        for reply in outcome.replies:
-            text = self.redactor.redact(reply.text)
-            self._emit(HookAnswered(self.iteration, reply.hook.event, reply.hook.command,
-                                    reply.blocked, text, tool))  # fmt: skip
-
     # -- helpers ------------------------------------------------------------------------
 
     def _new_run(self, mcp: McpTools | None) -> _Run:
+        """A run's state and collaborators, made from the agent's settings as the run starts."""
         offered = OfferedTools.of
-        permissions = self.permissions
+        permissions, redact = self.permissions, self.redactor.redact
         others = [offered(mcp, permissions)] if mcp else []
         routes = RouteTable.build(offered(self.tools, permissions), others)
         changes = ChangeTracker(self.tools)
-        return _Run(routes, [log_event, changes, *self._subscribers], changes)
+        hooks = RunHooks(self.hooks, self.repo_path, permissions.mode, routes.routes, redact,
+                         self._emit)  # fmt: skip
+        observer = Observer(self.llm_client.image_types, self.llm_client.model, redact, hooks)
+        check = TaskCheck(self.check, self.check_retries, self.check_timeout, self.tools,
+                          permissions, redact, observation_cap(self.context_budget),
+                          self._emit)  # fmt: skip
+        return _Run(routes, [log_event, changes, *self._subscribers], changes, hooks, observer,
+                    check)  # fmt: skip
 
     @property
     def _state(self) -> _Run:
@@ -703,19 +574,6 @@ class ReactAgent:
             return str(next(iter(params.values())))
         return json.dumps(params) if params else ""
 
-    def _repetition_warning(self, action: Action) -> str:
-        run = self._state
-        key = json.dumps([action.tool_name, action.parameters], sort_keys=True, default=str)
-        run.repeats = run.repeats + 1 if key == run.last_action_key else 1
-        run.last_action_key = key
-        if run.repeats < REPEAT_LIMIT:
-            return ""
-        return (
-            f"\n\nWarning: you have called {action.tool_name} with the same parameters "
-            f"{run.repeats} times in a row. Repeating it will not change the result; "
-            "try a different approach, or call task_complete if you are done."
-        )
-
     def _check_cancelled(self) -> None:
         if self._cancel.is_set():
             raise RunCancelled()
@@ -733,29 +591,6 @@ class ReactAgent:
     def _emit(self, event: Event) -> None:
         for subscriber in self._state.subscribers:
             subscriber(event)
-
-
-def _refusal_note(by: RefusedBy, reason: str) -> Note:
-    """The note of an action that did not run: the user declined it, or a rule, the
-    permission mode or a hook refused it."""
-    if by == "user":
-        return Note("declined", "declined by the user" + (f": {reason}" if reason else ""))
-    who = {"rule": "a deny rule", "mode": "the permission mode", "hook": "a hook"}.get(by, by)
-    return Note("refused", f"refused by {who}" + (f": {reason}" if reason else ""))
-
-
-def _cut_notes(cuts_made: list[tuple[str, str]]) -> list[Note]:
-    """The notes of the cuts made: (what was cut, how to see more)."""
-    return [Note("cut", f"{what} of its output cut" + (f" ({how})" if how else ""))
-            for what, how in cuts_made]  # fmt: skip
-
-
-def _check_error(check: dict[str, Any]) -> str:
-    code = check.get("exit_code")
-    how = f"exit {code}" if code is not None else "refused"
-    how = "timed out" if check.get("timed_out") else how
-    return (f"the check `{check['command']}` did not pass ({how}) after "
-            f"{check['attempts']} attempt{'s' * (check['attempts'] != 1)}")  # fmt: skip
 
 
 def _continued(history: Sequence[Message], task: Message, fmt: ActionFormat) -> list[Message]:

@@ -29,13 +29,14 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toy_agent import cuts
 from toy_agent.environment import child_environment
+from toy_agent.events import HookAnswered
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ NOTE_EVENTS = frozenset({"pre_tool", "post_tool", "prompt", "run_start"})  # std
 BLOCK_EXIT_CODE = 2
 DEFAULT_HOOK_TIMEOUT = 60.0
 MAX_HOOK_TEXT = 10_000  # characters of a hook's stdout or stderr the model is shown
+HOOK_OBJECTS = "The user's post_tool hook reports a problem with this result: {reason}"
 
 
 class HookError(ValueError):
@@ -195,6 +197,73 @@ class Hooks:
         if stdout and hook.event in NOTE_EVENTS:
             return HookReply(hook, False, stdout)
         return None
+
+
+@dataclass
+class RunHooks:
+    """The user's hooks during one run of the agent: what they refuse, the notes they leave
+    for the next observation, and a HookAnswered event (through `emit`) for each reply,
+    redacted. `mode` is the run's permission mode, as the hooks are told it; a tool not
+    `offered` runs no hook (its call is answered by the route table)."""
+
+    hooks: Hooks
+    repo: Path
+    mode: str
+    offered: Container[str]
+    redact: Callable[[str], str]
+    emit: Callable[[HookAnswered], None]
+    _notes: list[str] = field(default_factory=list)
+
+    def start(self, task: str) -> HookOutcome:
+        """The prompt hooks, then (unless one refused the task) the run_start hooks. Their
+        replies are told (`tell`) once the run's start is."""
+        prompt = self.hooks.run("prompt", self.repo, permission_mode=self.mode, prompt=task)
+        if prompt.blocked:
+            return prompt
+        start = self.hooks.run("run_start", self.repo, permission_mode=self.mode, task=task)
+        return HookOutcome(prompt.replies + start.replies)
+
+    def tell(self, outcome: HookOutcome, iteration: int, tool: str | None = None) -> None:
+        for reply in outcome.replies:
+            self.emit(HookAnswered(iteration, reply.hook.event, reply.hook.command,
+                                   reply.blocked, self.redact(reply.text), tool))  # fmt: skip
+
+    def before(self, tool: str, parameters: dict[str, Any], iteration: int) -> str | None:
+        """The pre_tool hooks: the reason when one refused the call; the notes wait for its
+        observation."""
+        if tool not in self.offered:
+            return None
+        outcome = self.hooks.run("pre_tool", self.repo, tool, permission_mode=self.mode,
+                                 parameters=parameters)  # fmt: skip
+        self.tell(outcome, iteration, tool)
+        if outcome.blocked:
+            return " ".join(self.redact(outcome.blocked.text).split())
+        if notes := outcome.notes():
+            self._notes.append(notes)
+        return None
+
+    def after(
+        self, tool: str, parameters: dict[str, Any], result: str, is_error: bool, iteration: int
+    ) -> None:
+        """The post_tool hooks, told the result the model will see; what they report waits
+        for its observation (the call ran: exit 2 refuses nothing)."""
+        outcome = self.hooks.run("post_tool", self.repo, tool, permission_mode=self.mode,
+                                 parameters=parameters, result=result,
+                                 is_error=is_error)  # fmt: skip
+        self.tell(outcome, iteration, tool)
+        if outcome.blocked:
+            self._notes.append(HOOK_OBJECTS.format(reason=outcome.blocked.text))
+        if notes := outcome.notes():
+            self._notes.append(notes)
+
+    def notes(self) -> list[str]:
+        """The notes the hooks left since the last observation, redacted: for this one."""
+        notes, self._notes = self._notes, []
+        return [self.redact(note) for note in notes]
+
+    def stop(self, task: str, result: Mapping[str, Any]) -> None:
+        """The run_stop hooks, told how the run ended (the run's result dict)."""
+        self.hooks.run("run_stop", self.repo, permission_mode=self.mode, task=task, **result)
 
 
 def _text(data: bytes) -> str:
