@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fake_providers import FakeProvider, RecordedRequest, Reply, anthropic_reply  # noqa: E402
 
-from toy_agent.batch import RunSettings, run_batch  # noqa: E402
+from toy_agent.batch.driver import RunSettings, run_batch  # noqa: E402
 
 STEPS = (
     "<THOUGHT>Look.</THOUGHT><ACTION><tool_name>list_files</tool_name><parameters>{}"

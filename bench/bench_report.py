@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from toy_agent.agent import RunResult  # noqa: E402
-from toy_agent.batch import ResultsFolder  # noqa: E402
+from toy_agent.batch.driver import ResultsFolder  # noqa: E402
 from toy_agent.events import TRAJECTORY_FORMAT, Step  # noqa: E402
 from toy_agent.messages import LlmResponse, Usage  # noqa: E402
 from toy_agent.parsing import Action, Observation  # noqa: E402

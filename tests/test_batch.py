@@ -35,13 +35,13 @@ from fake_providers import (
 )
 from fakes import ScriptedLlm, finishes, run_in_pty, wait_until, xml_action
 
-from toy_agent.batch import RECORD_KEYS, BatchError, RunSettings
+from toy_agent.batch.driver import RECORD_KEYS, BatchError, RunSettings
+from toy_agent.batch.tasks import Task as BatchTask
+from toy_agent.batch.workcopy import prepare_copy, remove_copy
+from toy_agent.batch.worker import Credentials, run_task
 from toy_agent.cli import main
-from toy_agent.copies import prepare_copy, remove_copy
 from toy_agent.llm import LlmError
 from toy_agent.messages import LlmResponse, Usage
-from toy_agent.task_runner import Credentials, run_task
-from toy_agent.tasks import Task as BatchTask
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("clean_env")  # see conftest
@@ -387,7 +387,7 @@ def test_the_progress_line_is_cut_to_the_width_so_it_can_be_erased() -> None:
     its first rows on screen: it is cut with `…` instead; the lines above it are not."""
     import io
 
-    from toy_agent.batch import BatchView
+    from toy_agent.batch.driver import BatchView
 
     screen = io.StringIO()
     view = BatchView(screen, live=True)
@@ -488,7 +488,7 @@ def test_log_records_of_a_task_name_it_even_from_the_llm_calls_thread(
     sources: dict[str, Path],
 ) -> None:
     from toy_agent import run_batch
-    from toy_agent.task_runner import TaskLogFilter
+    from toy_agent.batch.worker import TaskLogFilter
 
     class Chatty(ScriptedLlm):
         def call_llm(self, *args: Any, **kwargs: Any) -> LlmResponse:

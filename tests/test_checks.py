@@ -546,7 +546,7 @@ def test_a_batch_reports_already_passing_resolved_on_a_second_attempt_and_a_brok
 
 
 def test_max_total_cost_caps_a_tasks_attempts_too(tmp_path):
-    from toy_agent.batch import RunSettings, run_batch  # noqa: PLC0415
+    from toy_agent.batch.driver import RunSettings, run_batch  # noqa: PLC0415
     from toy_agent.messages import LlmResponse, Usage  # noqa: PLC0415
 
     repo = calc_repo(tmp_path / "repo")

@@ -18,10 +18,10 @@ from cli_helpers import run_main
 from fakes import ScriptedLlm, write_replay, xml_action
 
 from toy_agent.agent import ReactAgent
-from toy_agent.environment import child_environment, named_variables, withheld_variables
 from toy_agent.redaction import REDACTED, Redactor
 from toy_agent.sandbox import bwrap_problem
 from toy_agent.tools import CodeRepositoryTools
+from toy_agent.variables import child_environment, named_variables, withheld_variables
 
 BWRAP_PROBLEM = bwrap_problem() if sys.platform.startswith("linux") else "not Linux"
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=str(BWRAP_PROBLEM))

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toy_agent import ReactAgent
+from toy_agent.batch.worker import CHECK_TAIL_CHARS, run_check
 from toy_agent.cuts import (
     BUDGET,
     HOW_TO_SEE_MORE,
@@ -26,7 +27,6 @@ from toy_agent.cuts import (
 from toy_agent.events import TrajectoryRecorder
 from toy_agent.redaction import Redactor
 from toy_agent.report import write_report
-from toy_agent.task_runner import CHECK_TAIL_CHARS, run_check
 from toy_agent.tools import CodeRepositoryTools
 
 PAIR = "\ud83d\ude00"  # 😀 as UTF-16 halves: what JSON "\ud83d\ude00" gives before joining

@@ -11,9 +11,9 @@ import container_helpers as containers
 import pytest
 from fakes import ScriptedLlm, folder, wait_until, xml_action
 
-from toy_agent.batch import RunSettings, run_batch
-from toy_agent.environments import image_for
-from toy_agent.tasks import BatchError
+from toy_agent.batch.driver import RunSettings, run_batch
+from toy_agent.batch.environments import image_for
+from toy_agent.batch.tasks import BatchError
 
 TOOLS = ("/bin/sh", "/bin/bash", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/test")
 LOOK = "ls / > seen.txt; cat a.txt >> seen.txt"

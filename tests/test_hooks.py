@@ -348,7 +348,7 @@ def test_the_documented_format_hook_formats_each_python_file_the_agent_writes(ho
 @pytest.mark.slow
 def test_in_a_batch_hooks_run_in_each_tasks_copy(tmp_path):
     from toy_agent import run_batch
-    from toy_agent.task_runner import RunSettings
+    from toy_agent.batch.worker import RunSettings
 
     source = folder(tmp_path / "source", {"notes.txt": "original\n"})
     log = tmp_path / "hooks.log"

@@ -16,7 +16,7 @@ from fake_providers import FakeProvider, anthropic_reply, gemini_reply, openai_r
 from fakes import ScriptedLlm, xml_action
 
 from toy_agent import ReactAgent
-from toy_agent.context import (
+from toy_agent.budget import (
     IMAGE_MAX_BYTES,
     STEP_IMAGES_MAX,
     ImageBudget,

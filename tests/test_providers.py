@@ -19,7 +19,6 @@ from fakes import xml_action
 
 from toy_agent import providers
 from toy_agent.cli import main
-from toy_agent.environment import child_environment, is_agent_variable, load_dotenv_file
 from toy_agent.llm import (
     LlmConfigError,
     OpenAICompatibleLlmClient,
@@ -31,6 +30,7 @@ from toy_agent.messages import Message, Usage
 from toy_agent.pricing import Price, price_for
 from toy_agent.providers import PROVIDERS, Provider, register_provider, unregister_provider
 from toy_agent.redaction import REDACTED, Redactor
+from toy_agent.variables import child_environment, is_agent_variable, load_dotenv_file
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # see conftest
 ACME_KEY = "acme-secret-key-0123456789"
@@ -120,7 +120,7 @@ def test_a_missing_key_of_a_new_provider_is_named_and_so_is_a_set_one(acme, repo
 
 
 def test_a_batch_worker_is_given_a_new_providers_key_base_url_and_api_version(acme, monkeypatch):
-    from toy_agent.batch import RunSettings, provider_environment
+    from toy_agent.batch.driver import RunSettings, provider_environment
 
     with FakeProvider() as server:
         server.enqueue(openai_reply("hello"))

@@ -21,7 +21,6 @@ from fakes import xml_action
 from test_view import CSI, SPINNER, Terminal, screen_lines
 
 from toy_agent.agent import ReactAgent
-from toy_agent.environment import load_dotenv_file
 from toy_agent.events import TrajectoryRecorder
 from toy_agent.llm import (
     ClaudeLlmClient,
@@ -33,6 +32,7 @@ from toy_agent.llm import (
 )
 from toy_agent.messages import FailedAttempt, Message, ToolCall, Usage
 from toy_agent.redaction import Redactor
+from toy_agent.variables import load_dotenv_file
 
 pytestmark = pytest.mark.usefixtures("clean_env")  # see conftest
 
@@ -339,8 +339,8 @@ def test_a_stream_cut_on_every_attempt_exits_3_and_names_the_cut(repo, tmp_path)
 
 @pytest.mark.slow
 def test_a_batch_worker_gets_the_api_version_with_the_key_and_base_url(monkeypatch):
-    from toy_agent.executors import provider_environment
-    from toy_agent.task_runner import RunSettings
+    from toy_agent.batch.executors import provider_environment
+    from toy_agent.batch.worker import RunSettings
 
     with FakeProvider(serves="/v1alpha/") as proxy:
         proxy.enqueue(gemini_reply("ok"))

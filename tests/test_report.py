@@ -29,7 +29,7 @@ import pytest
 from fakes import ScriptedLlm, xml_action
 
 from toy_agent.agent import ReactAgent
-from toy_agent.batch import RunSettings, run_batch
+from toy_agent.batch.driver import RunSettings, run_batch
 from toy_agent.cli import main
 from toy_agent.events import TrajectoryRecorder
 from toy_agent.llm import LlmClient
@@ -815,7 +815,7 @@ def test_report_is_a_command_of_main_py_and_the_seed_flags_still_parse(tmp_path:
 def test_only_rendering_a_report_imports_jinja2(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "import toy_agent.cli, toy_agent.agent, toy_agent.batch, toy_agent.report\n"
+        "import toy_agent.cli, toy_agent.agent, toy_agent.batch.driver, toy_agent.report\n"
         "print('jinja2' in sys.modules)\n"
         "toy_agent.cli.main(['report', sys.argv[1], '-o', sys.argv[2]])\n"
         "print('jinja2' in sys.modules)\n"

@@ -254,7 +254,7 @@ def test_a_batch_check_that_fails_on_the_sandbox_says_so_in_its_record(
     repo: Path, home: Path, tmp_path: Path
 ) -> None:
     from toy_agent import run_batch
-    from toy_agent.batch import RunSettings
+    from toy_agent.batch.driver import RunSettings
 
     tool = make_tool(home / "opt" / "tools", "checker", "NEVER")
     tasks = [{"id": "t", "repo": str(repo), "task": "x", "check": str(tool)}]

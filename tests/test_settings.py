@@ -13,10 +13,11 @@ import pytest
 from cli_helpers import run_main
 from fakes import ScriptedLlm, write_replay, xml_action
 
-from toy_agent.batch import run_batch
+from toy_agent.batch.driver import run_batch
+from toy_agent.batch.executors import EXECUTORS, Executor
+from toy_agent.batch.tasks import Task
 from toy_agent.build import build_agent, build_llm, build_tools
 from toy_agent.cli import _settings, build_parser
-from toy_agent.executors import EXECUTORS, Executor
 from toy_agent.hooks import Hooks
 from toy_agent.mcp_config import parse_server_arg
 from toy_agent.permissions import CommandRules, Permissions
@@ -28,7 +29,6 @@ from toy_agent.settings import (
     RunSettings,
     ToolSettings,
 )
-from toy_agent.tasks import Task
 
 PARTS = {"llm": ModelSettings, "tools": ToolSettings, "agent": AgentSettings,
          "batch": BatchSettings}  # fmt: skip
@@ -58,7 +58,9 @@ def test_every_flag_default_is_the_settings_default() -> None:
 
 
 def test_the_old_default_constants_read_the_settings() -> None:
-    from toy_agent import agent, context, task_runner
+    from toy_agent import agent
+    from toy_agent import budget as context
+    from toy_agent.batch import worker as task_runner
 
     assert AgentSettings.check_retries == agent.DEFAULT_CHECK_RETRIES
     assert agent.DEFAULT_CHECK_TIMEOUT == task_runner.DEFAULT_CHECK_TIMEOUT
@@ -216,7 +218,7 @@ def test_a_new_executor_is_one_class(tmp_path: Path) -> None:
 
         def __init__(self, settings: RunSettings, scratch: Path, workers: int,
                      address: str | None = None):  # fmt: skip
-            from toy_agent.task_runner import run_task
+            from toy_agent.batch.worker import run_task
 
             self._run = lambda task: run_task(task, settings, scratch)
             self._done: dict[str, dict[str, Any]] = {}

@@ -17,10 +17,10 @@ import pytest
 import swebench_helpers as helpers
 from fakes import ScriptedLlm, write_replay, xml_action
 
-from toy_agent.batch import RunSettings, run_batch
+from toy_agent.batch.driver import RunSettings, run_batch
+from toy_agent.batch.swebench import SweOptions, model_patch, parse_slice, status_of
+from toy_agent.batch.tasks import BatchError
 from toy_agent.cli import main
-from toy_agent.swebench import SweOptions, model_patch, parse_slice, status_of
-from toy_agent.tasks import BatchError
 
 PYTEST = f"{sys.executable} -m pytest -rA"
 
@@ -221,7 +221,7 @@ def test_slices_are_pythons():
 
 
 def test_the_repo_cache_clones_each_repository_once(tmp_path):
-    from toy_agent.swebench import repository
+    from toy_agent.batch.swebench import repository
 
     source = tmp_path / "upstream"
     source.mkdir()

@@ -22,9 +22,9 @@ import pytest
 import swebench_helpers as helpers
 from fakes import ScriptedLlm, wait_until, xml_action
 
-from toy_agent.batch import RunSettings, run_batch
-from toy_agent.environments import image_for
-from toy_agent.swebench import SweOptions
+from toy_agent.batch.driver import RunSettings, run_batch
+from toy_agent.batch.environments import image_for
+from toy_agent.batch.swebench import SweOptions
 
 pytestmark = pytest.mark.slow
 

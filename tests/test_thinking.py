@@ -31,7 +31,7 @@ from fake_providers import (
 from fakes import ScriptedLlm
 
 from toy_agent import ReactAgent
-from toy_agent.context import fit_to_budget
+from toy_agent.budget import fit_to_budget
 from toy_agent.events import JsonLinesWriter, LlmResponded, StepStarted
 from toy_agent.llm import (
     ClaudeLlmClient,
@@ -322,7 +322,7 @@ def test_a_model_that_refuses_an_option_is_named_with_it_in_one_line(repo, capsy
 
 
 def test_effort_is_a_config_key_and_a_task_field(home, tmp_path):
-    from toy_agent.tasks import BatchError, parse_tasks
+    from toy_agent.batch.tasks import BatchError, parse_tasks
 
     (tmp_path / "r").mkdir()
     [task] = parse_tasks([json.dumps({"id": "a", "repo": "r", "task": "t", "effort": "low"})],

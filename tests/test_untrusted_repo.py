@@ -23,8 +23,8 @@ from fake_providers import FakeProvider, openai_reply
 from fakes import ScriptedLlm, finishes, folder, write_replay, xml_action
 
 from toy_agent.agent import ReactAgent
-from toy_agent.environment import child_environment, load_dotenv_file
 from toy_agent.tools import CodeRepositoryTools, ToolError
+from toy_agent.variables import child_environment, load_dotenv_file
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 

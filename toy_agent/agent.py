@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from toy_agent import cuts
 from toy_agent.abandon import abandonable
-from toy_agent.context import fit_to_budget, observation_cap, recent_images
+from toy_agent.budget import fit_to_budget, observation_cap, recent_images
 from toy_agent.events import (
     ChangeTracker,
     Event,

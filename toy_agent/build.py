@@ -26,7 +26,7 @@ from toy_agent.settings import ModelSettings, RunSettings, ToolSettings
 from toy_agent.tools import CodeRepositoryTools
 
 if TYPE_CHECKING:
-    from toy_agent.environments import Environment
+    from toy_agent.batch.environments import Environment
 
 
 def build_llm(model: ModelSettings, environ: Mapping[str, str] = os.environ) -> LlmClient:

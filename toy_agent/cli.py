@@ -1,4 +1,4 @@
-"""The command line: parse flags, build the objects, run a mode (modes.py), return its exit code.
+"""The command line: parse flags, build the objects, run it (runs.py), return its exit code.
 
 Heavy modules (the agent, the provider SDKs, mcp) are imported only after the flags are
 parsed, so `--help` and `--version` are instant.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from toy_agent import __version__, providers
-from toy_agent.modes import (
+from toy_agent.runs import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -57,7 +57,7 @@ RESUME_PICK = "\0pick"  # --resume without an id: pick one from a list
 SUBCOMMANDS = {
     "report": "toy_agent.report:main",
     "sessions": "toy_agent.sessions:sessions_command",
-    "export-preds": "toy_agent.swebench:export_command",
+    "export-preds": "toy_agent.batch.swebench:export_command",
 }
 
 
@@ -122,13 +122,13 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> _Parser:
     """The flags. Their defaults are the settings' (toy_agent.settings), read from there."""
-    from toy_agent.environment import command_env_item
-    from toy_agent.executors import EXECUTORS
+    from toy_agent.batch.executors import EXECUTORS
     from toy_agent.hooks import DEFAULT_HOOK_TIMEOUT
     from toy_agent.parsing import FORMAT_NAMES
     from toy_agent.permissions import PERMISSION_MODES
     from toy_agent.sandbox import SANDBOX_MODES
     from toy_agent.settings import AgentSettings, BatchSettings, ModelSettings, ToolSettings
+    from toy_agent.variables import command_env_item
 
     model, tools, agent = ModelSettings, ToolSettings, AgentSettings  # their defaults
 
@@ -771,7 +771,7 @@ def _provider_for(args: argparse.Namespace) -> str:
 
 def _dotenv_values(args: argparse.Namespace) -> dict[str, str]:
     """What the .env in the current folder would set (read again, as _run applies it)."""
-    from toy_agent.environment import load_dotenv_file
+    from toy_agent.variables import load_dotenv_file
 
     repo = Path(args.repo).expanduser()
     return load_dotenv_file(Path.cwd() / ".env", repo.resolve() if repo.is_dir() else None)
@@ -908,10 +908,10 @@ def _collector_paused(pause: bool) -> Iterator[Callable[[], None]]:
 
 
 def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -> int:
+    from toy_agent.budget import oversized_task
     from toy_agent.config import HOOK_VARIABLES, load_instructions
-    from toy_agent.context import oversized_task
-    from toy_agent.environment import load_dotenv_file
     from toy_agent.llm import preload_sdk
+    from toy_agent.variables import load_dotenv_file
     from toy_agent.view import COMMAND_TAIL_LINES, TerminalView, run_banner
 
     if not (args.list_tools or args.undo):
@@ -1089,7 +1089,7 @@ def _setup_logging(
         handlers.append(file_handler)
     for handler in handlers:
         if batch:
-            from toy_agent.task_runner import TaskLogFilter
+            from toy_agent.batch.worker import TaskLogFilter
 
             handler.addFilter(TaskLogFilter())
         handler.addFilter(RedactingFilter(redactor))

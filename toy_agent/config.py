@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toy_agent.environment import OWN_PREFIX, load_dotenv_file
 from toy_agent.files import open_regular
 from toy_agent.tools import CodeRepositoryTools, ToolError
+from toy_agent.variables import OWN_PREFIX, load_dotenv_file
 
 # Flags that are not settings: actions, or what only makes sense for one command.
 NOT_SETTINGS = frozenset(
@@ -65,7 +65,7 @@ def load_settings(
 ) -> Settings:
     """The command line, with the environment's and the config file's defaults under it.
     `dotenv` is the `.env` whose TOY_AGENT_ lines count as environment (unless it is not the
-    user's own: see toy_agent.environment.dotenv_distrust). Raises ConfigError."""
+    user's own: see toy_agent.variables.dotenv_distrust). Raises ConfigError."""
     environ = os.environ if environ is None else environ
     args = parser.parse_args(argv)
     given = _given(parser, argv)
@@ -179,7 +179,7 @@ def _dotenv_settings(
     dotenv: Path | None, repo: Path, environ: Mapping[str, str], warnings: list[str]
 ) -> dict[str, str]:
     """The TOY_AGENT_ lines of `dotenv` that are not exported already; none from a .env that
-    is not the user's own (see toy_agent.environment.dotenv_distrust), which one warning names."""
+    is not the user's own (see toy_agent.variables.dotenv_distrust), which one warning names."""
     if dotenv is None:
         return {}
     taken = load_dotenv_file(dotenv, repo, environ, warnings)

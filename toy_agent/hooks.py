@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from toy_agent import cuts
-from toy_agent.environment import child_environment
 from toy_agent.events import HookAnswered
+from toy_agent.variables import child_environment
 
 logger = logging.getLogger(__name__)
 

@@ -372,7 +372,7 @@ class Repl:
 
     def _task(self, text: str) -> bool:
         """Run one task; False when a stop signal (not Ctrl-C) ended it."""
-        from toy_agent.context import oversized_task
+        from toy_agent.budget import oversized_task
 
         if too_big := oversized_task(text, self.agent.context_budget):
             self._say(f"not sent: {too_big}")  # a paste of a whole log, say

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from toy_agent import cuts
-from toy_agent.context import ImageBudget, cap_text, tool_images
+from toy_agent.budget import ImageBudget, cap_text, tool_images
 from toy_agent.hooks import RunHooks
 from toy_agent.lint import EditCheck
 from toy_agent.messages import CommandResult, Note, ToolOutput, wire_text

@@ -22,7 +22,7 @@ from toy_agent.messages import Message, Usage
 from toy_agent.providers import Price, prices  # Price lives with the rows that hold prices
 
 PRICES_AS_OF = "2025-11"
-CHARS_PER_TOKEN = 4  # as toy_agent.context estimates tokens
+CHARS_PER_TOKEN = 4  # as toy_agent.budget estimates tokens
 
 
 # What may follow a table name and still be that model: a dated or numbered snapshot

@@ -28,6 +28,7 @@ from typing import Any, NoReturn, Protocol
 from urllib.parse import quote
 
 from toy_agent import __version__, cuts
+from toy_agent.batch.tasks import TASK_ID
 from toy_agent.files import atomic_write
 from toy_agent.messages import CommandResult, LlmResponse, Message, Usage, visible
 from toy_agent.parsing import ActionFormat, ParseError, get_format
@@ -51,7 +52,6 @@ from toy_agent.record import (
     trajectory_from_dict,
 )
 from toy_agent.redaction import REDACTED, Redactor, is_secret_variable
-from toy_agent.tasks import TASK_ID
 
 
 @dataclass(frozen=True)

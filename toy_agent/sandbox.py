@@ -6,7 +6,7 @@ points at a scratch folder in /tmp); /run and its daemon sockets are hidden too 
 network is allowed; and it gets fresh namespaces: no network (not even the host's loopback),
 and its own PID namespace, so every process it started dies with it, `setsid`, `nohup` and
 double forks included. Sandboxed or not, the command's environment holds no secrets
-(toy_agent.environment.child_environment) and its process group is killed when it ends, times
+(toy_agent.variables.child_environment) and its process group is killed when it ends, times
 out, or the agent is interrupted or exits.
 """
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toy_agent import cuts
-from toy_agent.environment import child_environment
 from toy_agent.files import open_regular_fd
 from toy_agent.messages import shown_path
 from toy_agent.tree import NOISE_DIRS as NOISE_DIRS
 from toy_agent.tree import Listing as Listing
 from toy_agent.tree import Tree, _rel, file_kind
 from toy_agent.tree import walk as walk
+from toy_agent.variables import child_environment
 
 # NOISE_DIRS, Listing and walk are importable from here as before the walk moved to tree.py.
 logger = logging.getLogger(__name__)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from toy_agent.budget import CHARS_PER_TOKEN, cap_text, estimate_tokens
 from toy_agent.checkpoints import (
     REPO_FILE,
     CheckpointError,
@@ -47,7 +48,6 @@ from toy_agent.checkpoints import (
     Snapshot,
     git_available,
 )
-from toy_agent.context import CHARS_PER_TOKEN, cap_text, estimate_tokens
 from toy_agent.diffs import unified_diff
 from toy_agent.events import (
     ChangeTracker,

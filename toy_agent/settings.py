@@ -12,7 +12,7 @@ elsewhere is imported only for the type checker. A field whose name is its flag'
 read from the flags by that name: a new setting is its field and its flag.
 
 The values pickle (a Ray worker gets them as an argument). Keys never travel in them: a worker
-gets those separately (task_runner.Credentials)."""
+gets those separately (batch.worker.Credentials)."""
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 from toy_agent.providers import DEFAULT_PROVIDER
 
 if TYPE_CHECKING:
+    from toy_agent.batch.tasks import Task
     from toy_agent.hooks import Hooks
     from toy_agent.lint import LintMode
     from toy_agent.llm import LlmClient
     from toy_agent.mcp_config import McpServerConfig
     from toy_agent.permissions import Permissions
-    from toy_agent.tasks import Task
 
 
 @dataclass(frozen=True)

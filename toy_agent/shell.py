@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from toy_agent import cuts
-from toy_agent.environment import child_environment
 from toy_agent.sandbox import (
     COMMAND_MARKER,
     SandboxPolicy,
@@ -25,6 +24,7 @@ from toy_agent.sandbox import (
     owned_process_group,
     sandbox_environment,
 )
+from toy_agent.variables import child_environment
 
 OUTPUT_HEAD_BYTES = 8_000
 OUTPUT_TAIL_BYTES = 8_000
@@ -52,7 +52,7 @@ def run_shell(
 ) -> tuple[int, str, bool]:
     """(exit code, head+tail of the output, timed out). No stdin, no pager, no colour; the
     environment is the allow-listed one plus the variables the user `named` (see
-    toy_agent.environment.child_environment). The command leads its own session, and all its
+    toy_agent.variables.child_environment). The command leads its own session, and all its
     processes are killed when it ends, times out or is interrupted (KeyboardInterrupt: Ctrl-C,
     or SIGTERM through the CLI): in bwrap, its PID namespace; unsandboxed, its group, session
     and tree and the processes carrying its marker (toy_agent.sandbox.kill_command). `shell`

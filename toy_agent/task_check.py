@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from toy_agent.context import cap_text
+from toy_agent.budget import cap_text
 from toy_agent.events import CheckFinished
 from toy_agent.messages import CommandResult, Note
 from toy_agent.parsing import Action, Observation

@@ -31,7 +31,6 @@ from typing import Any, Literal, TypeVar, overload
 
 from toy_agent import cuts
 from toy_agent.diffs import unified_diff
-from toy_agent.environment import named_variables, withheld_note, withheld_variables
 from toy_agent.files import (
     BINARY_SNIFF_BYTES,
     EDIT_MAX_BYTES,
@@ -87,6 +86,7 @@ from toy_agent.search import (
 from toy_agent.shell import check_shell, run_shell
 from toy_agent.signatures import read_signature
 from toy_agent.tree import Listing, Tree
+from toy_agent.variables import named_variables, withheld_note, withheld_variables
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class CodeRepositoryTools:
         extra_tools: Iterable[Tool | Callable[..., Any]] = (),
         environment: Any = None,
     ):
-        # A batch task's environment (toy_agent.environments): its commands and checks run
+        # A batch task's environment (toy_agent.batch.environments): its commands and checks run
         # in it (a root filesystem or a container) instead of on the host.
         self.environment = environment
         self.extra_tools = _extra_tools(extra_tools)  # first: a bad tool is told before all else
@@ -173,7 +173,7 @@ class CodeRepositoryTools:
         )  # fmt: skip
         self._sandbox_named = False  # the model is told about the sandbox once
         # What commands get beyond the allow-listed variables: what the user named, resolved
-        # now (--command-env NAME, NAME=VALUE; see toy_agent.environment).
+        # now (--command-env NAME, NAME=VALUE; see toy_agent.variables).
         self.command_env = named_variables(command_env)
         for name, value in self.command_env.items():
             if is_secret_variable(name, value):

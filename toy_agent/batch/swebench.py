@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toy_agent.copies import CLONE_TIMEOUT, Copy, GitError, _git
-from toy_agent.tasks import BatchError, Instance, Task, task_from_dict
+from toy_agent.batch.tasks import BatchError, Instance, Task, task_from_dict
+from toy_agent.batch.workcopy import CLONE_TIMEOUT, Copy, GitError, _git
 
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "test_patch",
             "FAIL_TO_PASS", "PASS_TO_PASS")  # fmt: skip
@@ -370,7 +370,7 @@ def load_instances_or_tasks(
             tasks.append(instance_task(data, options, base=base, where=where))
         tasks = pick(tasks, None, options.slice)
     else:
-        from toy_agent.tasks import _tasks
+        from toy_agent.batch.tasks import _tasks
 
         tasks = pick(_tasks(entries, base, name), options.filter, options.slice)
     if not tasks:

@@ -19,10 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from toy_agent.agent import ReactAgent, RunResult
+from toy_agent.batch.environments import Environment, EnvironmentError_, image_for, parse_env
+from toy_agent.batch.swebench import apply_patch, grade, patch_files
+from toy_agent.batch.tasks import Instance, Task
+from toy_agent.batch.workcopy import (
+    Copy,
+    GitError,
+    collect_patch,
+    prepare_copy,
+    rebase_copy,
+    remove_copy,
+)
 from toy_agent.build import build_agent, build_tools, open_mcp
 from toy_agent.build import build_llm as build_model_client
-from toy_agent.copies import Copy, GitError, collect_patch, prepare_copy, rebase_copy, remove_copy
-from toy_agent.environments import Environment, EnvironmentError_, image_for, parse_env
 from toy_agent.events import TrajectoryRecorder, json_text
 from toy_agent.llm import LlmClient, LlmConfigError
 from toy_agent.mcp_config import McpError
@@ -30,8 +39,6 @@ from toy_agent.messages import CommandResult, Usage
 from toy_agent.redaction import Redactor
 from toy_agent.sandbox import SandboxUnavailable, kill_live_groups
 from toy_agent.settings import AgentSettings, RunSettings
-from toy_agent.swebench import apply_patch, grade, patch_files
-from toy_agent.tasks import Instance, Task
 from toy_agent.tools import CHECK_TAIL_CHARS as CHECK_TAIL_CHARS  # its old home
 from toy_agent.tools import CodeRepositoryTools
 

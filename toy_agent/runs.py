@@ -315,8 +315,8 @@ def _refuse_single_run_flags(args: argparse.Namespace) -> None:
 
 
 def _run_batch(args: argparse.Namespace, live: bool) -> int:
-    """--tasks-file: toy_agent.batch runs every task in its own copy and writes --out."""
-    from toy_agent.batch import BatchError, BatchInterrupted, run_batch
+    """--tasks-file: toy_agent.batch.driver runs every task in its own copy and writes --out."""
+    from toy_agent.batch.driver import BatchError, BatchInterrupted, run_batch
     from toy_agent.llm import LlmConfigError
     from toy_agent.mcp_config import McpError
     from toy_agent.settings import RunSettings
@@ -363,7 +363,7 @@ def _swe_options(args: argparse.Namespace) -> Any:
     """--repo-map, --repo-cache, --hints, --filter, --slice, --test-cmd as SweOptions."""
     import re
 
-    from toy_agent.swebench import SweOptions, parse_slice
+    from toy_agent.batch.swebench import SweOptions, parse_slice
 
     repo_map = {}
     for entry in args.repo_map:
@@ -407,8 +407,8 @@ def _list_tools(args: argparse.Namespace, tools: CodeRepositoryTools, mcp: McpTo
     if args.output == "json":
         print(json.dumps(specs, indent=2))
         return EXIT_COMPLETED
-    from toy_agent.environment import describe_command_env
     from toy_agent.messages import visible
+    from toy_agent.variables import describe_command_env
 
     for spec in specs:  # an MCP server's names and descriptions may hold escape sequences
         schema = spec.get("parameters") or {}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from toy_agent.tasks import Task, is_git_checkout, is_git_url
+from toy_agent.batch.tasks import Task, is_git_checkout, is_git_url
 from toy_agent.tree import file_kind
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from toy_agent.batch.tasks import BatchError, Task
 from toy_agent.providers import PROVIDERS
-from toy_agent.tasks import BatchError, Task
 
 if TYPE_CHECKING:
     from toy_agent.settings import RunSettings
@@ -72,13 +72,13 @@ class LocalExecutor(Executor):
 
     def __init__(self, settings: RunSettings, scratch: Path, workers: int,
                  address: str | None = None):  # fmt: skip
-        from toy_agent.task_runner import StopSignal
+        from toy_agent.batch.worker import StopSignal
 
         self._settings, self._scratch, self._stop = settings, scratch, StopSignal()
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, "toy-agent-task")
 
     def submit(self, task: Task) -> concurrent.futures.Future[dict[str, Any]]:
-        from toy_agent.task_runner import run_task
+        from toy_agent.batch.worker import run_task
 
         return self._pool.submit(run_task, task, self._settings, self._scratch, self._stop)
 
@@ -110,7 +110,7 @@ class RayExecutor(Executor):
 
     def __init__(self, settings: RunSettings, scratch: Path, workers: int,
                  address: str | None = None):  # fmt: skip
-        from toy_agent.task_runner import Credentials, run_task
+        from toy_agent.batch.worker import Credentials, run_task
 
         try:
             import ray
@@ -136,7 +136,7 @@ class RayExecutor(Executor):
         self._credentials = Credentials(provider_environment(settings))
         self._runtime_env: dict[str, Any] = {}
         if cluster:  # the workers may not have toy_agent (this version of it) installed
-            self._runtime_env["py_modules"] = [str(Path(__file__).resolve().parent)]
+            self._runtime_env["py_modules"] = [str(Path(__file__).resolve().parents[1])]
         self._remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
         self._ids: dict[Any, str] = {}
 
@@ -161,7 +161,7 @@ class RayExecutor(Executor):
             except ray.exceptions.RayTaskError:
                 raise  # a bug in run_task: it raises, as it would on a thread
             except ray.exceptions.RayError as exc:  # the worker or its node died, or cancelled
-                from toy_agent.task_runner import failed_result
+                from toy_agent.batch.worker import failed_result
 
                 error = f"the Ray task failed: {type(exc).__name__}: {exc}"
                 results.append((ref, failed_result(task_id, error)))

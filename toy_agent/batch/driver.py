@@ -1,9 +1,9 @@
 """The batch driver: every task of a JSONL file run, its result written, the progress shown.
 
-Each task runs in its own copy of its repository (task_runner.run_task), on threads or as Ray
+Each task runs in its own copy of its repository (worker.run_task), on threads or as Ray
 tasks (executors.py). Every result is written the same way, appended to `DIR/results.jsonl` as
 each finishes, so a second run with the same `DIR` resumes. The task file is read in tasks.py,
-the copies made in copies.py.
+the copies made in workcopy.py.
 """
 
 from __future__ import annotations
@@ -21,12 +21,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from toy_agent.batch.environments import (
+    ENGINES,
+    EnvironmentError_,
+    parse_env,
+    remove_stale_containers,
+)
+from toy_agent.batch.executors import EXECUTORS, Executor
+from toy_agent.batch.executors import provider_environment as provider_environment
+from toy_agent.batch.swebench import SweOptions, load_instances_or_tasks, prediction
+from toy_agent.batch.tasks import BatchError, Task, is_git_checkout, is_git_url
+from toy_agent.batch.tasks import parse_tasks as parse_tasks
+from toy_agent.batch.workcopy import release_worktrees
+from toy_agent.batch.worker import build_llm
+from toy_agent.batch.worker import run_task as run_task
 from toy_agent.build import open_mcp
-from toy_agent.copies import release_worktrees
-from toy_agent.environments import ENGINES, EnvironmentError_, parse_env, remove_stale_containers
 from toy_agent.events import json_text
-from toy_agent.executors import EXECUTORS, Executor
-from toy_agent.executors import provider_environment as provider_environment
 from toy_agent.files import atomic_write
 from toy_agent.llm import LlmConfigError
 from toy_agent.mcp_config import McpError
@@ -37,11 +47,6 @@ from toy_agent.record import RESULTS_FILE as RESULTS_FILE
 from toy_agent.record import results_lines
 from toy_agent.sandbox import SandboxUnavailable, resolve_sandbox
 from toy_agent.settings import RunSettings
-from toy_agent.swebench import SweOptions, load_instances_or_tasks, prediction
-from toy_agent.task_runner import build_llm
-from toy_agent.task_runner import run_task as run_task
-from toy_agent.tasks import BatchError, Task, is_git_checkout, is_git_url
-from toy_agent.tasks import parse_tasks as parse_tasks
 
 # provider_environment, run_task and parse_tasks are importable from here as before the split.
 
