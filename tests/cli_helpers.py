@@ -93,7 +93,8 @@ def run_main(
         os.environ.update(saved_env)
         os.chdir(saved_cwd)
         for logger, level, handlers in saved_logging:
-            logger.setLevel(level)
+            if logger.level != level:  # each setLevel clears every logger's cache: only changes
+                logger.setLevel(level)
             logger.handlers[:] = handlers
     return subprocess.CompletedProcess(list(args), code, *capsys.readouterr())
 

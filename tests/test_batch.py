@@ -915,8 +915,13 @@ def test_a_batch_of_20_survives_ctrl_c_and_kill_9_and_resumes_to_the_end(
     def worktrees() -> int:
         return git("worktree", "list", "--porcelain", cwd=sources["repo"]).count("worktree ")
 
+    # A temporary folder of its own: any batch removes the scratch folders killed batches left
+    # in its temporary folder, so another test's batch (or another checkout's) running now
+    # in the shared one could take the copies the kill leaves before the third run does.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     with TaskScripts(script, delays={"twenty": 0.4}, wire="openai") as provider:
-        env = cli_environment(quickest_provider_env(provider))
+        env = cli_environment({**quickest_provider_env(provider), "TMPDIR": str(scratch)})
         # Ctrl-C: the JSON summary still comes, interrupted, with nothing "from an earlier run"
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=env)  # fmt: skip
@@ -936,7 +941,7 @@ def test_a_batch_of_20_survives_ctrl_c_and_kill_9_and_resumes_to_the_end(
                                 text=True, env=env)  # fmt: skip
 
         def its_copies() -> list[Path]:
-            return [folder for folder in Path(tempfile.gettempdir()).glob("toy-agent-batch-*")
+            return [folder for folder in scratch.glob("toy-agent-batch-*")
                     if (folder / "owner").exists()
                     and (folder / "owner").read_text().split()[0] == str(proc.pid)
                     and any((folder / "copies").glob("t*"))]  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from fakes import ScriptedLlm, xml_action
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,6 +36,7 @@ texts = st.text() | st.lists(st.sampled_from(PIECES) | st.text(max_size=3)).map(
 keeps = st.sampled_from(["head", "tail", "both"])
 
 
+@pytest.mark.slow  # a long sweep: the whole suite runs it
 @settings(max_examples=400)
 @given(texts, st.integers(0, 60), keeps, st.sampled_from(["characters", "lines"]), st.booleans())
 def test_what_a_cut_keeps_and_leaves_out_adds_up_to_the_text(text, limit, keep, by, at_word):
@@ -49,6 +51,7 @@ def test_what_a_cut_keeps_and_leaves_out_adds_up_to_the_text(text, limit, keep, 
         assert kept <= limit or not part.lines
 
 
+@pytest.mark.slow  # a long sweep: the whole suite runs it
 @settings(max_examples=400)
 @given(texts, st.integers(0, 60), keeps, st.sampled_from(["characters", "lines"]))
 def test_the_note_is_there_exactly_when_something_was_cut(text, limit, keep, by):
@@ -63,6 +66,7 @@ def test_the_note_is_there_exactly_when_something_was_cut(text, limit, keep, by)
         assert shown == text
 
 
+@pytest.mark.slow  # a long sweep: the whole suite runs it
 @settings(max_examples=400)
 @given(texts, st.integers(0, 60), keeps, st.booleans())
 def test_a_cut_never_splits_a_surrogate_pair(text, limit, keep, at_word):

@@ -98,6 +98,7 @@ _LINES = st.lists(
 )
 
 
+@pytest.mark.slow  # a long sweep: the whole suite runs it
 @given(lines=_LINES, start=st.integers(0, 20), length=st.integers(1, 20), new=st.text("xy\n"))
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -107,6 +107,7 @@ def test_tools_carry_the_servers_real_schemas_and_descriptions(both: McpTools) -
     assert specs["remote__echo"]["parameters"]["required"] == ["text"]
 
 
+@pytest.mark.slow
 def test_clashing_names_get_the_server_prefix_and_others_stay(both: McpTools) -> None:
     names = [spec["name"] for spec in both.get_mcp_tools()]
     assert names == [
@@ -125,12 +126,14 @@ def test_clashing_names_get_the_server_prefix_and_others_stay(both: McpTools) ->
     ]
 
 
+@pytest.mark.slow
 def test_calls_reach_the_right_server(both: McpTools) -> None:
     assert both.execute_mcp_tool("local__add", {"a": 2, "b": 40}) == "42"
     assert both.execute_mcp_tool("remote__echo", {"text": "über <&>"}) == "über <&>"
     assert both.execute_mcp_tool("read_file", {"path": "x"}) == "remote read of x"
 
 
+@pytest.mark.slow
 def test_a_server_tool_named_like_a_local_one_is_offered_once_qualified(
     both: McpTools, tmp_path: Path
 ) -> None:
@@ -145,14 +148,17 @@ def test_a_server_tool_named_like_a_local_one_is_offered_once_qualified(
     assert "local text" in routes.call("read_file", {"path": "x"})
 
 
+@pytest.mark.slow
 def test_http_headers_are_sent(both: McpTools) -> None:
     assert both.execute_mcp_tool("remote__header", {"name": "X-Demo"}) == "hello"
 
 
+@pytest.mark.slow
 def test_non_text_content_is_summarised(both: McpTools) -> None:
     assert both.execute_mcp_tool("picture", {}) == "[image 1: image/png, 15 bytes]"
 
 
+@pytest.mark.slow
 def test_tool_error_result_raises_with_the_servers_text(both: McpTools) -> None:
     with pytest.raises(McpToolError, match="reported an error: .*failed on purpose"):
         both.execute_mcp_tool("fail", {})
@@ -179,6 +185,7 @@ def test_stdio_env_is_merged_over_the_sdk_safe_base(monkeypatch: pytest.MonkeyPa
         assert tools.execute_mcp_tool("env", {"name": "TOY_AGENT_SECRET"}) == ""
 
 
+@pytest.mark.slow
 def test_a_plain_url_string_is_enough(http_server: str) -> None:
     with McpTools(http_server, timeout=10) as tools:
         assert [t["name"] for t in tools.get_mcp_tools()] == ["echo", "add", "header"]
@@ -304,6 +311,7 @@ def test_unreachable_url_fails_fast_naming_the_server() -> None:
     assert time.monotonic() - started < 3
 
 
+@pytest.mark.slow
 def test_wrong_http_path_is_reported_after_both_transports_were_tried(http_server: str) -> None:
     with pytest.raises(McpError) as info:
         McpTools(http_server.replace("/mcp", "/nope"), timeout=10)
@@ -372,6 +380,7 @@ def test_same_named_servers_are_renamed_so_prefixes_stay_distinct() -> None:
         assert tools.execute_mcp_tool("demo-2__echo", {"text": "two"}) == "two"
 
 
+@pytest.mark.slow
 def test_importing_the_module_does_not_import_the_sdk() -> None:
     code = "import sys, toy_agent.mcp_tools; print('mcp' in sys.modules)"
     out = subprocess.run(

@@ -527,6 +527,7 @@ _FILE_LINES = st.sampled_from([("\n",), ("\r\n",), ("\r",), ("\n", "\r\n")]).fla
 )
 
 
+@pytest.mark.slow  # a long sweep: the whole suite runs it
 @settings(
     max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -106,7 +106,7 @@ def test_confirm_question_stays_visible_and_its_wait_is_not_tool_time(repo, tmp_
     question = plain.index("Allow write_file a.txt? [y]es/[n]o[, why]/[a]ll: y")  # typed after it
     assert plain.index("+A") < question
     seconds = float(re.search(r"✓ write_file a\.txt \+1 -0 (\d+\.\d+)s", plain).group(1))
-    assert seconds < 0.3  # the 0.6 s the question waited is not the tool's time
+    assert seconds < 0.6  # the 0.6 s the question waited is not the tool's time (all margin)
     assert (repo / "a.txt").read_text() == "A"
 
 
