@@ -1,5 +1,7 @@
-"""What a run emits, and the subscribers every run can use: the log, the trajectory file
-and the change tracker. The terminal view lives in `view.py`.
+"""What a run emits, and the subscribers every run can use: the log, the trajectory file,
+stream-json and the change tracker. The terminal view lives in `view.py`. Each event type words
+its own stream-json lines (`stream_lines`), so a new output event is its dataclass here and its
+entry in docs/output.schema.json.
 
 Subscribers are plain callables `(event) -> None`, called synchronously from the loop, so a
 subscriber sees the world as it is at that moment (the change tracker relies on that).
