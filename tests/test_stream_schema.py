@@ -1,11 +1,12 @@
 """stream-json's lines against the event types and docs/output.schema.json, field by field.
 
-Every event type of `events.Event` is either written as a line (or two) by JsonLinesWriter
-or declared here as not written; each line's fields are exactly what the schema's entry for
-its type names (no field undocumented, no documented field never written), and each field of
-the event (and of what it carries: the action, the observation, the reply) is written under
-its name, under a name declared here, or declared as not written. A new event type, a new
-field or a new note kind fails here until the writer and the schema say it.
+Every event type of `events.Event` either words a line (or two) in its `stream_lines`, which
+JsonLinesWriter writes, or is declared here as not written; each line's fields are exactly
+what the schema's entry for its type names (no field undocumented, no documented field never
+written), and each field of the event (and of what it carries: the action, the observation,
+the reply) is written under its name, under a name declared here, or declared as not
+written. A new event type, a new field or a new note kind fails here until its
+`stream_lines` and the schema say it.
 """
 
 from __future__ import annotations

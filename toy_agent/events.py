@@ -1,5 +1,7 @@
-"""What a run emits, and the subscribers every run can use: the log, the trajectory file
-and the change tracker. The terminal view lives in `view.py`.
+"""What a run emits, and the subscribers every run can use: the log, the trajectory file,
+stream-json and the change tracker. The terminal view lives in `view.py`. Each event type words
+its own stream-json lines (`stream_lines`), so a new output event is its dataclass here and its
+entry in docs/output.schema.json.
 
 Subscribers are plain callables `(event) -> None`, called synchronously from the loop, so a
 subscriber sees the world as it is at that moment (the change tracker relies on that).
@@ -45,6 +47,10 @@ class RunStarted:
     # The run's change tracker, for a subscriber that keeps what it read (sessions' undo).
     changes: ChangeTracker | None = field(default=None, compare=False, repr=False)
 
+    def stream_lines(self) -> list[dict[str, Any]]:
+        # The writer adds schema_version and the session, which it holds.
+        return [{"type": "run_started", "task": self.task, **self.settings}]
+
 
 @dataclass(frozen=True)
 class StepEvent:
@@ -60,12 +66,19 @@ class StepStarted(StepEvent):
 
     max_iterations: int
 
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return [{"type": "step_started", "iteration": self.iteration,
+                 "max_iterations": self.max_iterations}]  # fmt: skip
+
 
 @dataclass(frozen=True)
 class LlmRequested(StepEvent):
     """The step's LLM call is about to be sent."""
 
     messages: Sequence[Message]  # exactly what is sent, after the context budget
+
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return []  # the conversation: in the log at DEBUG
 
 
 @dataclass(frozen=True)
@@ -74,12 +87,18 @@ class TextDelta:
 
     text: str
 
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return []  # llm_response has the whole text
+
 
 @dataclass(frozen=True)
 class LlmRetrying(StepEvent):
     """A streamed call failed and is sent again: the text streamed so far is void."""
 
     attempt: FailedAttempt
+
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return []  # llm_response lists the failed attempts
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,9 @@ class LlmFailed(StepEvent):
     error: str
     attempts: tuple[FailedAttempt, ...]
 
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return []  # run_finished has the error
+
 
 @dataclass(frozen=True)
 class LlmResponded(StepEvent):
@@ -98,12 +120,29 @@ class LlmResponded(StepEvent):
     response: LlmResponse
     seconds: float
 
+    def stream_lines(self) -> list[dict[str, Any]]:
+        """A thinking line first when the provider shows the model's reasoning."""
+        lines = []
+        if self.response.thinking:
+            lines.append({"type": "thinking", "iteration": self.iteration,
+                          "text": self.response.thinking})  # fmt: skip
+        reply = {k: v for k, v in self.response.to_dict().items()
+                 if k not in ("thinking", "turn")}  # fmt: skip
+        line = {"type": "llm_response", "iteration": self.iteration, **reply}
+        if self.response.attempts:  # the failed attempts before it
+            line["attempts"] = [asdict(a) for a in self.response.attempts]
+        return [*lines, {**line, "seconds": round(self.seconds, 3)}]
+
 
 @dataclass(frozen=True)
 class ToolStarted(StepEvent):
     """An action of the reply starts running (after any confirmation)."""
 
     action: Action
+
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return [{"type": "tool_started", "iteration": self.iteration,
+                 "tool": self.action.tool_name, "parameters": self.action.parameters}]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -122,6 +161,11 @@ class ToolProgress(StepEvent):
         count = f"{self.progress:g}" + (f"/{self.total:g}" if self.total is not None else "")
         return f"{count} {self.message}".strip()
 
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return [{"type": "tool_progress", "iteration": self.iteration, "tool": self.tool_name,
+                 "progress": self.progress, "total": self.total,
+                 "message": self.message}]  # fmt: skip
+
 
 @dataclass(frozen=True)
 class ToolRefused(StepEvent):
@@ -132,6 +176,10 @@ class ToolRefused(StepEvent):
     action: Action
     by: str  # "user", "rule", "mode" or "hook"
     reason: str
+
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return [{"type": "tool_refused", "iteration": self.iteration,
+                 "tool": self.action.tool_name, "by": self.by, "reason": self.reason}]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -150,6 +198,9 @@ class HookAnswered(StepEvent):
         return {"iteration": self.iteration, "event": self.event, "command": self.command,
                 "tool": self.tool, "blocked": self.blocked, "text": self.text}  # fmt: skip
 
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return [{"type": "hook", **self.to_dict()}]
+
 
 @dataclass(frozen=True)
 class ToolFinished(StepEvent):
@@ -157,6 +208,12 @@ class ToolFinished(StepEvent):
 
     observation: Observation
     seconds: float
+
+    def stream_lines(self) -> list[dict[str, Any]]:
+        recorded = observation_dict(self.observation)  # as the trajectory has it, notes and all
+        return [{"type": "tool_finished", "iteration": self.iteration,
+                 "tool": recorded.pop("tool_name"), **recorded,
+                 "seconds": round(self.seconds, 3)}]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -171,6 +228,9 @@ class CheckFinished(StepEvent):
     def to_dict(self) -> dict[str, Any]:
         return {"iteration": self.iteration, "attempt": self.attempt, "limit": self.limit,
                 "passed": self.result.ok, **self.result.to_dict()}  # fmt: skip
+
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return [{"type": "check_finished", **self.to_dict()}]
 
 
 @dataclass(frozen=True)
@@ -208,6 +268,14 @@ class StepFinished:
 
     step: Step
 
+    def stream_lines(self) -> list[dict[str, Any]]:
+        step = self.step
+        return [{"type": "step_finished", "iteration": step.iteration, "thought": step.thought,
+                 "tools": [a.tool_name for a in step.actions],
+                 "parse_error": step.parse_error or None,
+                 "llm_seconds": round(step.llm_seconds, 3),
+                 "tool_seconds": round(step.tool_seconds, 3)}]  # fmt: skip
+
 
 @dataclass(frozen=True)
 class RunFinished:
@@ -215,6 +283,9 @@ class RunFinished:
 
     result: dict[str, Any]
     diffs: dict[str, str] = field(default_factory=dict)  # path -> unified diff, as in RunResult
+
+    def stream_lines(self) -> list[dict[str, Any]]:
+        return []  # the caller writes run_finished, with what it adds to the result
 
 
 Event = (
@@ -298,55 +369,22 @@ class JsonLinesWriter:
     model's reasoning when the provider shows it, before its llm_response), llm_response,
     tool_started, tool_refused, tool_progress, hook, tool_finished, step_finished (every step, an
     unparsable reply too); the caller writes the last, run_finished, with the result. The
-    schema: docs/cli.md.
-    `session` is the run's session id, for run_started."""
+    schema: docs/cli.md and docs/output.schema.json.
+
+    Each event type words its own lines (`stream_lines`, none for the events not written);
+    the writer adds what it holds to run_started (`session`, the run's session id, and the
+    schema version), redacts and writes."""
 
     stream: Any
     redact: Callable[[Any], Any] = lambda obj: obj
     session: str | None = None
 
     def __call__(self, event: Event) -> None:
-        match event:
-            case RunStarted(task=task, settings=settings):
-                self.write({"type": "run_started", "schema_version": OUTPUT_SCHEMA_VERSION,
-                            "session": self.session, "task": task, **settings})  # fmt: skip
-            case StepStarted(iteration=i, max_iterations=n):
-                self.write({"type": "step_started", "iteration": i, "max_iterations": n})
-            case LlmResponded(iteration=i, response=response, seconds=seconds):
-                if response.thinking:  # the model's reasoning, as the provider shows it
-                    self.write({"type": "thinking", "iteration": i, "text": response.thinking})
-                reply = {k: v for k, v in response.to_dict().items()
-                         if k not in ("thinking", "turn")}  # fmt: skip
-                line = {"type": "llm_response", "iteration": i, **reply}
-                if response.attempts:  # the failed attempts before it
-                    line["attempts"] = [asdict(a) for a in response.attempts]
-                self.write({**line, "seconds": round(seconds, 3)})
-            case ToolStarted(iteration=i, action=action):
-                self.write({"type": "tool_started", "iteration": i, "tool": action.tool_name,
-                            "parameters": action.parameters})  # fmt: skip
-            case ToolProgress(iteration=i, tool_name=tool, progress=done, total=total):
-                self.write({"type": "tool_progress", "iteration": i, "tool": tool,
-                            "progress": done, "total": total,
-                            "message": event.message})  # fmt: skip
-            case ToolRefused(iteration=i, action=action, by=by, reason=reason):
-                self.write({"type": "tool_refused", "iteration": i, "tool": action.tool_name,
-                            "by": by, "reason": reason})  # fmt: skip
-            case HookAnswered():
-                self.write({"type": "hook", **event.to_dict()})
-            case ToolFinished(iteration=i, observation=obs, seconds=seconds):
-                recorded = observation_dict(obs)  # as the trajectory has it, notes and all
-                self.write({"type": "tool_finished", "iteration": i,
-                            "tool": recorded.pop("tool_name"), **recorded,
-                            "seconds": round(seconds, 3)})  # fmt: skip
-            case CheckFinished():
-                self.write({"type": "check_finished", **event.to_dict()})
-            case StepFinished(step=step):
-                self.write({"type": "step_finished", "iteration": step.iteration,
-                            "thought": step.thought,
-                            "tools": [a.tool_name for a in step.actions],
-                            "parse_error": step.parse_error or None,
-                            "llm_seconds": round(step.llm_seconds, 3),
-                            "tool_seconds": round(step.tool_seconds, 3)})  # fmt: skip
+        for line in event.stream_lines():
+            if isinstance(event, RunStarted):
+                line = {"type": line.pop("type"), "schema_version": OUTPUT_SCHEMA_VERSION,
+                        "session": self.session, **line}  # fmt: skip
+            self.write(line)
 
     def write(self, obj: dict[str, Any]) -> None:
         self.stream.write(json_text(self.redact(obj), indent=None) + "\n")
