@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional
 
 import pytest
 from fakes import ScriptedLlm, folder, native_call, xml_action
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toy_agent import CodeRepositoryTools, ReactAgent, Redactor, Tool, tool
@@ -188,7 +188,15 @@ names = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True).filter(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.fixture
+def tools(tmp_path: Path) -> CodeRepositoryTools:
+    return CodeRepositoryTools(tmp_path)  # once per test: the examples only read it
+
+
+# The fixture is built once for all examples, which is what is wanted (they never change it).
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     st.lists(
         st.tuples(names, st.sampled_from(sorted(TYPES)), st.booleans()),
@@ -199,7 +207,7 @@ names = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True).filter(
     st.data(),
 )
 def test_generated_functions_get_the_schema_their_hints_say_and_receive_what_the_model_sent(
-    params, data
+    tools, params, data
 ):
     ordered = sorted(params, key=lambda p: p[2])  # required (no default) first
     source = ", ".join(
@@ -219,7 +227,7 @@ def test_generated_functions_get_the_schema_their_hints_say_and_receive_what_the
         for n, k, optional in ordered
         if not optional or data.draw(st.booleans())
     }
-    received = json.loads(str(made.run(CodeRepositoryTools("."), json.loads(json.dumps(sent)))))
+    received = json.loads(str(made.run(tools, json.loads(json.dumps(sent)))))
     assert received == {n: sent.get(n) for n, _, _ in ordered}
 
 
