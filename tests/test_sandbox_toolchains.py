@@ -651,3 +651,46 @@ def test_an_editable_install_from_the_hidden_home_fails_and_the_note_names_its_f
     exposed = CodeRepositoryTools(repo, allow_commands=True, sandbox="bwrap",
                                   sandbox_read=[venv, base, project / "src"])  # fmt: skip
     assert "TINYPKG-IMPORTED" in exposed.run_command(command)  # what the note says works
+
+
+@pytest.mark.slow
+@needs_bwrap
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="no /usr/bin/python3")
+def test_a_pth_file_in_the_repository_tells_nothing_of_the_hidden_home(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repository is writable by the commands themselves: a `.pth` planted in its
+    virtualenv must not turn the note into a way to learn what the hidden home holds."""
+    (home.root / "secret" / "probe").mkdir(parents=True)
+    repo = text(tmp_path / "repo" / "app.py", "print('hi')\n").parent
+    site = repo / ".venv" / "lib" / "python3.11" / "site-packages"
+    text(site / "planted.pth", f"{home.root / 'secret'}\n")
+    activate(home, monkeypatch)
+    tools = CodeRepositoryTools(repo, allow_commands=True, sandbox="bwrap")
+
+    out = tools.run_command("/usr/bin/python3 -c 'import probe'")
+
+    assert "No module named 'probe'" in out
+    assert "editable install" not in out and "secret" not in out
+
+
+@pytest.mark.slow
+@needs_bwrap
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="no /usr/bin/python3")
+def test_as_an_unprivileged_user_a_planted_pth_file_tells_nothing_either() -> None:
+    """The same, with toy_agent run as nobody (setpriv), as most people run it."""
+    with nobody_folder() as folder:
+        home = folder / "home"
+        (home / "secret" / "probe").mkdir(parents=True)
+        repo = text(home / "src" / "project" / "app.py", "print('hi')\n").parent
+        text(repo / ".venv" / "lib" / "python3.11" / "site-packages" / "planted.pth",
+             f"{home / 'secret'}\n")  # fmt: skip
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(folder)], check=True)
+        code = ("import sys\nfrom toy_agent.tools import CodeRepositoryTools\n"
+                "tools = CodeRepositoryTools(sys.argv[1], allow_commands=True, sandbox='bwrap')\n"
+                "print(tools.run_command(sys.argv[2]))")  # fmt: skip
+        done = run_unprivileged(code, str(repo), "/usr/bin/python3 -c 'import probe'",
+                                cwd=folder, env={"HOME": str(home)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "No module named 'probe'" in done.stdout
+    assert "editable install" not in done.stdout and "secret" not in done.stdout

@@ -656,7 +656,11 @@ def _editable_leads(policy: SandboxPolicy, output: str) -> list[str]:
         return []
     leads = []
     for site in _site_folders(policy):
-        for file in sorted(site.glob("*.pth")) + sorted(site.glob("__editable___*_finder.py")):
+        try:
+            files = sorted(site.glob("*.pth")) + sorted(site.glob("__editable___*_finder.py"))
+        except OSError:
+            continue
+        for file in files:
             try:
                 content = file.read_text(encoding="utf-8", errors="replace")[:65_536]
             except OSError:
@@ -677,17 +681,23 @@ def _editable_leads(policy: SandboxPolicy, output: str) -> list[str]:
 
 
 def _site_folders(policy: SandboxPolicy) -> list[Path]:
-    """The site-packages a command's Python may have used: of the repository's virtualenv,
-    of the environments holding a PATH folder, of the folders exposed read-only."""
-    roots = [policy.repo / name for name in (".venv", "venv", "env")]
-    roots += [Path(p).parent for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    """The site-packages a command's Python may have used: of the environments holding a
+    PATH folder and of the folders exposed read-only, the user's own. Never the repository's:
+    a command may write a `.pth` there, and the note would then tell the model whether any
+    path in the hidden home exists."""
+    roots = [Path(p).parent for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     roots += [*policy.exposed, *(p.parent for p in policy.exposed)]
+    repo = policy.repo.resolve()
     found: list[Path] = []
     for root in dict.fromkeys(roots):
         if policy.hidden_folder_of(str(root)) is not None:
             continue  # a hidden environment's Python did not run
         for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages"):
-            found += sorted(root.glob(pattern))
+            try:  # a PATH folder may lie in a folder this user cannot read (/root/.cargo/bin)
+                sites = sorted(root.glob(pattern))
+            except OSError:
+                continue
+            found += [site for site in sites if not site.resolve().is_relative_to(repo)]
     return list(dict.fromkeys(found))
 
 
