@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli, run_main, toy_agent
 from fakes import ScriptedLlm, write_replay, xml_action
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from mcp_helpers import DEMO_COMMAND
 
@@ -148,6 +148,7 @@ class Shell:
 
     def __init__(self, folder: Path):
         self.bin, self.log = folder / "bin", folder / "log"
+        self.stderr = ""  # what the shell said of the last line (a redirection it failed)
         self.bin.mkdir()
         self.log.mkdir()
         for name in PROGRAMS:
@@ -163,9 +164,11 @@ class Shell:
         done, running = os.pipe()
         with os.fdopen(done, "rb") as pipe:
             try:
-                subprocess.run(["/bin/sh", "-c", line], cwd=self.log.parent, capture_output=True,
-                               env={"PATH": str(self.bin), "LOG": str(self.log)}, timeout=30,
-                               pass_fds=(running,))  # fmt: skip
+                self.stderr = subprocess.run(
+                    ["/bin/sh", "-c", line], cwd=self.log.parent, capture_output=True, text=True,
+                    errors="replace", env={"PATH": str(self.bin), "LOG": str(self.log)},
+                    timeout=30, pass_fds=(running,),
+                ).stderr  # fmt: skip
             finally:
                 os.close(running)
             pipe.read()  # the end of the file: every process that held it has ended
@@ -180,6 +183,9 @@ def shell(tmp_path_factory) -> Shell:
 @pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(line=tricky_lines())
+@example(  # the redirection names a folder that is not there: pytest is seen, and never runs
+    line="pytest > out#';( pytest $'\\'' <<EOF\n\nEOF );( curl -s http://x $'\\'; touch PWNED #' );"
+)
 def test_the_rules_see_what_the_shell_runs_however_the_line_is_written(shell, line):
     ran = shell.run(line)
     parsed = split_commands(line)
@@ -191,8 +197,11 @@ def test_the_rules_see_what_the_shell_runs_however_the_line_is_written(shell, li
     programs = [c.program for c in parsed.commands]
     if parsed.certain and not any(re.search(r"[$*?[`]", word) for c in programs for word in c):
         assert all(c in programs for c in ran), (line, ran, programs)  # it saw all that ran
-        if not re.search(r"\|\||!", line) and all(c and c[0] in PROGRAMS for c in programs):
-            assert sorted(ran) == sorted(programs), line  # and all it saw ran
+        # and all it saw ran, unless the shell skipped one: a `||`, a `!`, or a redirection
+        # the shell could not open (`> out#'...http://x...'` names a folder that is not there)
+        if (not re.search(r"\|\||!", line) and "cannot create" not in shell.stderr
+                and all(c and c[0] in PROGRAMS for c in programs)):  # fmt: skip
+            assert sorted(ran) == sorted(programs), line
 
 
 @pytest.mark.slow
