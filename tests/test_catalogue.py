@@ -17,7 +17,6 @@ from toy_agent.mcp_tools import McpServerConfig, McpTools
 from toy_agent.parsing import get_format
 
 sys.path.insert(0, str(Path(__file__).parent / "mcp_servers"))
-from content_server import build_server  # noqa: E402
 
 # Shaped exactly as @modelcontextprotocol/server-filesystem and server-memory send them
 # (zod-to-json-schema output).
@@ -109,6 +108,8 @@ def test_memory_create_entities_shows_every_field_of_an_entity():
 def test_pydantic_server_shows_nested_models_optional_fields_enums_and_recursion(tmp_path):
     """A real SDK server (MCPServer, pydantic schemas with $ref/$defs), through the agent: the
     system prompt it sends has the whole shape, no `any = null`."""
+    from content_server import build_server  # the mcp SDK: imported by the tests that use it
+
     llm = ScriptedLlm(xml_action("task_complete", result="done"))
     with McpTools(McpServerConfig("content", server=build_server())) as mcp:
         ReactAgent(llm, tmp_path, mcp_tools=mcp).run("look")

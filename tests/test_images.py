@@ -41,7 +41,7 @@ from toy_agent.sessions import messages_from_trajectory
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 sys.path.insert(0, str(SERVERS))
-from content_server import NOTE_TEXT, PNG, build_server  # noqa: E402
+from content_data import NOTE_TEXT, PNG  # noqa: E402
 
 PNG_B64 = base64.b64encode(PNG).decode()
 PROVIDERS = {  # provider: (client class, URL suffix, a model that takes images, reply builder)
@@ -53,6 +53,8 @@ PROVIDERS = {  # provider: (client class, URL suffix, a model that takes images,
 
 @pytest.fixture
 def content_mcp():
+    from content_server import build_server  # the mcp SDK: imported by the tests that use it
+
     with McpTools(McpServerConfig("content", server=build_server())) as mcp:
         yield mcp
 

@@ -10,10 +10,9 @@ an embedded resource holding a text blob, and a resource_link. It also serves re
 from __future__ import annotations
 
 import base64
-import struct
-import zlib
 from enum import Enum
 
+from content_data import NOTE_TEXT, PNG  # noqa: E402  (beside this file)
 from mcp.server.mcpserver import MCPServer
 from mcp.types import (
     Annotations,
@@ -24,24 +23,6 @@ from mcp.types import (
     TextContent,
 )
 from pydantic import BaseModel, Field
-
-NOTE_TEXT = "Meeting notes: ship the release on Friday.\n"
-
-
-def png(width: int = 2, height: int = 2) -> bytes:
-    """A real, valid PNG (grey pixels): providers check what they are sent."""
-    row = b"\x00" + b"\x80" * width
-    raw = zlib.compress(row * height)
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", raw) + chunk(b"IEND", b"")
-
-
-PNG = png()
 
 
 class Priority(str, Enum):
