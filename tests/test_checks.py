@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -140,7 +142,10 @@ def test_strict_keeps_a_clean_run_at_exit_0(capsys, repo, tmp_path):
 
 # -B: no __pycache__. The fix `a - b` -> `a + b` keeps calc.py's size, and an edit within the
 # second of the first check's compile would otherwise import the stale bytecode.
-CHECK = "python3 -B -c 'import calc; assert calc.add(1, 2) == 3, calc.add(1, 2)'"
+# This Python by its path: `python3` on PATH may be a pyenv shim, which costs each check
+# three times the interpreter's own start.
+PYTHON = shlex.quote(sys.executable)
+CHECK = f"{PYTHON} -B -c 'import calc; assert calc.add(1, 2) == 3, calc.add(1, 2)'"
 
 
 def calc_repo(root: Path) -> Path:
@@ -204,7 +209,8 @@ def test_a_deny_rule_binds_the_check_too(capsys, tmp_path):
     repo = calc_repo(tmp_path / "repo")
     replay = write_replay(tmp_path / "r.json", xml_action("task_complete", result="done"))
     run = run_main(capsys, *replayed(repo, replay, "--check", CHECK, "--check-retries", "0",
-                                     "--deny-command", "python3", "--output", "json"))  # fmt: skip
+                                     "--deny-command", sys.executable,
+                                     "--output", "json"))  # fmt: skip
 
     check = json.loads(run.stdout)["check"]
     assert run.returncode == 1 and check["passed"] is False and check["exit_code"] is None
@@ -477,7 +483,7 @@ class AttemptScripts(FakeProvider):
 
 FIXED = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 BUGGY = FIXED.replace("return a + b", "return a - b")
-KEEP = "python3 -B -c 'import calc; assert calc.sub(3, 1) == 2'"
+KEEP = f"{PYTHON} -B -c 'import calc; assert calc.sub(3, 1) == 2'"
 
 
 def test_a_batch_reports_already_passing_resolved_on_a_second_attempt_and_a_broken_keep(
