@@ -68,4 +68,5 @@ def test_bench_rules_times_the_parser_and_the_old_scanner() -> None:
 
 def test_bench_sandbox_policy_builds_the_policy_on_a_generated_home() -> None:
     out = run_bench("bench_sandbox_policy.py", "--programs", "10", "--runs", "1")
-    assert re.search(r"^this\s+[\d.]+ ms\s+\d+\s+", out, re.MULTILINE), out
+    assert re.search(r"^this\s+[\d.]+ ms\s+[\d.]+ ms\s+\d+\s+", out, re.MULTILINE), out
+    assert "exposed and files covered by each version: NO" not in out, out

@@ -415,7 +415,8 @@ def toolchain_folders(
             for part in kind:
                 for path in disk.glob(prefix, part):
                     expose(path, prefix, prefix)
-    return _outermost(map(Path, _whole_folders(found, hidden_, disk)))
+    kept = set(_whole_folders(found, hidden_, disk))
+    return sorted(Path(p) for p in kept if kept.isdisjoint(_parents(p)))  # as _outermost
 
 
 def _whole_folders(found: dict[str, str | None], hidden: list[str], disk: _Disk) -> list[str]:
@@ -478,6 +479,13 @@ def _layout_roots(environ: Mapping[str, str], homes: list[str], disk: _Disk) -> 
             real = disk.real_dir(path)
             if real is not None and (not layout.marker or disk.exists(_join(real, layout.marker))):
                 yield _Root(name, path, real, where)
+
+
+def _parents(path: str) -> Iterator[str]:
+    """Path(path).parents, as strings."""
+    while (parent := os.path.dirname(path)) != path:
+        yield parent
+        path = parent
 
 
 def _within(path: str, real: str, folder: str, real_folder: str) -> bool:
