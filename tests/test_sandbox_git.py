@@ -296,6 +296,25 @@ def test_a_repository_planted_after_the_last_command_is_removed_when_the_run_end
     assert any("removed late/.git" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_a_repository_the_users_linter_plants_is_removed_not_taken_for_the_users(
+    repo: Path, ran: Path, sandbox: str
+) -> None:
+    """The user's --lint-cmd runs on the repository's code (an eslint config, a pytest plugin)
+    as a command does: a repository it plants is removed after it, and the next command does
+    not take it for one the user made while no command ran."""
+    plant = f'git init -q planted; git -C planted config core.fsmonitor "touch {ran}/lint; false"'
+    llm = ScriptedLlm(xml_action("write_file", path="app.py", content="print('bye')\n"),
+                      xml_action("run_command", command="true"),
+                      xml_action("task_complete", result="done"))  # fmt: skip
+    agent = ReactAgent(llm, tools=tools_for(repo, sandbox), lint_commands=[f"*.py={plant}"])
+    assert agent.run("edit")["success"]
+    assert (repo / "planted").is_dir()  # the linter ran
+    subprocess.run(["git", "status"], cwd=repo / "planted", capture_output=True)
+    assert marks(ran) == []
+    assert not (repo / "planted" / ".git").exists()
+
+
 def test_git_paths_come_from_every_scope_and_every_include(
     tmp_path: Path, repo: Path, user_config: Path
 ) -> None:

@@ -535,15 +535,8 @@ class CodeRepositoryTools:
         if dry_run:
             return ToolOutput(f"$ {command}")
         started = time.perf_counter()
-        if self.sandbox_policy is not None:
-            self.git_guard.accept()  # a repository you made since the last command stays
-        code, output, timed_out = run_shell(
-            command,
-            self.repo_path,
-            timeout,
-            policy=self.sandbox_policy,
-            named=self.command_env,
-            **self._placement(),
+        code, output, timed_out, removed = self.run_guarded(
+            command, timeout, named=self.command_env, **self._placement()
         )
         elapsed = time.perf_counter() - started
         logger.info("command %r: exit %s after %.1fs", command, code, elapsed)
@@ -555,7 +548,7 @@ class CodeRepositoryTools:
         )  # fmt: skip
         if notes := self._command_notes(output, None if timed_out else code):
             output = "\n".join([output.rstrip(), *notes])
-        if removed := self.remove_planted_git():
+        if removed:
             output = f"{output.rstrip()}\n{_planted_git_note(removed)}"
         if timed_out:
             return ToolOutput(
@@ -573,13 +566,10 @@ class CodeRepositoryTools:
         when the sandbox is on, no secrets, no stdin), whether or not the model may run
         commands, killed after `timeout` seconds. Its output tail is redacted."""
         started = time.perf_counter()
-        if self.sandbox_policy is not None:
-            self.git_guard.accept()
-        code, output, timed_out = run_shell(
-            command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy,
-            named=self.command_env, **self._placement(check_shell()),
-        )  # fmt: skip
-        self.remove_planted_git()  # the project's tests run: the user is warned in the log
+        # the project's tests run: what they plant is removed, the user is warned in the log
+        code, output, timed_out, _ = self.run_guarded(
+            command, math.ceil(timeout), named=self.command_env, **self._placement(check_shell())
+        )
         policy = self.sandbox_policy
         note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
         tail = cuts.cut(self.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
@@ -588,6 +578,21 @@ class CodeRepositoryTools:
         return CommandResult(command, None if timed_out else code,
                              time.perf_counter() - started, timed_out,
                              self.redactor.redact(note) if note else None, tail)  # fmt: skip
+
+    def run_guarded(
+        self, command: str, timeout: int, **options: Any
+    ) -> tuple[int, str, bool, list[str]]:
+        """Run `command` in the repository as every command of a run runs (the model's, the
+        check, the user's linter): sandboxed when the sandbox is on, inside git's guard. The
+        repositories that appeared while no command ran are the user's, kept (taken before it,
+        sandboxed); the ones it made are removed after it (see GitGuard). run_shell's answer
+        (`options` are its own), and the repository-relative names of what was removed."""
+        if self.sandbox_policy is not None:
+            self.git_guard.accept()  # a repository you made since the last command stays
+        code, output, timed_out = run_shell(
+            command, self.repo_path, timeout, policy=self.sandbox_policy, **options
+        )
+        return code, output, timed_out, self.remove_planted_git()
 
     def _placement(self, shell: str = "/bin/sh") -> dict[str, Any]:
         """run_shell's shell, and the environment's wrapper when there is one."""
