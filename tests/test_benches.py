@@ -38,6 +38,7 @@ def test_bench_git_guard_times_a_sweep_that_removes_what_it_planted() -> None:
     out = run_bench("bench_git_guard.py", "30", "1")
     assert re.search(r"^30 folders, [\d,]+ entries", out, re.MULTILINE), out
     assert "sweep, one .git planted:" in out
+    assert re.search(r"^  now \(guard when needed\):\s+[\d.]+ ms$", out, re.MULTILINE), out
 
 
 def test_bench_lint_times_checked_and_unchecked_edits() -> None:
