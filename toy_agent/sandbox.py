@@ -493,6 +493,9 @@ def _within(path: str, real: str, folder: str, real_folder: str) -> bool:
     return _inside(path, folder) or _inside(real, real_folder)
 
 
+_DEEP = 64  # _Disk.real resolves a path with more components than this in one go
+
+
 class _Disk:
     """The file system as one policy reads it, each path resolved, tested or listed once: a
     policy asks the same of a pyenv version's folders dozens of times. It lives for one call
@@ -515,8 +518,8 @@ class _Disk:
             return self._real[path]
         folder, name = os.path.split(path)
         real: str | None = None
-        if name in ("", ".", "..") or folder == path:
-            real = _realpath(path)
+        if name in ("", ".", "..") or folder == path or path.count("/") > _DEEP:
+            real = _realpath(path)  # and a deep path whole: no recursion as deep as it
         elif (real_folder := self.real(folder)) is not None:
             candidate = _join(real_folder, name)
             try:
