@@ -6,7 +6,10 @@ Builds a work tree of FOLDERS folders (ten to a parent) with FILES_PER_FOLDER fi
 git repository at its top, and times GitGuard: its construction (one walk of the whole tree,
 `git rev-parse` and `git config`), a sweep when nothing changed (every folder lstat'ed, none
 read again: their ctimes are old), and a sweep after a folder gained a `.git` (that folder is
-read again and the `.git` removed). Sweeps are the median of 5.
+read again and the `.git` removed). Sweeps are the median of 5. Then unsandboxed
+CodeRepositoryTools on the same tree, side by side: built now (the guard waits for the
+first command, write or run) and as built until 66ceecb (the guard decided in the
+constructor, which tools that only read paid too).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ sys.path[:0] = [str(ROOT)]
 
 from toy_agent import sandbox  # noqa: E402
 from toy_agent.sandbox import GitGuard  # noqa: E402
+from toy_agent.tools import CodeRepositoryTools  # noqa: E402
 
 
 def build(root: Path, folders: int, files: int) -> None:
@@ -66,6 +70,13 @@ def main() -> None:
         print(f"  decided once:            {built:7.1f} ms")
         print(f"  sweep, nothing changed:  {quiet:7.1f} ms")
         print(f"  sweep, one .git planted: {statistics.median(planted):7.1f} ms")
+        lazy = statistics.median(timed(lambda: CodeRepositoryTools(root)) for _ in range(5))
+        eager = statistics.median(
+            timed(lambda: CodeRepositoryTools(root).decide_git()) for _ in range(5)
+        )
+        print("CodeRepositoryTools, unsandboxed, built:")
+        print(f"  now (guard when needed): {lazy:7.1f} ms")
+        print(f"  with it (as until now):  {eager:7.1f} ms")
 
 
 if __name__ == "__main__":

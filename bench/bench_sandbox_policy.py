@@ -1,33 +1,39 @@
-"""Time building the sandbox policy (what a sandboxed command sees) on a realistic home folder.
+"""Time building the sandbox policy (what a sandboxed command sees) on a realistic home folder,
+this version against an earlier one, side by side.
 
     python bench/bench_sandbox_policy.py                   # 2,000 programs in ~/.local/bin
     python bench/bench_sandbox_policy.py --programs 10000
-    python bench/bench_sandbox_policy.py --against OLD.py  # and another sandbox.py, in turn
+    python bench/bench_sandbox_policy.py --against REV     # sandbox.py at git REV (66ceecb)
+    python bench/bench_sandbox_policy.py --against OLD.py  # or another sandbox.py file
 
 The home holds pyenv with 6 Pythons, nvm with 3 Nodes, cargo and rustup, miniforge with 4
 environments, a uv Python, and `--programs` programs in ~/.local/bin (a third links into 10
 tools uv installed, a third scripts with a `#!` line, a third links to /usr/bin), on PATH.
 The policy is built once per `CodeRepositoryTools`, before the first command; every command
 then pays for its mounts (bwrap reads the mount table again for each), so the bench also
-times `true` in the sandbox. Each figure is the median of `--runs` after a warm-up (the page
-cache is hot for all). `--against` loads another version of toy_agent/sandbox.py (`git show
-main:toy_agent/sandbox.py > /tmp/old.py`) and times it on the same home, runs interleaved.
+times `true` in the sandbox. "toolchains" is toolchain_folders alone, the policy's biggest
+part; "policy" is all of sandbox_policy (with GitGuard on a repository without git, where
+`git config` runs once). Each figure is the median of `--runs` after a warm-up (the page
+cache is hot for all), the versions interleaved; then the same on this machine's own home
+and PATH. The default `--against` is 66ceecb, the last version that tested containment with
+pathlib and globbed each pattern whole; the bench says whether both expose the same.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from toy_agent import sandbox  # noqa: E402
 
@@ -90,56 +96,89 @@ def make_home(home: Path, programs: int) -> dict[str, str]:
             "CONDA_PREFIX": str(home / "miniforge3" / "envs" / "a")}  # fmt: skip
 
 
-def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("other_sandbox", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+def load(against: str) -> ModuleType | None:
+    """sandbox.py from the file `against`, or as it was at git revision `against` (None
+    without git history: an unpacked sdist)."""
+    path = Path(against)
+    if path.is_file():
+        source = path.read_text()
+    else:
+        done = subprocess.run(["git", "show", f"{against}:toy_agent/sandbox.py"], cwd=ROOT,
+                              capture_output=True, text=True)  # fmt: skip
+        if done.returncode != 0:
+            return None
+        source = done.stdout
+    module = ModuleType(f"sandbox_{path.stem if path.is_file() else against}")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(source, f"{against}:sandbox.py", "exec"), module.__dict__)
     return module
+
+
+def median_ms(times: list[float]) -> float:
+    return statistics.median(times[1:]) * 1000  # the first is the warm-up
+
+
+def compare(
+    versions: dict[str, ModuleType], repo: Path, environ: Mapping[str, str],
+    homes: list[Path] | None, runs: int, commands: bool,
+) -> dict[str, tuple[object, object]]:  # fmt: skip
+    """Each version's times and policy, interleaved; prints a row for each."""
+    hidden = versions["this"]._hidden_folders(False, homes, environ)
+    folders: dict[str, list[float]] = {name: [] for name in versions}
+    builds: dict[str, list[float]] = {name: [] for name in versions}
+    for _ in range(runs + 1):
+        for name, module in versions.items():
+            started = time.perf_counter()
+            module.toolchain_folders(environ, hidden, repo)
+            folders[name].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            module.sandbox_policy(repo, environ=environ, homes=homes)
+            builds[name].append(time.perf_counter() - started)
+    policies = {name: module.sandbox_policy(repo, environ=environ, homes=homes)
+                for name, module in versions.items()}  # fmt: skip
+    true: dict[str, list[float]] = {name: [] for name in versions}
+    for _ in range(runs + 1 if commands else 0):
+        for name, policy in policies.items():
+            argv = [*policy.argv(), "/bin/true"]  # type: ignore[attr-defined]
+            started = time.perf_counter()
+            subprocess.run(argv, check=True)
+            true[name].append(time.perf_counter() - started)
+    for name, policy in policies.items():
+        exposed = len(policy.exposed)  # type: ignore[attr-defined]
+        run = f"{median_ms(true[name]):13.1f} ms" if true[name] else "(no bwrap)"
+        print(f"{name:<16} {median_ms(folders[name]):7.1f} ms {median_ms(builds[name]):7.1f} ms"
+              f"   {exposed:6d}   {run:>16}")  # fmt: skip
+    return {name: (p.exposed, p.masked) for name, p in policies.items()}  # type: ignore[attr-defined]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--programs", type=int, default=2_000)
     parser.add_argument("--runs", type=int, default=21)
-    parser.add_argument("--against", type=Path, help="another version of sandbox.py")
+    parser.add_argument("--against", default="66ceecb", help="a git revision or a sandbox.py")
     args = parser.parse_args()
+    versions: dict[str, ModuleType] = {"this": sandbox}
+    if (other := load(args.against)) is not None:
+        versions[args.against] = other
+    else:
+        print(f"(no {args.against} to compare with: not a file, and no git history)")
+    commands = sandbox.bwrap_problem() is None
+    header = (
+        f"{'':<16} {'toolchains':>10} {'policy':>10}   {'mounts':>6}   {'a command (true)':>16}"
+    )
     with tempfile.TemporaryDirectory() as scratch:
         home = Path(scratch).resolve() / "home"
         environ = make_home(home, args.programs)
         repo = home / "src" / "project"
         repo.mkdir(parents=True)
-        versions: dict[str, Callable[..., object]] = {"this": sandbox.sandbox_policy}
-        if args.against:
-            versions[args.against.name] = load(args.against).sandbox_policy
-        times: dict[str, list[float]] = {name: [] for name in versions}
-        for _ in range(args.runs + 1):  # the first is the warm-up
-            for name, build in versions.items():
-                started = time.perf_counter()
-                policy = build(repo, environ=environ, homes=[home])
-                times[name].append(time.perf_counter() - started)
-        policies = {
-            name: build(repo, environ=environ, homes=[home]) for name, build in versions.items()
-        }
-        commands: dict[str, list[float]] = {name: [] for name in versions}
-        for _ in range(args.runs + 1 if sandbox.bwrap_problem() is None else 0):
-            for name, policy in policies.items():
-                argv = [*policy.argv(), "/bin/true"]  # type: ignore[attr-defined]
-                started = time.perf_counter()
-                subprocess.run(argv, check=True)
-                commands[name].append(time.perf_counter() - started)
         print(f"{args.programs:,} programs in ~/.local/bin; medians of {args.runs} runs")
-        print(f"{'':<16} {'build':>9}   {'mounts':>6}   {'a command (true)':>16}")
-        for name, policy in policies.items():
-            exposed = len(policy.exposed)  # type: ignore[attr-defined]
-            build = statistics.median(times[name][1:]) * 1000
-            run = (
-                f"{statistics.median(commands[name][1:]) * 1000:13.1f} ms"
-                if commands[name]
-                else "(no bwrap)"
-            )
-            print(f"{name:<16} {build:6.1f} ms   {exposed:6d}   {run:>16}")
+        print(header)
+        found = compare(versions, repo, environ, [home], args.runs, commands)
+        print(f"this machine's home ({os.environ.get('HOME')}) and PATH:")
+        print(header)
+        found_here = compare(versions, repo, os.environ, None, args.runs, False)
+    same = all(len(set(each.values())) == 1 for each in (found, found_here))
+    print(f"the same folders exposed and files covered by each version: {'yes' if same else 'NO'}")
 
 
 if __name__ == "__main__":

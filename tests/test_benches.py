@@ -38,6 +38,7 @@ def test_bench_git_guard_times_a_sweep_that_removes_what_it_planted() -> None:
     out = run_bench("bench_git_guard.py", "30", "1")
     assert re.search(r"^30 folders, [\d,]+ entries", out, re.MULTILINE), out
     assert "sweep, one .git planted:" in out
+    assert re.search(r"^  now \(guard when needed\):\s+[\d.]+ ms$", out, re.MULTILINE), out
 
 
 def test_bench_lint_times_checked_and_unchecked_edits() -> None:
@@ -68,4 +69,5 @@ def test_bench_rules_times_the_parser_and_the_old_scanner() -> None:
 
 def test_bench_sandbox_policy_builds_the_policy_on_a_generated_home() -> None:
     out = run_bench("bench_sandbox_policy.py", "--programs", "10", "--runs", "1")
-    assert re.search(r"^this\s+[\d.]+ ms\s+\d+\s+", out, re.MULTILINE), out
+    assert re.search(r"^this\s+[\d.]+ ms\s+[\d.]+ ms\s+\d+\s+", out, re.MULTILINE), out
+    assert "exposed and files covered by each version: NO" not in out, out

@@ -16,12 +16,13 @@ and links a command writes into a writable PATH folder for the next run.
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 from hypothesis import given, settings
@@ -608,6 +609,75 @@ def test_what_a_path_folder_holds_never_changes_what_is_exposed(venv, local, dot
         after = sandbox_policy(repo, environ=environ, homes=[home.root])
         assert after == before
         assert_exposes_no_home_and_nothing_of_the_repository(after)
+
+
+# Properties of the fast helpers toolchain_folders stands on: each agrees with what it
+# replaced (pathlib's containment test, glob.glob) wherever toolchain_folders uses it.
+SEGMENTS = st.lists(st.sampled_from(["a", "b", "bc", "a.b", "b-c", ".", "..", ""]), max_size=5)
+
+
+ROOTS = st.sampled_from(["/", "//", "///"])  # "//" is a root of its own to pathlib
+
+
+@given(root=ROOTS, parts=SEGMENTS, other_root=ROOTS, other_parts=SEGMENTS)
+def test_inside_agrees_with_pathlib_on_absolute_paths(
+    root: str, parts: list[str], other_root: str, other_parts: list[str]
+) -> None:
+    path = PurePosixPath(root + "/".join(parts))
+    text = str(path)
+    # another path, and every cut and extension of this one's text ("/a/b" against "/a/bc")
+    cuts = [text[:n] for n in range(1, len(text))]
+    folders = [other_root + "/".join(other_parts), f"{text}c", f"{text}/c", *cuts]
+    for folder in map(PurePosixPath, folders):
+        assert sandbox._inside(text, str(folder)) == path.is_relative_to(folder), folder
+
+
+# The layouts' patterns, two of each shape (where the wildcards are; a literal pattern only
+# tests that a path exists), and the paths a tree is made of: what these patterns would match,
+# with names a wildcard takes or leaves (".dot", "a[b]"), and what lies on their way.
+SHAPES: dict[tuple[bool, ...], list[str]] = {}
+for _pattern in sorted({p for layout in sandbox._LAYOUTS.values()
+                        for p in (*layout.parts, *layout.homes)} - {"."}):  # fmt: skip
+    SHAPES.setdefault(tuple(map(glob.has_magic, _pattern.split("/"))), []).append(_pattern)
+GLOB_PATTERNS = [p for patterns in SHAPES.values() for p in patterns[:2]]
+WILD = ["3.12", ".dot", "a[b]", "x-conda-linux-gnu", "layout.v1", "go1"]
+TREE_PATHS = sorted(
+    {
+        "/".join(parts[:n])
+        for p in GLOB_PATTERNS
+        for w in WILD
+        for parts in [p.replace("*", w).split("/")]
+        for n in range(1, len(parts) + 1)
+    }
+)
+ENTRY = st.tuples(st.sampled_from(TREE_PATHS), st.sampled_from(["dir", "file", "link-up",
+                                                                "link-missing"]))  # fmt: skip
+
+
+@given(entries=st.lists(ENTRY, max_size=12), top=st.sampled_from(["top", "t[o]p", ".t*p"]))
+def test_the_disks_glob_agrees_with_glob_on_every_layout_pattern(
+    tmp_path_factory: pytest.TempPathFactory, entries: list[tuple[str, str]], top: str
+) -> None:
+    folder = tmp_path_factory.mktemp("glob").resolve() / top
+    folder.mkdir()
+    for rel, kind in entries:
+        path = folder / rel
+        if os.path.lexists(path):
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if kind == "dir":
+                path.mkdir()
+            elif kind == "file":
+                path.write_text("")
+            else:
+                path.symlink_to(".." if kind == "link-up" else "missing")
+        except OSError:  # a file on the way
+            continue
+    disk = sandbox._Disk()
+    for pattern in GLOB_PATTERNS:
+        expected = sorted(glob.glob(os.path.join(glob.escape(str(folder)), pattern)))
+        assert disk.glob(str(folder), pattern) == expected, pattern
 
 
 # ------------------------------------------------------------- editable installs

@@ -283,6 +283,7 @@ class ReactAgent:
         self._cancel.clear()
         self.usage, self.iteration = Usage(), 0
         started, spent = time.monotonic(), self.cost.spent
+        self.tools.decide_git()  # before the MCP servers, hooks and tools could change anything
         with self._mcp_session() as mcp:
             run = self._run = self._new_run(mcp)
             changes = run.changes

@@ -370,11 +370,9 @@ class EditChecker:
         return self._linted[key]
 
     def _run_linter(self, command: LintCommand, rel: str) -> list[Finding]:
-        from toy_agent.shell import run_shell
-
-        code, output, timed_out = run_shell(command.line(rel), self.tools.repo_path,
-                                            LINT_COMMAND_TIMEOUT,
-                                            policy=self.tools.sandbox_policy)  # fmt: skip
+        # the linter runs the repository's code (its eslint config, its pytest plugins): as
+        # any command, sandboxed when commands are, and what it plants for git is removed
+        code, output, timed_out, _ = self.tools.run_guarded(command.line(rel), LINT_COMMAND_TIMEOUT)
         if timed_out:
             return [Finding(0, f"the linter `{command.command}` timed out", "", "timeout")]
         return lint_findings(self.tools.redactor.redact(output)) if code != 0 else []

@@ -358,51 +358,68 @@ def toolchain_folders(
     recognisable install (`PREFIX/bin` of a virtualenv), what of it runs (its `bin`, `lib`,
     `include`, `share`, not its settings). Never a home folder or a folder above a hidden one
     or anything in the repository; a path the user's layout reaches through a link is exposed
-    where it is named and where it leads, when it leads into the layout itself."""
-    hidden = list(hidden)
-    homes = [h for h in hidden if not h.is_relative_to("/run")]
-    found: dict[Path, Path | None] = {}  # what to expose -> the install it belongs to
+    where it is named and where it leads, when it leads into the layout itself.
 
-    def allowed(path: Path) -> bool:
-        return not any(h.is_relative_to(path) for h in hidden) and not (
-            repo is not None and path.is_relative_to(repo)
+    Paths are strings here, as pathlib writes them (every run pays for this before its first
+    command, and pathlib's containment test is slow), and the disk is read through a _Disk:
+    each path resolved, listed or tested once."""
+    disk = _Disk()
+    hidden_ = [str(h) for h in hidden]
+    homes = [h for h in hidden_ if not _inside(h, "/run")]
+    repo_ = None if repo is None else str(repo)
+    found: dict[str, str | None] = {}  # what to expose -> the install it belongs to
+
+    def allowed(path: str) -> bool:
+        return not any(_inside(h, path) for h in hidden_) and not (
+            repo_ is not None and _inside(path, repo_)
         )
 
-    def expose(path: Path, root: Path | None = None, real_root: Path | None = None) -> None:
-        real = _real_path(path)
-        if real is None or not allowed(real) or (real_root and not real.is_relative_to(real_root)):
+    def expose(path: str, root: str | None = None, real_root: str | None = None) -> None:
+        real = disk.real(path)
+        if (
+            real is None
+            or not allowed(real)
+            or (real_root is not None and not _inside(real, real_root))
+        ):
             return
         for place, install in {path: root, real: real_root}.items():
-            if allowed(place) and any(place.is_relative_to(h) for h in hidden):
+            if allowed(place) and any(_inside(place, h) for h in hidden_):
                 found.setdefault(place, install)
 
-    on_path = [(Path(os.path.normpath(e)), r) for e in environ.get("PATH", "").split(os.pathsep)
-               if (r := _real_dir(e)) is not None]  # fmt: skip
-    roots = list(_layout_roots(environ, homes))
+    on_path = [(str(Path(os.path.normpath(e))), r) for e in environ.get("PATH", "")
+               .split(os.pathsep) if (r := disk.real_dir(e)) is not None]  # fmt: skip
+    roots = list(_layout_roots(environ, homes, disk))
     used = [r for r in roots if r.home is None
             or any(_within(p, real, r.path, r.real) for p, real in on_path)]  # fmt: skip
     implied = {(other, r.home) for r in used for other in _LAYOUTS[r.name].implies}
     used += [r for r in roots if (r.name, r.home) in implied]
-    for root in used:
-        if allowed(root.path) and allowed(root.real):
-            for part in _LAYOUTS[root.name].parts:
-                for path in _glob(root.path, part):
-                    expose(path, root.path, root.real)
+    for name, path, real in dict.fromkeys((r.name, r.path, r.real) for r in used):
+        if allowed(path) and allowed(real):  # a root found twice exposes the same twice
+            for part in _LAYOUTS[name].parts:
+                for found_path in disk.glob(path, part):
+                    expose(found_path, path, real)
     for lexical, real in on_path:
-        if any(_within(r.path, r.real, lexical, real) for r in roots) or _is_home(real, hidden):
+        if any(_within(r.path, r.real, lexical, real) for r in roots) or disk.is_home(
+            real, hidden_
+        ):
             continue  # a layout's root (or above): the layout says what of it runs
         expose(lexical)
-        prefix = real.parent
+        prefix = os.path.dirname(real)
         kind = next((parts for marker, parts in _PREFIX_MARKERS
-                     if (prefix / marker).exists()), None)  # fmt: skip
-        if real.name in ("bin", "sbin") and kind is not None and not _is_home(prefix, hidden):
+                     if disk.exists(_join(prefix, marker))), None)  # fmt: skip
+        if (
+            os.path.basename(real) in ("bin", "sbin")
+            and kind is not None
+            and not disk.is_home(prefix, hidden_)
+        ):
             for part in kind:
-                for path in _glob(prefix, part):
+                for path in disk.glob(prefix, part):
                     expose(path, prefix, prefix)
-    return _outermost(_whole_folders(found, hidden))
+    kept = set(_whole_folders(found, hidden_, disk))
+    return sorted(Path(p) for p in kept if kept.isdisjoint(_parents(p)))  # as _outermost
 
 
-def _whole_folders(found: dict[Path, Path | None], hidden: list[Path]) -> list[Path]:
+def _whole_folders(found: dict[str, str | None], hidden: list[str], disk: _Disk) -> list[str]:
     """The paths of `found`, with a folder standing for its entries wherever each of them is
     exposed (or is a README or LICENSE) and none holds a file to cover, inside the install
     they belong to (never the install itself, where settings may come later): each mount
@@ -410,14 +427,15 @@ def _whole_folders(found: dict[Path, Path | None], hidden: list[Path]) -> list[P
     `versions` folder whose Pythons hold nothing but bin, include, lib and share is one."""
     found = dict(found)
     while True:
-        siblings: dict[Path, list[Path]] = {}
+        siblings: dict[str, list[str]] = {}
         for path, install in found.items():
-            if install is not None and path.parent != install and path.is_relative_to(install):
-                siblings.setdefault(path.parent, []).append(path)
+            parent = os.path.dirname(path)
+            if install is not None and parent != install and _inside(path, install):
+                siblings.setdefault(parent, []).append(path)
         whole = [(folder, paths) for folder, paths in siblings.items()
-                 if len({found[p] for p in paths}) == 1 and not _is_home(folder, hidden)
-                 and _only(folder, {p.name for p in paths})
-                 and not _credential_files(paths)]  # fmt: skip
+                 if len({found[p] for p in paths}) == 1 and not disk.is_home(folder, hidden)
+                 and disk.only(folder, {os.path.basename(p) for p in paths})
+                 and not any(map(disk.holds_credentials, paths))]  # fmt: skip
         if not whole:
             return list(found)
         for folder, paths in whole:
@@ -426,55 +444,204 @@ def _whole_folders(found: dict[Path, Path | None], hidden: list[Path]) -> list[P
                 del found[path]
 
 
+def _inside(path: str, folder: str) -> bool:
+    """PurePath(path).is_relative_to(folder) for absolute paths written as pathlib writes
+    them (str of a Path), twenty times faster: `path` is `folder` or below it ("/a/b" is not
+    in "/a/bc"), and every path is in "/", except those under pathlib's other root, "//"."""
+    if path == folder:
+        return True
+    if folder.endswith("/"):  # a root: "/" or "//"
+        return path.startswith(folder) and (folder == "//" or not path.startswith("//"))
+    return path.startswith(folder) and path[len(folder)] == "/"
+
+
 class _Root(NamedTuple):
     """Where a known layout is installed: as named and really, and the home folder it was
     found in by its usual place (None: a variable named it, so it is in use)."""
 
     name: str
-    path: Path
-    real: Path
-    home: Path | None
+    path: str
+    real: str
+    home: str | None
 
 
-def _layout_roots(environ: Mapping[str, str], homes: list[Path]) -> Iterator[_Root]:
+def _layout_roots(environ: Mapping[str, str], homes: list[str], disk: _Disk) -> Iterator[_Root]:
     for name, layout in _LAYOUTS.items():
         values = [environ.get(variable, "") for variable in layout.variables]
-        found: list[tuple[Path, Path | None]] = [
-            (Path(os.path.normpath(v)), None)
+        found: list[tuple[str, str | None]] = [
+            (str(Path(os.path.normpath(v))), None)
             for value in values for v in value.split(os.pathsep) if os.path.isabs(v)
         ]  # fmt: skip
         for home in homes:
             for pattern in layout.homes:
-                found += [(path, home) for path in _glob(home, pattern)]
+                found += [(path, home) for path in disk.glob(home, pattern)]
         for path, where in found:
-            real = _real_dir(str(path))
-            if real is not None and (not layout.marker or (real / layout.marker).exists()):
+            real = disk.real_dir(path)
+            if real is not None and (not layout.marker or disk.exists(_join(real, layout.marker))):
                 yield _Root(name, path, real, where)
 
 
-def _only(folder: Path, names: set[str]) -> bool:
-    """Whether `folder` holds nothing but `names` and documents."""
+def _parents(path: str) -> Iterator[str]:
+    """Path(path).parents, as strings."""
+    while (parent := os.path.dirname(path)) != path:
+        yield parent
+        path = parent
+
+
+def _within(path: str, real: str, folder: str, real_folder: str) -> bool:
+    """Whether `path` is in `folder`, as named or really."""
+    return _inside(path, folder) or _inside(real, real_folder)
+
+
+_DEEP = 64  # _Disk.real resolves a path with more components than this in one go
+
+
+class _Disk:
+    """The file system as one policy reads it, each path resolved, tested or listed once: a
+    policy asks the same of a pyenv version's folders dozens of times. It lives for one call
+    (see toolchain_folders): a later policy reads the disk as it is then. Paths are absolute
+    strings as pathlib writes them."""
+
+    def __init__(self) -> None:
+        self._real: dict[str, str | None] = {"/": "/", "//": "/"}
+        self._lexists: dict[str, bool] = {}
+        self._modes: dict[str, int | None] = {}  # os.stat's st_mode, None where it failed
+        self._entries: dict[str, list[tuple[str, bool]] | None] = {}
+        self._homes: dict[str, bool] = {}
+        self._credentials: dict[str, bool] = {}
+
+    def real(self, path: str) -> str | None:
+        """os.path.realpath(path, strict=True) (what Path.resolve(strict=True) returns), or
+        None where that fails; from the folder's real path, known already, and one lstat
+        when `path` is no link."""
+        if path in self._real:
+            return self._real[path]
+        folder, name = os.path.split(path)
+        real: str | None = None
+        if name in ("", ".", "..") or folder == path or path.count("/") > _DEEP:
+            real = _realpath(path)  # and a deep path whole: no recursion as deep as it
+        elif (real_folder := self.real(folder)) is not None:
+            candidate = _join(real_folder, name)
+            try:
+                st = os.lstat(candidate)
+            except OSError:
+                pass
+            else:
+                real = _realpath(candidate) if stat.S_ISLNK(st.st_mode) else candidate
+        self._real[path] = real
+        return real
+
+    def real_dir(self, path: str) -> str | None:
+        """Where the absolute `path` really leads when that is a folder."""
+        if not path or not os.path.isabs(path):
+            return None
+        real = self.real(str(Path(path)))
+        return real if real is not None and self.is_dir(real) else None
+
+    def exists(self, path: str) -> bool:
+        """Path.exists: through links; False where stat fails."""
+        return self._mode(path) is not None
+
+    def is_dir(self, path: str) -> bool:
+        mode = self._mode(path)
+        return mode is not None and stat.S_ISDIR(mode)
+
+    def _mode(self, path: str) -> int | None:
+        if path not in self._modes:
+            try:
+                self._modes[path] = os.stat(path).st_mode
+            except (OSError, ValueError):
+                self._modes[path] = None
+        return self._modes[path]
+
+    def lexists(self, path: str) -> bool:
+        if path not in self._lexists:
+            self._lexists[path] = os.path.lexists(path)
+        return self._lexists[path]
+
+    def entries(self, folder: str) -> list[tuple[str, bool]] | None:
+        """`folder`'s entries in os.scandir's order, each with whether it is a folder
+        (through a link, as glob tests it); None when it cannot be read."""
+        if folder not in self._entries:
+            self._entries[folder] = _entries(folder)
+        return self._entries[folder]
+
+    def glob(self, folder: str, pattern: str) -> list[str]:
+        """sorted(glob.glob(os.path.join(glob.escape(folder), pattern))), and "." the folder
+        itself: one component of `pattern` at a time, each folder listed once. As in glob, a
+        wildcard does not match a leading dot unless it starts with one, a folder on the way
+        is one through links, and a last component without a wildcard must exist."""
+        if pattern == ".":
+            return [folder]
+        paths = [folder]
+        parts = pattern.split("/")
+        for i, part in enumerate(parts):
+            if not glob.has_magic(part):
+                paths = [_join(path, part) for path in paths]
+                continue
+            last, dots = i == len(parts) - 1, part.startswith(".")
+            paths = [_join(path, name) for path in paths for name in fnmatch.filter(
+                [name for name, is_dir in self.entries(path) or ()
+                 if (last or is_dir) and (dots or not name.startswith("."))], part)]  # fmt: skip
+        if not glob.has_magic(parts[-1]):
+            paths = [path for path in paths if self.lexists(path)]
+        return sorted(paths)
+
+    def only(self, folder: str, names: set[str]) -> bool:
+        """Whether `folder` holds nothing but `names` and documents."""
+        entries = self.entries(folder)
+        return entries is not None and all(
+            e in names or any(fnmatch.fnmatch(e, d) for d in _DOCUMENTS) for e, _ in entries
+        )
+
+    def is_home(self, folder: str, hidden: list[str]) -> bool:
+        """Whether `folder` is a hidden folder or looks like a home folder (~/.ssh in it)."""
+        if folder not in self._homes:
+            self._homes[folder] = folder in hidden or any(
+                self.exists(_join(folder, name)) for name in _HOME_MARKERS
+            )
+        return self._homes[folder]
+
+    def holds_credentials(self, folder: str) -> bool:
+        """Whether _credential_files would cover a file in `folder`."""
+        if folder not in self._credentials:
+            names = _SECRETS_IN.get(os.path.basename(folder), _CREDENTIAL_FILES)
+            self._credentials[folder] = any(_is_file(_join(folder, n)) for n in names)
+        return self._credentials[folder]
+
+
+def _is_file(path: str) -> bool:
+    """Whether `path` is a regular file, not through a link."""
     try:
-        entries = os.listdir(folder)
+        return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
-    return all(e in names or any(fnmatch.fnmatch(e, d) for d in _DOCUMENTS) for e in entries)
 
 
-def _is_home(folder: Path, hidden: list[Path]) -> bool:
-    """Whether `folder` is a hidden folder or looks like a home folder (~/.ssh in it)."""
-    return folder in hidden or any((folder / name).exists() for name in _HOME_MARKERS)
+def _entries(folder: str) -> list[tuple[str, bool]] | None:
+    entries = []
+    try:
+        with os.scandir(folder) as scan:
+            for entry in scan:
+                try:
+                    entries.append((entry.name, entry.is_dir()))
+                except OSError:
+                    entries.append((entry.name, False))
+    except OSError:
+        return None
+    return entries
 
 
-def _within(path: Path, real: Path, folder: Path, real_folder: Path) -> bool:
-    """Whether `path` is in `folder`, as named or really."""
-    return path.is_relative_to(folder) or real.is_relative_to(real_folder)
+def _join(folder: str, name: str) -> str:
+    """os.path.join of a folder and a relative name, without its checks."""
+    return folder + name if folder.endswith("/") else f"{folder}/{name}"
 
 
-def _glob(folder: Path, pattern: str) -> list[Path]:
-    if pattern == ".":
-        return [folder]
-    return [Path(p) for p in sorted(glob.glob(os.path.join(glob.escape(str(folder)), pattern)))]
+def _realpath(path: str) -> str | None:
+    try:
+        return os.path.realpath(path, strict=True)
+    except (OSError, ValueError):
+        return None
 
 
 def _real_path(path: Path) -> Path | None:
@@ -526,16 +693,6 @@ def _outermost(paths: Iterable[Path]) -> list[Path]:
     """`paths` without those inside another of them, sorted."""
     found = set(paths)
     return sorted(p for p in found if found.isdisjoint(p.parents))
-
-
-def _real_dir(path: str) -> Path | None:
-    if not path or not os.path.isabs(path):
-        return None
-    try:
-        real = Path(path).resolve(strict=True)
-    except (OSError, RuntimeError):
-        return None
-    return real if real.is_dir() else None
 
 
 def _existing(paths: Iterable[str | Path]) -> list[Path]:

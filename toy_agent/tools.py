@@ -20,6 +20,7 @@ import math
 import os
 import re
 import stat
+import threading
 import time
 import typing
 from collections import Counter
@@ -162,13 +163,15 @@ class CodeRepositoryTools:
             bwrap_problem() if (sandbox, self.sandbox) == ("auto", "off") else None
         )
         self.sandbox_network = sandbox_network
-        # Where git would later run code or read config, and what a sandboxed command sees,
-        # decided now, before any tool could change the repository (a `.git` file a command
+        # What a sandboxed command sees, decided now, before any tool could change the
+        # repository, with git's paths, which it mounts read-only (a `.git` file a command
         # writes later names no mount; a repository it makes is removed: see GitGuard).
-        self.git_guard = GitGuard(self.repo_path)
+        # Unsandboxed, git's paths are decided when first needed (see decide_git).
+        self._git_guard: GitGuard | None = None
+        self._git_guard_lock = threading.Lock()
         self.sandbox_policy = (
             sandbox_policy(self.repo_path, network=sandbox_network, read=sandbox_read,
-                           git=self.git_guard)
+                           git=self.decide_git())
             if self.sandbox == "bwrap" else None
         )  # fmt: skip
         self._sandbox_named = False  # the model is told about the sandbox once
@@ -181,6 +184,23 @@ class CodeRepositoryTools:
         self._withheld_named: set[str] = set()  # the variables the model was told about
         self.tree = Tree(self.repo_path)  # what list_files and search see, kept between calls
         self.links = LinkIndex(self.repo_path)  # whether a file's hard links are all inside
+
+    @property
+    def git_guard(self) -> GitGuard:
+        return self.decide_git()
+
+    def decide_git(self) -> GitGuard:
+        """Where git, run later by the user, would run code or read config in the repository
+        (GitGuard), decided from the repository as it is at the first call. That comes before
+        anything could change it: with the sandbox's policy when it is on; else at the first
+        command, check, linter run or write through these tools (run_guarded, _writable), or
+        when a ReactAgent run starts (before its MCP servers, hooks and tools), whichever is
+        first. So nothing these make is taken for the user's, and tools that only read never
+        walk the work tree for it (a .venv in it costs 100 ms and more)."""
+        with self._git_guard_lock:
+            if self._git_guard is None:
+                self._git_guard = GitGuard(self.repo_path)
+            return self._git_guard
 
     # ----------------------------------------------------------------------------- dispatch
     def specs(self) -> list[dict[str, Any]]:
@@ -535,15 +555,8 @@ class CodeRepositoryTools:
         if dry_run:
             return ToolOutput(f"$ {command}")
         started = time.perf_counter()
-        if self.sandbox_policy is not None:
-            self.git_guard.accept()  # a repository you made since the last command stays
-        code, output, timed_out = run_shell(
-            command,
-            self.repo_path,
-            timeout,
-            policy=self.sandbox_policy,
-            named=self.command_env,
-            **self._placement(),
+        code, output, timed_out, removed = self.run_guarded(
+            command, timeout, named=self.command_env, **self._placement()
         )
         elapsed = time.perf_counter() - started
         logger.info("command %r: exit %s after %.1fs", command, code, elapsed)
@@ -555,7 +568,7 @@ class CodeRepositoryTools:
         )  # fmt: skip
         if notes := self._command_notes(output, None if timed_out else code):
             output = "\n".join([output.rstrip(), *notes])
-        if removed := self.remove_planted_git():
+        if removed:
             output = f"{output.rstrip()}\n{_planted_git_note(removed)}"
         if timed_out:
             return ToolOutput(
@@ -573,13 +586,10 @@ class CodeRepositoryTools:
         when the sandbox is on, no secrets, no stdin), whether or not the model may run
         commands, killed after `timeout` seconds. Its output tail is redacted."""
         started = time.perf_counter()
-        if self.sandbox_policy is not None:
-            self.git_guard.accept()
-        code, output, timed_out = run_shell(
-            command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy,
-            named=self.command_env, **self._placement(check_shell()),
-        )  # fmt: skip
-        self.remove_planted_git()  # the project's tests run: the user is warned in the log
+        # the project's tests run: what they plant is removed, the user is warned in the log
+        code, output, timed_out, _ = self.run_guarded(
+            command, math.ceil(timeout), named=self.command_env, **self._placement(check_shell())
+        )
         policy = self.sandbox_policy
         note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
         tail = cuts.cut(self.redactor.redact(output), CHECK_TAIL_CHARS, _CHECK_HOW, keep="tail")
@@ -588,6 +598,22 @@ class CodeRepositoryTools:
         return CommandResult(command, None if timed_out else code,
                              time.perf_counter() - started, timed_out,
                              self.redactor.redact(note) if note else None, tail)  # fmt: skip
+
+    def run_guarded(
+        self, command: str, timeout: int, **options: Any
+    ) -> tuple[int, str, bool, list[str]]:
+        """Run `command` in the repository as every command of a run runs (the model's, the
+        check, the user's linter): sandboxed when the sandbox is on, inside git's guard. The
+        repositories that appeared while no command ran are the user's, kept (taken before it,
+        sandboxed); the ones it made are removed after it (see GitGuard). run_shell's answer
+        (`options` are its own), and the repository-relative names of what was removed."""
+        guard = self.decide_git()  # before the command could change the repository
+        if self.sandbox_policy is not None:
+            guard.accept()  # a repository you made since the last command stays
+        code, output, timed_out = run_shell(
+            command, self.repo_path, timeout, policy=self.sandbox_policy, **options
+        )
+        return code, output, timed_out, self.remove_planted_git()
 
     def _placement(self, shell: str = "/bin/sh") -> dict[str, Any]:
         """run_shell's shell, and the environment's wrapper when there is one."""
