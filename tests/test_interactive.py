@@ -57,6 +57,7 @@ class Tmux:
                   f"stty -g > {after}; echo $code > {status}")  # fmt: skip
         environ = {**os.environ, "NO_COLOR": "1", **env}
         environ.pop("TMUX", None)
+        environ.pop("PYTHONUNBUFFERED", None)  # as a person's shell starts it: stdout buffered
         # Everything the pane prints is also appended to `printed`: the waits below look at
         # the screen again each time it grows, rather than every so often.
         self.printed = tmp_path / f"printed-{next(Tmux.count)}"

@@ -40,8 +40,10 @@ class Terminal:
                  columns: int = 100):  # fmt: skip
         self._controller, terminal = pty.openpty()
         fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-        # COLUMNS/LINES (set by some test runners) would override the terminal's own size
-        base = {k: v for k, v in os.environ.items() if k not in (*KEYS, "COLUMNS", "LINES")}
+        # COLUMNS/LINES (set by some test runners) would override the terminal's own size;
+        # PYTHONUNBUFFERED would hide a missing flush, which a person's terminal shows
+        dropped = (*KEYS, "COLUMNS", "LINES", "PYTHONUNBUFFERED")
+        base = {k: v for k, v in os.environ.items() if k not in dropped}
         self.proc = subprocess.Popen(
             argv, stdin=terminal, stdout=terminal, stderr=terminal, cwd=cwd, close_fds=True,
             env={**base, "TERM": "xterm", "PYTHONPATH": str(ROOT), **(env or {})},
