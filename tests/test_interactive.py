@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import quickest_provider_env, run_cli, run_main, toy_agent
-from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
+from fake_providers import FakeProvider, Reply, gemini_reply, openai_reply
 from fakes import ScriptedLlm, wait_until, write_replay, xml_action
 from test_sessions import sessions_dir
 
@@ -169,12 +169,8 @@ def terminal(tmp_path):
         tmux.close()
 
 
-def done(answer: str) -> Reply:
-    return anthropic_reply(xml_action("task_complete", result=answer))
-
-
 def quick_done(answer: str) -> Reply:
-    """`done`, from the OpenAI-compatible fake: for terminals where the provider is
+    """A task's answer from the OpenAI-compatible fake: for terminals where the provider is
     incidental (its SDK starts in half the time of Anthropic's)."""
     return openai_reply(xml_action("task_complete", result=answer))
 
@@ -451,39 +447,38 @@ def test_cost_adds_up_the_tokens_and_dollars_of_the_session(home, repo, terminal
 def test_model_switches_the_next_tasks_to_a_model_and_the_provider_its_name_implies(
     home, repo, terminal
 ):
-    with FakeProvider() as claude, FakeProvider() as openai:
-        claude.enqueue(done("From Claude."))
-        openai.enqueue(openai_reply(xml_action("task_complete", result="From GPT."),
-                                    model="gpt-5-mini"))  # fmt: skip
-        env = {**claude.env("claude"), **openai.env("openai")}
+    with FakeProvider() as openai, FakeProvider() as gemini:
+        openai.enqueue(quick_done("From GPT."))
+        gemini.enqueue(gemini_reply(xml_action("task_complete", result="From Gemini.")))
+        env = {**quickest_provider_env(openai), **gemini.env("gemini")}
         term = terminal(["--repo", str(repo), "--max-cost", "5"], env)
         term.prompt()
         term.enter("first task")
-        term.expect("From Claude.")
+        term.expect("From GPT.")
         for typed, said in [
-            ("/model gemini-2.5-pro", "/model gemini-2.5-pro: GEMINI_API_KEY (or GOOGLE_API_KEY) "
-             "is not set: export it or put it in .env, or pick a claude model (its key is set); "
-             "still claude"),
+            ("/model claude-sonnet-5-5", "/model claude-sonnet-5-5: ANTHROPIC_API_KEY is not "
+             "set: export it or put it in .env, or pick a gemini model (its key is set); "
+             "still openai"),
             ("/model rm -rf", "/model rm -rf: not a model name"),
             ("/model llama3.2", "/model llama3.2: no price is known for it, and this session "
-             "has a cost limit to keep: pick a model with a known price; still claude"),
-            ("/model", "model claude-sonnet-5-5 (claude)"),
-            ("/model gpt-5-mini", "model gpt-5-mini (openai) for the next tasks"),
+             "has a cost limit to keep: pick a model with a known price; still openai"),
+            ("/model", "model gpt-5-mini (openai)"),
+            ("/model gemini-2.5-pro", "model gemini-2.5-pro (gemini) for the next tasks"),
         ]:  # fmt: skip
             term.prompt()
             term.enter(typed)
             term.expect(said)
         term.prompt()
         term.enter("second task")
-        term.expect("From GPT.")
+        term.expect("From Gemini.")
         assert term.end() == 0
 
-    assert len(claude.requests) == 1
-    [request] = openai.requests
-    assert request.body["model"] == "gpt-5-mini"
+    assert len(openai.requests) == 1
+    [request] = gemini.requests
+    assert "/models/gemini-2.5-pro:" in request.path
     assert "first task" in json.dumps(request.body)  # the conversation went along
     [session] = saved_sessions(home)
-    assert session["settings"]["model"] == "gpt-5-mini"
+    assert session["settings"]["model"] == "gemini-2.5-pro"
 
 
 def test_compact_replaces_the_older_steps_by_the_models_summary(home, repo, terminal):
