@@ -101,6 +101,7 @@ def run_main(
 
 def quickest_provider_env(server: FakeProvider) -> dict[str, str]:
     """The variables that point a CLI run at `server` as its provider, for the many runs where
-    which provider it is does not matter: OpenAI-compatible, whose SDK starts quickest
-    (`import openai` takes about 0.4 s of CPU, `import anthropic` 0.9 s, in every process)."""
+    which provider it is does not matter: OpenAI-compatible, whose SDK starts quickest (on a
+    quiet machine `import openai` takes about 0.7 s of CPU, `import anthropic` 1.4 s, in every
+    process; half as much again under the suite's load). A run that asks no model replays."""
     return {**server.env("openai"), "TOY_AGENT_LLM_PROVIDER": "openai"}

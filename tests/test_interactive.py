@@ -4,20 +4,24 @@ its commands (/cost, /model, /compact, /sessions, /help)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
+import termios
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from cli_helpers import quickest_provider_env, run_cli, run_main, toy_agent
-from fake_providers import FakeProvider, Reply, anthropic_reply, openai_reply
+from fake_providers import FakeProvider, Reply, gemini_reply, openai_reply
 from fakes import ScriptedLlm, wait_until, write_replay, xml_action
 from test_sessions import sessions_dir
 
@@ -53,8 +57,15 @@ class Tmux:
                   f"stty -g > {after}; echo $code > {status}")  # fmt: skip
         environ = {**os.environ, "NO_COLOR": "1", **env}
         environ.pop("TMUX", None)
+        environ.pop("PYTHONUNBUFFERED", None)  # as a person's shell starts it: stdout buffered
+        # Everything the pane prints is also appended to `printed`: the waits below look at
+        # the screen again each time it grows, rather than every so often.
+        self.printed = tmp_path / f"printed-{next(Tmux.count)}"
+        self.printed.touch()
         self.tmux("new-session", "-d", "-s", "t", "-x", "150", "-y", "50", script, ";",
-                  "set-option", "-t", "t", "remain-on-exit", "on", env=environ)  # fmt: skip
+                  "set-option", "-t", "t", "remain-on-exit", "on", ";",
+                  "pipe-pane", "-t", "t", f"cat >> {shlex.quote(str(self.printed))}",
+                  env=environ)  # fmt: skip
 
     def tmux(self, *args: str, env: dict[str, str] | None = None) -> str:
         done = subprocess.run(["tmux", "-S", self.socket, *args], capture_output=True,
@@ -68,21 +79,28 @@ class Tmux:
 
     def expect(self, wanted: str, count: int = 1, timeout: float = 30) -> str:
         """Wait until `wanted` shows `count` times on the screen (and its scrollback)."""
-        deadline = time.monotonic() + timeout
-        while (screen := self.screen).count(wanted) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"never saw {wanted!r} x{count}; the screen:\n{screen}")
-            time.sleep(0.05)
-        return screen
+        return self._wait(lambda screen: screen.count(wanted) >= count,
+                          f"{wanted!r} x{count}", timeout)  # fmt: skip
 
     def prompt(self, timeout: float = 30) -> str:
         """Wait for an empty prompt on the last line (tmux drops the space after `>`)."""
+        return self._wait(lambda screen: screen.rstrip().splitlines()[-1:] == [">"],
+                          "an empty prompt", timeout)  # fmt: skip
+
+    def _wait(self, done: Callable[[str], bool], what: str, timeout: float) -> str:
+        """The screen once `done(screen)`: read again whenever the pane printed something
+        (and every 0.2 s in any case), so a wait ends as soon as what it waits for shows."""
         deadline = time.monotonic() + timeout
-        while (screen := self.screen).rstrip().splitlines()[-1:] != [">"]:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"never saw an empty prompt; the screen:\n{screen}")
-            time.sleep(0.05)
-        return screen
+        printed, looked = -1, 0.0
+        while True:
+            now, size = time.monotonic(), self.printed.stat().st_size
+            if size != printed or now - looked > 0.2:
+                printed, looked = size, now
+                if done(screen := self.screen):
+                    return screen
+                if now > deadline:
+                    raise AssertionError(f"never saw {what}; the screen:\n{screen}")
+            time.sleep(0.005)
 
     def keys(self, *keys: str) -> None:
         """tmux key names: Enter, C-c, Escape, Up..."""
@@ -93,8 +111,7 @@ class Tmux:
 
     def enter(self, line: str) -> None:
         """Type `line`, then press Enter."""
-        self.type(line)
-        self.keys("Enter")
+        self.tmux("send-keys", "-t", "t", "-l", line, ";", "send-keys", "-t", "t", "Enter")
 
     def end(self) -> int:
         """At the next empty prompt, Ctrl-D; toy-agent's exit code."""
@@ -111,10 +128,19 @@ class Tmux:
         while not self.status.exists() or not self.status.read_text().strip():
             if time.monotonic() > deadline:
                 raise AssertionError(f"toy-agent did not exit; the screen:\n{self.screen}")
-            time.sleep(0.05)
+            time.sleep(0.005)
         before, after = (p.read_text() for p in self.modes)
         assert before == after, "toy-agent left the terminal's modes changed"
         return int(self.status.read_text())
+
+    def unread(self) -> int:
+        """How many bytes of whole lines typed wait in the terminal for a program to read."""
+        tty = self.tmux("display", "-p", "-t", "t", "#{pane_tty}").strip()
+        fd = os.open(tty, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+        try:
+            return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+        finally:
+            os.close(fd)
 
     @property
     def pid(self) -> int:
@@ -143,19 +169,23 @@ def terminal(tmp_path):
         tmux.close()
 
 
-def done(answer: str) -> Reply:
-    return anthropic_reply(xml_action("task_complete", result=answer))
-
-
 def quick_done(answer: str) -> Reply:
-    """`done`, from the OpenAI-compatible fake: for terminals where the provider is
+    """A task's answer from the OpenAI-compatible fake: for terminals where the provider is
     incidental (its SDK starts in half the time of Anthropic's)."""
     return openai_reply(xml_action("task_complete", result=answer))
 
 
 def no_model(tmp_path: Path) -> list[str]:
     """Flags for a session that asks no model anything: a replay, which starts no SDK."""
-    return ["--replay", str(write_replay(tmp_path / "none.json"))]
+    return replaying(tmp_path)
+
+
+def replaying(tmp_path: Path, *answers: str) -> list[str]:
+    """Flags for a session whose model is a replay (which starts no SDK) that completes a task
+    with each of `answers` in turn: for terminals where what answers is incidental."""
+    replies = [xml_action("task_complete", result=answer) for answer in answers]
+    recording = tmp_path / f"replay-{next(Tmux.count)}.json"
+    return ["--replay", str(write_replay(recording, *replies))]
 
 
 # --- the prompt -------------------------------------------------------------------------------
@@ -192,41 +222,39 @@ def test_a_paste_larger_than_the_context_budget_is_not_sent(home, repo, terminal
     assert saved_sessions(home) == []  # no task ran
 
 
-def test_a_trailing_backslash_or_alt_enter_starts_a_new_line(home, repo, terminal):
-    with FakeProvider() as server:
-        server.enqueue(quick_done("Three lines read."))
-        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
-        term.prompt()
-        term.enter("first line\\")
-        term.type("second line")
-        term.keys("Escape", "Enter")
-        term.enter("third line")
-        term.expect("Three lines read.")
-        term.prompt()
-        term.enter("/exit")
-        assert term.exit_code() == 0
+def test_a_trailing_backslash_or_alt_enter_starts_a_new_line(home, repo, terminal, tmp_path):
+    term = terminal(["--repo", str(repo), *replaying(tmp_path, "Three lines read.")], {})
+    term.prompt()
+    term.enter("first line\\")
+    term.type("second line")
+    term.keys("Escape", "Enter")
+    term.enter("third line")
+    term.expect("Three lines read.")
+    term.prompt()
+    term.enter("/exit")
+    assert term.exit_code() == 0
 
     [session] = saved_sessions(home)
     assert [run["task"] for run in session["runs"]] == ["first line\nsecond line\nthird line"]
 
 
-def test_up_recalls_the_task_of_an_earlier_session_and_the_history_is_private(home, repo, terminal):
-    with FakeProvider() as server:
-        server.enqueue(quick_done("First."), quick_done("Again."))
-        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
-        term.prompt()
-        term.enter("count the lines of hello.py")
-        term.expect("First.")
-        assert term.end() == 0
-        term.close()
+def test_up_recalls_the_task_of_an_earlier_session_and_the_history_is_private(
+    home, repo, terminal, tmp_path
+):
+    term = terminal(["--repo", str(repo), *replaying(tmp_path, "First.")], {})
+    term.prompt()
+    term.enter("count the lines of hello.py")
+    term.expect("First.")
+    assert term.end() == 0
+    term.close()
 
-        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
-        term.prompt()
-        term.keys("Up")
-        term.expect("count the lines of hello.py")
-        term.keys("Enter")
-        term.expect("Again.")
-        assert term.end() == 0
+    term = terminal(["--repo", str(repo), *replaying(tmp_path, "Again.")], {})
+    term.prompt()
+    term.keys("Up")
+    term.expect("count the lines of hello.py")
+    term.keys("Enter")
+    term.expect("Again.")
+    assert term.end() == 0
 
     history = home / "state" / "toy-agent" / "history"
     assert history.stat().st_mode & 0o777 == 0o600
@@ -284,28 +312,9 @@ class HoldingFirstReply(FakeProvider):
         return reply
 
 
-def test_what_is_typed_while_a_task_runs_is_the_next_task(home, repo, terminal):
-    with HoldingFirstReply() as server:
-        server.enqueue(quick_done("Slow one."), quick_done("Typed ahead."))
-        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
-        term.prompt()
-        term.enter("a slow task")
-        wait_until(lambda: server.requests, "the task's first request")
-        term.enter("typed while it ran")
-        # tmux hands the keys to the terminal at once; they wait there for the next prompt,
-        # shown or not (as the run left the terminal's echo): a second is ample either way
-        with contextlib.suppress(AssertionError):
-            term.expect("typed while it ran", timeout=1)
-        assert "Slow one." not in term.screen  # the keys came while the task ran
-        server.release.set()
-        term.expect("Typed ahead.")
-        assert term.end() == 0
-
-    [session] = saved_sessions(home)
-    assert [r["task"] for r in session["runs"]] == ["a slow task", "typed while it ran"]
-
-
-def test_what_is_typed_while_a_task_runs_is_not_echoed_onto_its_live_line(home, repo, terminal):
+def test_what_is_typed_while_a_task_runs_is_the_next_task_and_not_echoed_onto_its_live_line(
+    home, repo, terminal
+):
     with HoldingFirstReply() as server:
         server.enqueue(quick_done("Slow one."), quick_done("Typed ahead."))
         term = terminal(["--repo", str(repo)], quickest_provider_env(server))
@@ -317,29 +326,34 @@ def test_what_is_typed_while_a_task_runs_is_not_echoed_onto_its_live_line(home, 
                                timeout=30).stdout.split()  # fmt: skip
         assert "-echo" in modes and "icanon" in modes  # not shown, yet kept line by line
         term.enter("typed while it ran")
+        # the keys wait in the terminal, unread, for the next prompt
+        wait_until(lambda: term.unread() == len("typed while it ran\n"), "the keys to arrive")
+        assert "Slow one." not in term.screen  # the keys came while the task ran
         server.release.set()
-        term.expect("Typed ahead.")  # what was typed is still the next task
+        term.expect("Typed ahead.")  # what was typed is the next task
         assert term.end() == 0  # and the terminal's modes are as before
+
+    [session] = saved_sessions(home)
+    assert [r["task"] for r in session["runs"]] == ["a slow task", "typed while it ran"]
 
 
 # --- the commands -----------------------------------------------------------------------------
 
 
-def test_help_lists_every_command_and_an_unknown_one_names_them(home, repo, terminal):
-    with FakeProvider() as server:
-        term = terminal(["--repo", str(repo)], quickest_provider_env(server))
-        term.prompt()
-        term.enter("/help")
-        screen = term.expect("/exit")
-        for command in ("/diff", "/undo", "/cost", "/model NAME", "/compact", "/sessions",
-                        "/clear", "/help"):  # fmt: skip
-            assert f"\n  {command} " in screen
-        term.prompt()
-        term.enter("/frobnicate")
-        screen = term.expect("unknown command /frobnicate: the commands are /diff, /undo")
-        assert "/sessions, /clear, /help, /exit" in screen
-        assert term.end() == 0
-    assert server.requests == []  # no command reached the model
+def test_help_lists_every_command_and_an_unknown_one_names_them(home, repo, terminal, tmp_path):
+    term = terminal(["--repo", str(repo), *no_model(tmp_path)], {})
+    term.prompt()
+    term.enter("/help")
+    screen = term.expect("/exit")
+    for command in ("/diff", "/undo", "/cost", "/model NAME", "/compact", "/sessions",
+                    "/clear", "/help"):  # fmt: skip
+        assert f"\n  {command} " in screen
+    term.prompt()
+    term.enter("/frobnicate")
+    screen = term.expect("unknown command /frobnicate: the commands are /diff, /undo")
+    assert "/sessions, /clear, /help, /exit" in screen
+    assert term.end() == 0
+    assert saved_sessions(home) == []  # no command reached the model as a task
 
 
 def test_a_bang_line_runs_as_run_command_would_and_its_output_can_join_the_next_task(
@@ -433,39 +447,38 @@ def test_cost_adds_up_the_tokens_and_dollars_of_the_session(home, repo, terminal
 def test_model_switches_the_next_tasks_to_a_model_and_the_provider_its_name_implies(
     home, repo, terminal
 ):
-    with FakeProvider() as claude, FakeProvider() as openai:
-        claude.enqueue(done("From Claude."))
-        openai.enqueue(openai_reply(xml_action("task_complete", result="From GPT."),
-                                    model="gpt-5-mini"))  # fmt: skip
-        env = {**claude.env("claude"), **openai.env("openai")}
+    with FakeProvider() as openai, FakeProvider() as gemini:
+        openai.enqueue(quick_done("From GPT."))
+        gemini.enqueue(gemini_reply(xml_action("task_complete", result="From Gemini.")))
+        env = {**quickest_provider_env(openai), **gemini.env("gemini")}
         term = terminal(["--repo", str(repo), "--max-cost", "5"], env)
         term.prompt()
         term.enter("first task")
-        term.expect("From Claude.")
+        term.expect("From GPT.")
         for typed, said in [
-            ("/model gemini-2.5-pro", "/model gemini-2.5-pro: GEMINI_API_KEY (or GOOGLE_API_KEY) "
-             "is not set: export it or put it in .env, or pick a claude model (its key is set); "
-             "still claude"),
+            ("/model claude-sonnet-5-5", "/model claude-sonnet-5-5: ANTHROPIC_API_KEY is not "
+             "set: export it or put it in .env, or pick a gemini model (its key is set); "
+             "still openai"),
             ("/model rm -rf", "/model rm -rf: not a model name"),
             ("/model llama3.2", "/model llama3.2: no price is known for it, and this session "
-             "has a cost limit to keep: pick a model with a known price; still claude"),
-            ("/model", "model claude-sonnet-5-5 (claude)"),
-            ("/model gpt-5-mini", "model gpt-5-mini (openai) for the next tasks"),
+             "has a cost limit to keep: pick a model with a known price; still openai"),
+            ("/model", "model gpt-5-mini (openai)"),
+            ("/model gemini-2.5-pro", "model gemini-2.5-pro (gemini) for the next tasks"),
         ]:  # fmt: skip
             term.prompt()
             term.enter(typed)
             term.expect(said)
         term.prompt()
         term.enter("second task")
-        term.expect("From GPT.")
+        term.expect("From Gemini.")
         assert term.end() == 0
 
-    assert len(claude.requests) == 1
-    [request] = openai.requests
-    assert request.body["model"] == "gpt-5-mini"
+    assert len(openai.requests) == 1
+    [request] = gemini.requests
+    assert "/models/gemini-2.5-pro:" in request.path
     assert "first task" in json.dumps(request.body)  # the conversation went along
     [session] = saved_sessions(home)
-    assert session["settings"]["model"] == "gpt-5-mini"
+    assert session["settings"]["model"] == "gemini-2.5-pro"
 
 
 def test_compact_replaces_the_older_steps_by_the_models_summary(home, repo, terminal):
@@ -543,16 +556,16 @@ def test_resume_without_an_id_picks_a_session_from_a_list_on_a_terminal(
 ):
     sessions = two_sessions(home, tmp_path, repo)
     other = next(s for s in sessions if s["repo"] != str(repo))
-    with FakeProvider() as server:
-        term = terminal(["--resume"], quickest_provider_env(server))
-        screen = term.expect("resume which session? 1-2 (Enter: none):")
-        assert screen.index("fix the greeting") < screen.index("tidy the other repository")
-        term.enter("7")
-        term.expect("type a number from 1 to 2")
-        term.enter("2")
-        term.expect(f"session {other['id']} (2 messages so far)")
-        assert term.end() == 0
-    assert server.requests == []
+    term = terminal(["--resume", *no_model(tmp_path)], {})
+    screen = term.expect("resume which session? 1-2 (Enter: none):")
+    assert screen.index("fix the greeting") < screen.index("tidy the other repository")
+    term.enter("7")
+    term.expect("type a number from 1 to 2")
+    term.enter("2")
+    term.expect(f"session {other['id']} (2 messages so far)")
+    assert term.end() == 0
+    resumed = next(s for s in saved_sessions(home) if s["id"] == other["id"])
+    assert len(resumed["runs"]) == 1  # no task ran: picking asked the model nothing
 
 
 def test_resume_without_an_id_and_without_a_terminal_lists_the_sessions_and_exits_2(

@@ -8,7 +8,7 @@ import logging
 import re
 
 import pytest
-from cli_helpers import toy_agent
+from cli_helpers import quickest_provider_env, toy_agent
 from fake_providers import (
     FakeProvider,
     Reply,
@@ -295,13 +295,13 @@ def test_failed_attempt_is_plain_data():
 def test_the_live_view_says_it_retries_and_never_runs_two_attempts_together(repo, tmp_path):
     first = ["<THOUGHT>Look at the ", 'files first.</THOUGHT>\n<ACTION>\n<tool_name>list_files'
              '</tool_name>\n<parameters>{"path": "."}</parameters>\n</ACTION>']  # fmt: skip
-    whole = anthropic_reply(first, stream=True)
-    done = anthropic_reply(xml_action("task_complete", result="ok", thought="All done."),
-                           stream=True)  # fmt: skip
+    whole = openai_reply(first, stream=True)
+    done = openai_reply(xml_action("task_complete", result="ok", thought="All done."),
+                        stream=True)  # fmt: skip
     with FakeProvider() as server:
         server.enqueue(cut_stream(whole, after=b"Look at the "), whole, done)
         term = Terminal(toy_agent("--task", "x", "--repo", str(repo), "--stream"), tmp_path,
-                        server.env("claude"))  # fmt: skip
+                        quickest_provider_env(server))  # fmt: skip
         output = term.finish()
 
     assert term.proc.returncode == 0, output
@@ -316,12 +316,12 @@ def test_the_live_view_says_it_retries_and_never_runs_two_attempts_together(repo
 
 @pytest.mark.slow
 def test_a_stream_cut_on_every_attempt_exits_3_and_names_the_cut(repo, tmp_path):
-    whole = anthropic_reply(["never seen"], stream=True)
+    whole = openai_reply(["never seen"], stream=True)
     with FakeProvider() as server:
-        server.enqueue(*[cut_stream(whole, after=b"message_start")] * 2)
+        server.enqueue(*[cut_stream(whole, after=b'"role": "assistant"')] * 2)
         term = Terminal(
             toy_agent("--task", "x", "--repo", str(repo), "--stream", "--max-retries", "1"),
-            tmp_path, server.env("claude", key=KEY), columns=400,
+            tmp_path, {**quickest_provider_env(server), "OPENAI_API_KEY": KEY}, columns=400,
         )  # fmt: skip
         output = term.finish()
         requests = len(server.requests)
@@ -329,9 +329,9 @@ def test_a_stream_cut_on_every_attempt_exits_3_and_names_the_cut(repo, tmp_path)
     assert term.proc.returncode == 3, output
     assert requests == 2
     [error] = [line for line in screen_lines(output) if "error:" in line]  # one line, once
-    assert re.fullmatch(r"toy-agent: error: claude API error: connection to "
-                        r"http://127\.0\.0\.1:\d+ failed: peer closed connection .* — check the "
-                        r"network and the base URL "
+    assert re.fullmatch(r"toy-agent: error: openai API error: connection to "
+                        r"http://127\.0\.0\.1:\d+/v1 failed: peer closed connection .* — check "
+                        r"the network and the base URL "
                         r"\(gave up after 1 retry\)", error.strip())  # fmt: skip
     assert "✗ not completed (provider_error)" in output
     assert "Traceback" not in output and KEY not in output

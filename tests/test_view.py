@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import toy_agent
-from fake_providers import FakeProvider, anthropic_reply, error_reply
+from cli_helpers import quickest_provider_env, toy_agent
+from fake_providers import FakeProvider, anthropic_reply, error_reply, openai_reply
 from fakes import write_replay, xml_action
 from rich.cells import cell_len
 
@@ -40,8 +40,10 @@ class Terminal:
                  columns: int = 100):  # fmt: skip
         self._controller, terminal = pty.openpty()
         fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-        # COLUMNS/LINES (set by some test runners) would override the terminal's own size
-        base = {k: v for k, v in os.environ.items() if k not in (*KEYS, "COLUMNS", "LINES")}
+        # COLUMNS/LINES (set by some test runners) would override the terminal's own size;
+        # PYTHONUNBUFFERED would hide a missing flush, which a person's terminal shows
+        dropped = (*KEYS, "COLUMNS", "LINES", "PYTHONUNBUFFERED")
+        base = {k: v for k, v in os.environ.items() if k not in dropped}
         self.proc = subprocess.Popen(
             argv, stdin=terminal, stdout=terminal, stderr=terminal, cwd=cwd, close_fds=True,
             env={**base, "TERM": "xterm", "PYTHONPATH": str(ROOT), **(env or {})},
@@ -54,20 +56,25 @@ class Terminal:
         """What the command writes within `seconds` (less if it ends)."""
         before, deadline = len(self.output), time.monotonic() + seconds
         while not self._closed and (left := deadline - time.monotonic()) > 0:
-            if select.select([self._controller], [], [], left)[0]:
-                try:
-                    data = os.read(self._controller, 65536)
-                except OSError:  # the command closed the terminal
-                    data = b""
-                self._closed = not data
-                self.output += data.decode("utf-8", "replace")
+            self._read_some(left)
         return self.output[before:]
 
     def read_until(self, text: str, timeout: float = 30) -> None:
+        """Read until `text` has come (each read ends with what came, so this ends with it)."""
         deadline = time.monotonic() + timeout
         while text not in self.output and not self._closed and time.monotonic() < deadline:
-            self.read(0.05)
+            self._read_some(deadline - time.monotonic())
         assert text in self.output, f"{text!r} never came; got {self.output!r}"
+
+    def _read_some(self, seconds: float) -> None:
+        """What the command writes next, waiting at most `seconds` for it."""
+        if seconds > 0 and select.select([self._controller], [], [], seconds)[0]:
+            try:
+                data = os.read(self._controller, 65536)
+            except OSError:  # the command closed the terminal
+                data = b""
+            self._closed = not data
+            self.output += data.decode("utf-8", "replace")
 
     def type(self, keys: str) -> None:
         os.write(self._controller, keys.encode())
@@ -75,7 +82,7 @@ class Terminal:
     def finish(self, timeout: float = 30) -> str:
         deadline = time.monotonic() + timeout
         while not self._closed and time.monotonic() < deadline:
-            self.read(0.2)
+            self._read_some(deadline - time.monotonic())
         self.proc.wait(timeout)
         os.close(self._controller)
         return self.output
@@ -114,16 +121,16 @@ def test_log_records_print_above_the_live_line_never_on_it(repo, tmp_path):
     with FakeProvider() as server:
         server.enqueue(
             error_reply(429, "rate limited", retry_after="0.2"),  # two of the view's refreshes
-            anthropic_reply(xml_action("task_complete", result="ok")),
+            openai_reply(xml_action("task_complete", result="ok")),
         )
         term = Terminal(toy_agent("--task", "x", "--repo", str(repo)), tmp_path,
-                        server.env("claude"))  # fmt: skip
+                        quickest_provider_env(server))  # fmt: skip
         output = term.finish()
 
     assert term.proc.returncode == 0, output
     lines = screen_lines(output)
     warning = next(i for i, line in enumerate(lines) if "WARNING" in line)
-    assert lines[warning].startswith("WARNING claude API error 429")  # on a line of its own
+    assert lines[warning].startswith("WARNING openai API error 429")  # on a line of its own
     assert any("step 1/10 thinking" in line for line in lines[warning + 1 :])  # drawn again
 
 
@@ -152,9 +159,16 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
-def test_first_line_names_the_run_before_the_provider_sdk_has_loaded(repo, tmp_path):
+def test_first_line_comes_before_the_sdk_has_loaded_and_the_thinking_before_the_thought(
+    repo, tmp_path
+):
+    """The first line names the run before the provider's SDK has loaded (made slower still),
+    and the live view asks for the model's thinking and shows it above the thought: both of
+    Claude, whose SDK loads slowest, checked on one run."""
+    summary = "The greeting is misspelt.\nhello.py prints it."
+    done = xml_action("task_complete", result="ok", thought="All done.")
     with FakeProvider() as server:
-        server.enqueue(anthropic_reply(xml_action("task_complete", result="ok")))
+        server.enqueue(anthropic_reply(done, thinking=summary))
         term = Terminal([sys.executable, "-c", SLOW_SDK, "--task", "x", "--repo", str(repo)],
                         tmp_path, server.env("claude"), columns=200)  # fmt: skip
         output = term.finish()
@@ -167,6 +181,14 @@ def test_first_line_names_the_run_before_the_provider_sdk_has_loaded(repo, tmp_p
     sdk_loaded = plain.index("<anthropic imported>")
     assert banner.start() < sdk_loaded
     assert SPINNER.search(plain, banner.end(), sdk_loaded)  # and the live line at once
+
+    # The default model omits its thinking unless asked for a summary: the view asks
+    assert server.requests[0].body["thinking"] == {"type": "adaptive", "display": "summarized"}
+    lines = [line.strip() for line in screen_lines(output)]
+    first, second = lines.index("thinking: The greeting is misspelt."), lines.index(
+        "hello.py prints it.")  # fmt: skip
+    thought = next(i for i, line in enumerate(lines) if line.startswith("thought ("))
+    assert first < second < thought and "All done." in lines[thought]
 
 
 def test_every_line_fits_a_50_column_terminal_and_every_cut_is_marked(repo, tmp_path):
@@ -238,11 +260,11 @@ def test_stream_shows_the_thought_text_without_the_protocol(tool_format, chunks,
     done = {"xml": xml_action("task_complete", result="ok", thought="All done."),
             "react": "Thought: All done.\nFinal Answer: ok"}[tool_format]  # fmt: skip
     with FakeProvider() as server:
-        server.enqueue(anthropic_reply(chunks, stream=True), anthropic_reply(done, stream=True))
+        server.enqueue(openai_reply(chunks, stream=True), openai_reply(done, stream=True))
         term = Terminal(
             toy_agent("--task", "x", "--repo", str(repo), "--stream", "--tool-format", tool_format),
             tmp_path,
-            server.env("claude"),
+            quickest_provider_env(server),
         )
         output = term.finish()  # fmt: skip
 
@@ -254,25 +276,6 @@ def test_stream_shows_the_thought_text_without_the_protocol(tool_format, chunks,
                      "Final Answer"):  # fmt: skip
         assert protocol not in plain
     assert "✓ list_files ." in plain
-
-
-def test_the_live_view_asks_for_the_thinking_and_shows_it_before_the_thought(repo, tmp_path):
-    summary = "The greeting is misspelt.\nhello.py prints it."
-    done = xml_action("task_complete", result="ok", thought="All done.")
-    with FakeProvider() as server:
-        server.enqueue(anthropic_reply(done, thinking=summary))
-        term = Terminal(toy_agent("--task", "x", "--repo", str(repo)), tmp_path,
-                        server.env("claude"))  # fmt: skip
-        output = term.finish()
-
-    assert term.proc.returncode == 0, output
-    # The default model omits its thinking unless asked for a summary: the view asks
-    assert server.requests[0].body["thinking"] == {"type": "adaptive", "display": "summarized"}
-    plain = [line.strip() for line in screen_lines(output)]
-    first, second = plain.index("thinking: The greeting is misspelt."), plain.index(
-        "hello.py prints it.")  # fmt: skip
-    thought = next(i for i, line in enumerate(plain) if line.startswith("thought ("))
-    assert first < second < thought and "All done." in plain[thought]
 
 
 @pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {"TERM": "dumb"}])

@@ -1,7 +1,7 @@
 """toy_agent: a small, honest ReAct coding agent.
 
 Public names are loaded on first use, so `import toy_agent` (and the CLI's --help) stays
-instant and no provider SDK is imported until a client is built.
+instant and no provider SDK is imported until a client first calls its model.
 """
 
 from __future__ import annotations

@@ -884,19 +884,21 @@ def _stop_signals_interrupt(received: list[int]) -> Iterator[None]:
 @contextlib.contextmanager
 def _collector_paused(pause: bool) -> Iterator[Callable[[], None]]:
     """Start with Python's cyclic garbage collector paused, when `pause`; yields `started`,
-    which the run calls once the provider's SDK is loaded, to turn it back on.
+    which the run calls once the provider's SDK is loaded (and once its MCP servers are
+    connected), to turn it back on.
 
     Importing an SDK builds hundreds of thousands of objects that all live as long as the
     process, and the collections their allocations trigger find nothing to free: they cost a
     sixth of anthropic's import (bench/bench_startup.py). `started` freezes what exists, so
-    later collections skip it too, then resumes collecting; leaving the block resumes in any
+    later collections skip it too, and the one at the process's exit (half a second of CPU
+    for the mcp SDK's objects), then resumes collecting; leaving the block resumes in any
     case. Only for main's own process: a caller's objects are never frozen."""
     paused = pause and gc.isenabled()
     if paused:
         gc.disable()
 
     def started() -> None:
-        if paused and not gc.isenabled():
+        if paused:
             gc.freeze()
             gc.enable()
 
@@ -915,7 +917,7 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
     from toy_agent.view import COMMAND_TAIL_LINES, TerminalView, run_banner
 
     if not (args.list_tools or args.undo):
-        preload_sdk(args.llm_provider)
+        preload_sdk(args.llm_provider, then=started)
 
     repo = _repo(args.repo)
     live = args.output == "text" and not args.quiet and sys.stdout.isatty()
@@ -943,6 +945,7 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
             settings = _run_settings(args, view, redactor)
             tools = _local_tools(settings, repo, redactor)
             mcp = _mcp_tools(settings, redactor)
+            started()
             return _list_tools(args, tools, mcp)
         if args.undo:
             return _undo(args, repo)
@@ -966,9 +969,10 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
                                   permissions=args.permissions), notes)  # fmt: skip
         for note in notes if view is None else ():
             logging.getLogger("toy_agent").info("%s", note)
-        llm = _llm_client(settings)
-        started()
+        llm = _llm_client(settings)  # its SDK still loading: the servers start meanwhile
         mcp = _mcp_tools(settings, redactor)
+        if mcp is not None:
+            started()  # the mcp SDK's objects frozen too (the provider's, once loaded)
         models = _model_client(settings)
         return _run_agent(args, settings, repo, task, llm, mcp, redactor, view, tools, models,
                           instructions.text)  # fmt: skip
@@ -984,11 +988,16 @@ def _run(args: argparse.Namespace, started: Callable[[], None] = lambda: None) -
 
 def _model_client(settings: RunSettings) -> Callable[[str, str], LlmClient]:
     """/model NAME in a session: a client for NAME, built as the first one was (see
-    ModelSettings.switched_to for the provider and base URL it gets). Raises LlmConfigError."""
+    ModelSettings.switched_to for the provider and base URL it gets), its SDK loading while
+    the next task is typed. Raises LlmConfigError."""
     from toy_agent.build import build_llm
+    from toy_agent.llm import preload_sdk
 
     def make(name: str, current: str) -> LlmClient:
-        return build_llm(settings.llm.switched_to(name, current))
+        switched = settings.llm.switched_to(name, current)
+        client = build_llm(switched)
+        preload_sdk(switched.provider)
+        return client
 
     return make
 

@@ -104,9 +104,12 @@ class Repl:
 
     def run(self) -> int:
         """Prompt until /exit or Ctrl-D (0), or a stop signal (130)."""
+        # The view first: its live line swaps sys.stdout for a proxy that never flushes the
+        # terminal, and the prompt writes to the sys.stdout it finds (unflushed, it showed
+        # nothing until a key was pressed).
+        self._close_view()
         if self.read is None:
             self.read = _terminal_prompt(self._say) if _on_terminal() else _plain_input()
-        self._close_view()
         session = self.sessions.session
         resumed = f" ({len(session.messages)} messages so far)" if session.messages else ""
         self._say(f"session {session.id}{resumed} · /help for commands · Ctrl-D to leave")

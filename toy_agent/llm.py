@@ -1,9 +1,10 @@
 """LLM clients: one small seam (`LlmClient.call_llm`) between the agent and each provider.
 
-Provider SDKs are imported inside the client constructors, never at module import, so
-`--help` and the replay provider stay instant. Each provider is three small pure functions
-(tools, messages -> wire dicts; wire dict -> `LlmResponse`) around one SDK call; retries,
-error messages and logging are shared by `_ProviderClient`.
+Provider SDKs are imported by a client's first call (its constructor only checks that the SDK
+is installed), never at module import, so `--help` and the replay provider stay instant. Each
+provider is three small pure functions (tools, messages -> wire dicts; wire dict ->
+`LlmResponse`) around one SDK call; retries, error messages and logging are shared by
+`_ProviderClient`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import email.utils
 import functools
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -602,7 +604,14 @@ class _ProviderClient(LlmClient):
         if "max_tokens" in self.model_options:
             self.max_tokens = int(self.model_options.pop("max_tokens"))
         self._check_options()
-        self._sdk = self._make_sdk()
+        _require_installed(self.row.sdk_module)
+
+    @functools.cached_property
+    def _sdk(self) -> Any:
+        """The SDK's client, made by the first call: importing an SDK takes a second or more,
+        which building the client does not wait for (a session shows its prompt, MCP servers
+        start, while preload_sdk's thread imports it)."""
+        return self._make_sdk()
 
     def _check_options(self) -> None:
         """Raise LlmConfigError for a --model-option the model is known to refuse."""
@@ -639,6 +648,7 @@ class _ProviderClient(LlmClient):
     ) -> LlmResponse:
         shape = (self.provider, self.model, self.max_tokens, len(messages), len(tools or ()))
         logger.debug("%s request: model=%s max_tokens=%d messages=%d tools=%d", *shape)
+        _ = self._sdk  # made before the timed attempts: waiting for its import is not the call's
         started = time.monotonic()
         request = _Request(system_prompt, messages, tools or (), on_text)
         data, attempts = self._send_with_retries(request, on_retry if on_text else None)
@@ -1225,6 +1235,8 @@ class GeminiLlmClient(_ProviderClient):
         return data
 
     def _check_options(self) -> None:
+        if not self.model_options:
+            return  # and the SDK need not be loaded yet
         from google.genai import types
 
         known = types.GenerateContentConfig.model_fields
@@ -1508,16 +1520,30 @@ class OpenAIResponsesLlmClient(OpenAICompatibleLlmClient):
         raise _StreamCut("the stream ended before response.completed")
 
 
-def preload_sdk(provider: str) -> None:
+def preload_sdk(provider: str, then: Callable[[], None] = lambda: None) -> None:
     """Start importing `provider`'s SDK in a background thread (anthropic alone takes about a
-    second), so it loads while the caller reads .env, starts MCP servers and builds the prompt.
-    Building the client later waits for this import instead of starting another."""
+    second), so it loads while the caller reads .env, builds the prompt, starts MCP servers
+    and waits for the first task; then call `then`, in that thread (at once, here, when the
+    provider has no SDK). The client's first call waits for this import instead of starting
+    another."""
     row = PROVIDERS.get(provider)
-    if row is not None and row.sdk_module:
-        worker = threading.Thread(target=_import_quietly, args=(row.sdk_module,), daemon=True)
-        worker.start()
+    if row is None or not row.sdk_module:
+        then()
+        return
+    worker = threading.Thread(target=_import_quietly, args=(row.sdk_module, then), daemon=True)
+    worker.start()
 
 
-def _import_quietly(module: str) -> None:
-    with contextlib.suppress(Exception):  # a missing SDK is reported when the client is built
-        importlib.import_module(module)
+def _import_quietly(module: str, then: Callable[[], None]) -> None:
+    try:
+        with contextlib.suppress(Exception):  # a missing SDK is reported by the client
+            importlib.import_module(module)
+    finally:
+        then()
+
+
+def _require_installed(module: str) -> None:
+    """Raise ModuleNotFoundError, as its import would, if `module` is not installed (without
+    importing it: a client is built before its SDK has loaded)."""
+    if module and importlib.util.find_spec(module) is None:
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)

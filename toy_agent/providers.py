@@ -82,7 +82,7 @@ class Provider:
     aliases: tuple[str, ...] = ()
     prices: Mapping[str, Price] = field(default_factory=dict, hash=False)
     image_types: Callable[[str], frozenset[str]] = _no_images
-    sdk_module: str = ""  # imported early (preload) and known as a dependency
+    sdk_module: str = ""  # imported early (preload), checked by the client, a dependency
     loggers: tuple[str, ...] = ()  # the SDK's loggers, quietened to WARNING
     keyless_base_url: bool = False
 
