@@ -366,20 +366,27 @@ def test_ctrl_c_keeps_finished_results_and_the_next_run_does_the_rest(
 
 
 @pytest.mark.slow
-def test_on_a_terminal_a_progress_line_shows_done_running_tokens_and_eta(
+def test_on_a_terminal_a_progress_line_shows_done_running_tokens_and_eta_and_warnings_go_above(
     sources: dict[str, Path], tmp_path: Path
 ) -> None:
-    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[2]])
-    with TaskScripts(SCRIPTS, delays={"alpha": 0.3, "charlie": 0.3}, wire="openai") as provider:
+    """One terminal run, one worker: alpha, charlie, then echo, whose request nobody scripted.
+    The line is drawn again as a task starts, finishes or moves on a step, so alpha's short
+    replies (a little slower than none, so its steps are seen) are enough to show it all."""
+    echo = {"id": "echo", "repo": "plain", "task": "[echo] nobody scripted this"}
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[2], echo])
+    with TaskScripts(SCRIPTS, delays={"alpha": 0.1}, wire="openai") as provider:
         screen = run_in_pty(
-            toy_agent("--tasks-file", str(tasks), "--out", str(tmp_path / "out")),
-            quickest_provider_env(provider),
+            toy_agent("--tasks-file", str(tasks), "--out", str(tmp_path / "out"),
+                      "--max-retries", "0"), quickest_provider_env(provider),
         )  # fmt: skip
     assert "\r\x1b[2K" in screen  # the progress line erased and drawn again in place
-    assert "0/2 done · 1 running · ✓ 0 ✗ 0 · 0 tokens" in screen
+    assert "0/3 done · 1 running · ✓ 0 ✗ 0 · 0 tokens" in screen
     assert "· alpha step " in screen  # which task runs, and at which step
-    assert "1/2 done · 1 running · ✓ 1 ✗ 0 · 45 tokens" in screen and "ETA" in screen
-    assert "2 tasks: 2 passed, 0 failed" in screen
+    assert "1/3 done · 1 running · ✓ 1 ✗ 0 · 45 tokens" in screen and "ETA" in screen
+    # A task's warning names it, on a line of its own above the progress line.
+    assert "\r\x1b[2KWARNING echo: LLM call failed" in screen
+    assert screen.index("0/3 done") < screen.index("WARNING echo")
+    assert "3 tasks: 2 passed, 1 failed" in screen
 
 
 def test_the_progress_line_is_cut_to_the_width_so_it_can_be_erased() -> None:
@@ -401,21 +408,6 @@ def test_the_progress_line_is_cut_to_the_width_so_it_can_be_erased() -> None:
     assert 20 < len(progress[2]) < 80 and progress[2].endswith("…")
     assert progress[2].startswith("0/3 done · 3 running")
     assert progress[3].startswith(f"[1/3] ✓ {'t' * 100}  completed") and "…" not in progress[3]
-
-
-@pytest.mark.slow
-def test_on_a_terminal_a_task_warning_names_its_task_above_the_progress_line(
-    sources: dict[str, Path], tmp_path: Path
-) -> None:
-    echo = {"id": "echo", "repo": "plain", "task": "[echo] nobody scripted this"}
-    tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], echo])
-    with TaskScripts(SCRIPTS, delays={"alpha": 0.3}, wire="openai") as provider:
-        screen = run_in_pty(
-            toy_agent("--tasks-file", str(tasks), "--out", str(tmp_path / "out"),
-                      "--max-retries", "0"), quickest_provider_env(provider),
-        )  # fmt: skip
-    assert "\r\x1b[2KWARNING echo: LLM call failed" in screen
-    assert "2 tasks: 1 passed, 1 failed" in screen
 
 
 # ------------------------------------------------------------------------------- Python API
