@@ -16,7 +16,6 @@ import inspect
 import itertools
 import json
 import logging
-import math
 import os
 import re
 import stat
@@ -576,7 +575,7 @@ class CodeRepositoryTools:
         if self.sandbox_policy is not None:
             self.git_guard.accept()
         code, output, timed_out = run_shell(
-            command, self.repo_path, math.ceil(timeout), policy=self.sandbox_policy,
+            command, self.repo_path, timeout, policy=self.sandbox_policy,
             named=self.command_env, **self._placement(check_shell()),
         )  # fmt: skip
         self.remove_planted_git()  # the project's tests run: the user is warned in the log
