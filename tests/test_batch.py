@@ -770,7 +770,7 @@ def test_ray_runs_the_task_file_as_local_does_and_its_workers_get_the_key_only_a
     with the key it was handed; no file Ray writes (its logs, its session) holds the key; and
     a Ray the batch did not start is left running."""
     ray = pytest.importorskip("ray")
-    key = "sk-ant-api03-" + "q7Z" * 12  # recognisable anywhere Ray might write it
+    key = "sk-proj-" + "q7Z" * 12  # recognisable anywhere Ray might write it
     url_task = {"id": "echo", "repo": f"file://{sources['repo']}", "task": "[alpha] via a URL",
                 "check": TASKS[0]["check"]}  # fmt: skip
     tasks = write_tasks(tmp_path / "tasks.jsonl", [TASKS[0], TASKS[2], url_task])
@@ -778,8 +778,9 @@ def test_ray_runs_the_task_file_as_local_does_and_its_workers_get_the_key_only_a
     ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=str(ray_dir),
              logging_level=logging.WARNING)  # fmt: skip
     try:
-        with TaskScripts(SCRIPTS) as provider:
-            for name, value in provider.env("claude", key=key).items():
+        with TaskScripts(SCRIPTS, wire="openai") as provider:  # its SDK starts quickest
+            variables = {**provider.env("openai", key=key), "TOY_AGENT_LLM_PROVIDER": "openai"}
+            for name, value in variables.items():
                 monkeypatch.setenv(name, value)
             codes = [
                 main(
@@ -913,7 +914,7 @@ def test_a_batch_of_20_survives_ctrl_c_and_kill_9_and_resumes_to_the_end(
     # in the shared one could take the copies the kill leaves before the third run does.
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    with TaskScripts(script, delays={"twenty": 0.4}, wire="openai") as provider:
+    with TaskScripts(script, delays={"twenty": 0.2}, wire="openai") as provider:
         env = cli_environment({**quickest_provider_env(provider), "TMPDIR": str(scratch)})
         # Ctrl-C: the JSON summary still comes, interrupted, with nothing "from an earlier run"
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
