@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import cli_environment, quickest_provider_env, toy_agent
+from cli_helpers import cli_environment, quickest_provider_env, run_main, toy_agent
 from fake_providers import (
     FakeProvider,
     RecordedRequest,
@@ -896,15 +896,16 @@ def steady(record: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- at scale
 @pytest.mark.slow
 def test_a_batch_of_20_survives_ctrl_c_and_kill_9_and_resumes_to_the_end(
-    sources: dict[str, Path], tmp_path: Path
+    sources: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     twenty = [{"id": f"t{n:02d}", "repo": "repo", "task": f"[twenty] task {n}"}
               for n in range(20)]  # fmt: skip
     tasks = write_tasks(tmp_path / "tasks.jsonl", twenty)
     out = tmp_path / "out"
     script = {"twenty": [xml_action("write_file", path="done.txt", content="x\n"), done()]}
-    argv = toy_agent("--tasks-file", str(tasks), "--out", str(out), "--workers", "4",
-                     "--sandbox", "off", "--output", "json")  # fmt: skip
+    args = ("--tasks-file", str(tasks), "--out", str(out), "--workers", "4", "--sandbox", "off",
+            "--output", "json")  # fmt: skip
+    argv = toy_agent(*args)
 
     def worktrees() -> int:
         return git("worktree", "list", "--porcelain", cwd=sources["repo"]).count("worktree ")
@@ -947,8 +948,11 @@ def test_a_batch_of_20_survives_ctrl_c_and_kill_9_and_resumes_to_the_end(
         second = len(results(out))
         assert left.exists()
 
-        # the next run removes them, and does exactly the rest
-        done_run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        # the next run removes them, and does exactly the rest (in this process: nothing it
+        # shows needs one of its own; its temporary folder is the scratch one, as theirs)
+        monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+        done_run = run_main(capsys, *args, env={**quickest_provider_env(provider),
+                                                "TMPDIR": str(scratch)})  # fmt: skip
     assert done_run.returncode == 0, done_run.stderr
     summary = json.loads(done_run.stdout)
     assert summary["skipped"] == second and summary["ran"] == 20 - second
