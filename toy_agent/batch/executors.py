@@ -82,7 +82,7 @@ class LocalExecutor(Executor):
         from toy_agent.batch.worker import run_task
 
         future = self._pool.submit(run_task, task, self._settings, self._scratch, self._stop)
-        future.add_done_callback(lambda _: self._stop.news.set())
+        future.add_done_callback(lambda _: self._stop.changed.set())
         return future
 
     def finished(
@@ -90,8 +90,8 @@ class LocalExecutor(Executor):
     ) -> list[tuple[Any, dict[str, Any]]]:
         """Returns at once when a task finishes or a running agent moves on a step."""
         if handles and not any(future.done() for future in handles):
-            self._stop.news.wait(timeout)
-        self._stop.news.clear()  # before looking: a task done after this sets it again
+            self._stop.changed.wait(timeout)
+        self._stop.changed.clear()  # before looking: a task done after this sets it again
         return [(future, future.result()) for future in handles if future.done()]
 
     def cancel(self, handles: Sequence[Any]) -> None:

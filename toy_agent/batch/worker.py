@@ -89,8 +89,8 @@ class StopSignal:
         self._agents: set[ReactAgent] = set()
         self._lock = threading.Lock()
         self.steps: dict[str, int] = {}  # a running task's id -> its agent's step, for the view
-        self.news = threading.Event()  # set when a task's agent moves on a step (the driver
-        # wakes to redraw the progress line, and clears it)
+        # Set when a task moves on a step or ends: the driver wakes to redraw, and clears it.
+        self.changed = threading.Event()
 
     def set(self) -> None:
         self._event.set()
@@ -107,7 +107,7 @@ class StopSignal:
         """The task's agent is at step `iteration` (called for each of its events)."""
         if self.steps.get(task_id) != iteration:
             self.steps[task_id] = iteration
-            self.news.set()
+            self.changed.set()
 
     @contextlib.contextmanager
     def attached(self, agent: ReactAgent) -> Iterator[None]:
