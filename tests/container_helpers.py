@@ -11,6 +11,7 @@ pointing at that file is all a test (and a `podman system service`) needs.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ STDLIB_LEFT_OUT = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib
                    "site-packages", "dist-packages", "__pycache__"}  # fmt: skip
 RUNTIMES = ("", "runc")  # the host's own choice first
 LIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096")  # as toy_agent's
+FROM_LABEL = "toy-agent-test.root"  # an image's label: the sha256 of the root and changes
 
 
 def unavailable(reason: str) -> None:
@@ -172,18 +174,27 @@ def pytest_packages(folder: str = "/opt/pytest") -> dict[str, Path]:
 def build_image(name: str, folder: Path, extra: dict[str, Path] | None = None,
                 changes: tuple[str, ...] = ()) -> str | None:  # fmt: skip
     """`podman import` of the minimal root as `name` (with `changes`, Dockerfile lines such as
-    `ENV PYTHONPATH=/opt/pytest`); None, or why it failed."""
+    `ENV PYTHONPATH=/opt/pytest`); None, or why it failed. An image of that name made from
+    the same root and changes (its label says so) is kept as it is: importing 70 MB again
+    takes seconds."""
     tar = root_tar(folder / "root.tar", extra)
-    options = [word for change in changes for word in ("--change", change)]
-    before = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", name],
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    digest = hashlib.sha256(tar.read_bytes())
+    digest.update("\n".join(changes).encode())
+    made_from = f"{FROM_LABEL}={digest.hexdigest()}"
+    options = [word for change in (*changes, f"LABEL {made_from}") for word in ("--change", change)]
+    before = subprocess.run(["podman", "image", "inspect", "--format",
+                             f'{{{{.Id}}}} {FROM_LABEL}={{{{index .Labels "{FROM_LABEL}"}}}}',
+                             name], capture_output=True, text=True).stdout.split()  # fmt: skip
+    if before[1:] == [made_from]:
+        tar.unlink()
+        return None
     done = subprocess.run(["podman", "import", *options, str(tar), name],
                           capture_output=True, text=True)  # fmt: skip
     tar.unlink()
     if done.returncode != 0:
         return f"podman import failed: {done.stderr.strip().splitlines()[-1:]}"
-    if before and before not in done.stdout:  # the older build, unless a container uses it
-        subprocess.run(["podman", "rmi", before], capture_output=True)
+    if before and before[0] not in done.stdout:  # the older build, unless a container uses it
+        subprocess.run(["podman", "rmi", before[0]], capture_output=True)
     return None
 
 

@@ -1069,7 +1069,7 @@ def _setup_logging(
     """Console at --log-level, --log-file at DEBUG; both redacted. Returns the handlers.
     On the live view's terminal, console records are printed above its live line. In a batch
     each record names its task, and on a terminal first clears the progress line (which is
-    drawn again within half a second)."""
+    drawn again at the batch's next change, or within half a second)."""
     from toy_agent.redaction import RedactingFilter, Redactor
     from toy_agent.view import VisibleFormatter, erase_line
 

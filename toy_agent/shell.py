@@ -43,7 +43,7 @@ def check_shell() -> str:
 def run_shell(
     command: str,
     cwd: Path,
-    timeout: int,
+    timeout: float,
     *,
     policy: SandboxPolicy | None = None,
     named: Mapping[str, str] | None = None,

@@ -16,7 +16,6 @@ import inspect
 import itertools
 import json
 import logging
-import math
 import os
 import re
 import stat
@@ -588,7 +587,7 @@ class CodeRepositoryTools:
         started = time.perf_counter()
         # the project's tests run: what they plant is removed, the user is warned in the log
         code, output, timed_out, _ = self.run_guarded(
-            command, math.ceil(timeout), named=self.command_env, **self._placement(check_shell())
+            command, timeout, named=self.command_env, **self._placement(check_shell())
         )
         policy = self.sandbox_policy
         note = sandbox_note(policy, output, code, for_user=True) if policy and code != 0 else None
@@ -600,7 +599,7 @@ class CodeRepositoryTools:
                              self.redactor.redact(note) if note else None, tail)  # fmt: skip
 
     def run_guarded(
-        self, command: str, timeout: int, **options: Any
+        self, command: str, timeout: float, **options: Any
     ) -> tuple[int, str, bool, list[str]]:
         """Run `command` in the repository as every command of a run runs (the model's, the
         check, the user's linter): sandboxed when the sandbox is on, inside git's guard. The

@@ -61,7 +61,8 @@ RECORD_KEYS = (
 )  # fmt: skip
 SCRATCH_PREFIX, OWNER_FILE = "toy-agent-batch-", "owner"  # a batch's scratch folder, its pid
 RUNNING_SHOWN = 4  # running tasks named on the progress line
-POLL_SECONDS = 0.5  # how often the driver wakes to redraw the progress line
+POLL_SECONDS = 0.5  # the progress line's clock: redrawn at least this often (and at once
+# when a task starts, finishes, or its agent moves on a step)
 DRAIN_SECONDS = 30.0  # after Ctrl-C, how long running tasks get to wind down
 
 
@@ -458,9 +459,9 @@ def _drive(
             while todo and len(running) < workers:
                 task = todo.popleft()
                 running[engine.submit(replace(task, budget=budget_left()))] = task
-            collect(POLL_SECONDS)
             steps = engine.steps()
             view.update(len(running), [(t.id, steps.get(t.id)) for t in running.values()])
+            collect(POLL_SECONDS)
         return False
     except KeyboardInterrupt:
         view.stopping(len(running))

@@ -29,8 +29,9 @@ EXECUTORS: dict[str, type[Executor]] = {}  # --executor NAME -> its class, in --
 
 class Executor:
     """Where tasks run, built as `cls(settings, scratch, workers, address)` before the first
-    task. `submit` starts a task, `finished` returns the (handle, result) pairs done within
-    `timeout`, `cancel` stops the given ones, `steps` says the step each running task's agent
+    task. `submit` starts a task, `finished` returns the (handle, result) pairs done, waiting
+    up to `timeout` for the first (it may return none sooner, when a running task's step
+    changed), `cancel` stops the given ones, `steps` says the step each running task's agent
     is at, `close` releases the engine."""
 
     name: ClassVar[str] = ""  # its --executor name: a subclass with one is registered
@@ -80,15 +81,18 @@ class LocalExecutor(Executor):
     def submit(self, task: Task) -> concurrent.futures.Future[dict[str, Any]]:
         from toy_agent.batch.worker import run_task
 
-        return self._pool.submit(run_task, task, self._settings, self._scratch, self._stop)
+        future = self._pool.submit(run_task, task, self._settings, self._scratch, self._stop)
+        future.add_done_callback(lambda _: self._stop.changed.set())
+        return future
 
     def finished(
         self, handles: Sequence[concurrent.futures.Future[dict[str, Any]]], timeout: float
     ) -> list[tuple[Any, dict[str, Any]]]:
-        done, _ = concurrent.futures.wait(
-            handles, timeout, return_when=concurrent.futures.FIRST_COMPLETED
-        )
-        return [(future, future.result()) for future in done]
+        """Returns at once when a task finishes or a running agent moves on a step."""
+        if handles and not any(future.done() for future in handles):
+            self._stop.changed.wait(timeout)
+        self._stop.changed.clear()  # before looking: a task done after this sets it again
+        return [(future, future.result()) for future in handles if future.done()]
 
     def cancel(self, handles: Sequence[Any]) -> None:
         self._stop.set()  # every task on this machine: the batch is stopping

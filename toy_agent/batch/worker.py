@@ -89,6 +89,8 @@ class StopSignal:
         self._agents: set[ReactAgent] = set()
         self._lock = threading.Lock()
         self.steps: dict[str, int] = {}  # a running task's id -> its agent's step, for the view
+        # Set when a task moves on a step or ends: the driver wakes to redraw, and clears it.
+        self.changed = threading.Event()
 
     def set(self) -> None:
         self._event.set()
@@ -100,6 +102,12 @@ class StopSignal:
 
     def is_set(self) -> bool:
         return self._event.is_set()
+
+    def step(self, task_id: str, iteration: int) -> None:
+        """The task's agent is at step `iteration` (called for each of its events)."""
+        if self.steps.get(task_id) != iteration:
+            self.steps[task_id] = iteration
+            self.changed.set()
 
     @contextlib.contextmanager
     def attached(self, agent: ReactAgent) -> Iterator[None]:
@@ -443,7 +451,7 @@ def _run_agent(
 
 def _count_step(stop: StopSignal | None, task_id: str, event: Any) -> None:
     if stop is not None and isinstance(getattr(event, "iteration", None), int):
-        stop.steps[task_id] = event.iteration
+        stop.step(task_id, event.iteration)
 
 
 def build_llm(settings: RunSettings, credentials: Credentials | None = None) -> LlmClient:
