@@ -335,9 +335,9 @@ def test_the_process_starts_with_the_collector_paused_and_runs_with_it_on(
 
 def test_the_collector_is_on_again_after_a_usage_error(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["toy-agent", "--max-iterations", "0", "--task", "x"])
-    frozen = gc.get_freeze_count()  # the suite's own (tests/conftest.py)
+    frozen = gc.get_freeze_count()  # the suite's own (tests/conftest.py), less any freed since
     assert main() == 2
-    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    assert gc.isenabled() and gc.get_freeze_count() <= frozen  # main froze nothing more
     assert "--max-iterations" in capsys.readouterr().err
 
 
