@@ -39,7 +39,7 @@ if sys.dont_write_bytecode:
     sys.dont_write_bytecode = False
     if "PYTEST_XDIST_WORKER" not in os.environ:
         for _folder in ("toy_agent", "tests", "bench"):
-            compileall.compile_dir(Path(__file__).resolve().parents[1] / _folder, quiet=1)
+            compileall.compile_dir(Path(__file__).resolve().parents[1] / _folder, quiet=2)
 
 _SCRATCH = tempfile.mkdtemp(prefix="toy-agent-tests-")
 atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
