@@ -11,6 +11,8 @@ pointing at that file is all a test (and a `podman system service`) needs.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -20,7 +22,7 @@ import sysconfig
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -118,6 +120,32 @@ def root_tar(tar_path: Path, extra: dict[str, Path] | None = None) -> Path:
         for image_path, host_path in (extra or {}).items():
             tar.add(host_path, image_path.lstrip("/"), filter=leave_out)
     return tar_path
+
+
+_HELD = [0]  # how deep this process holds the engine's lock
+
+
+@contextlib.contextmanager
+def engine_held() -> Iterator[None]:
+    """The container engine for this test alone, across the xdist workers: a test that makes
+    containers, or reads all of them, runs inside it. The official harness lists every
+    container on the engine and inspects each, so a container another test removes in
+    between fails its report with "no such container". Reentrant within a process."""
+    if _HELD[0]:
+        _HELD[0] += 1
+        try:
+            yield
+        finally:
+            _HELD[0] -= 1
+        return
+    with open(Path(tempfile.gettempdir()) / "toy-agent-tests-engine.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _HELD[0] = 1
+        try:
+            yield
+        finally:
+            _HELD[0] = 0
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def conf_for(runtime: str, folder: Path) -> Path | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import container_helpers as containers
@@ -92,16 +93,19 @@ def podman_conf(tmp_path_factory) -> Path | None:
     problem = containers.build_image(containers.IMAGE, work)
     if problem:
         containers.unavailable(problem)
-    conf, problem = containers.podman_runs(work)
+    with containers.engine_held():
+        conf, problem = containers.podman_runs(work)
     if problem:
         containers.unavailable(problem)
     return conf
 
 
 @pytest.fixture
-def podman(podman_conf, monkeypatch) -> None:
+def podman(podman_conf, monkeypatch) -> Iterator[None]:
     if podman_conf is not None:
         monkeypatch.setenv("CONTAINERS_CONF", str(podman_conf))
+    with containers.engine_held():
+        yield
 
 
 def container_names(engine: str, task_id: str) -> list[str]:
@@ -136,13 +140,14 @@ def docker_on_podman(podman_conf, tmp_path, monkeypatch):
     service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket}"],
                                env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
     monkeypatch.setenv("DOCKER_HOST", f"unix://{socket}")
-    try:
-        wait_until(lambda: subprocess.run(["docker", "version"], capture_output=True)
-                   .returncode == 0, "podman's API answers the docker client")  # fmt: skip
-        yield
-    finally:
-        service.terminate()
-        service.wait(timeout=30)
+    with containers.engine_held():
+        try:
+            wait_until(lambda: subprocess.run(["docker", "version"], capture_output=True)
+                       .returncode == 0, "podman's API answers the docker client")  # fmt: skip
+            yield
+        finally:
+            service.terminate()
+            service.wait(timeout=30)
 
 
 @pytest.mark.slow

@@ -84,6 +84,39 @@ def build_images(data: dict, tmp_path: Path) -> list[str]:
     return names
 
 
+def run_harness(harness: Path, dataset: Path, preds: Path, conf: Path | None,
+                tmp_path: Path) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """swebench's `run_evaluation` against podman's Docker API on a socket of the test's own.
+    It lists every container on the engine and inspects each, so no other test's container
+    may come or go meanwhile (`engine_held`)."""
+    socket = tmp_path / "podman.sock"
+    service_env = containers.podman_env(containers.service_conf(conf, tmp_path))
+    with containers.engine_held():
+        service = subprocess.Popen(
+            ["podman", "system", "service", "--time=0", f"unix://{socket}"],
+            cwd=tmp_path, env=service_env, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            wait_until(socket.exists, "podman's Docker API listens")
+            return subprocess.run(
+                [sys.executable, str(harness), "--dataset_name", str(dataset),
+                 "--predictions_path", str(preds), "--run_id", "t", "--max_workers", "2",
+                 "--timeout", "300"],
+                cwd=tmp_path, env=dict(os.environ, DOCKER_HOST=f"unix://{socket}"),
+                capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+        finally:
+            service.terminate()
+            service.wait(timeout=60)
+            listed = subprocess.run(
+                ["podman", "ps", "--all", "--filter", "name=sweb.eval.benjaminp", "--quiet"],
+                capture_output=True, text=True,
+            ).stdout.split()  # fmt: skip
+            if listed:  # the harness stops its containers with the docker command, if any
+                subprocess.run(["podman", "rm", "--force", "--time", "0", *listed],
+                               capture_output=True)  # fmt: skip
+
+
 @pytest.fixture
 def harness(tmp_path: Path) -> Path:
     """The official harness's module, importable, or a skip saying how to install it."""
@@ -127,29 +160,7 @@ def test_the_official_harness_grades_a_batch_run_in_containers_as_the_batch_did(
     graded = [dict(i, image=name, eval_script=eval_script(i), **harness_fields)
               for i, name in zip(instances, images, strict=True)]  # fmt: skip
     dataset.write_text(json.dumps(graded))
-    socket = tmp_path / "podman.sock"
-    service_env = containers.podman_env(containers.service_conf(conf, tmp_path))
-    service = subprocess.Popen(
-        ["podman", "system", "service", "--time=0", f"unix://{socket}"],
-        cwd=tmp_path, env=service_env, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        wait_until(socket.exists, "podman's Docker API listens")
-        done = subprocess.run(
-            [sys.executable, str(harness), "--dataset_name", str(dataset), "--predictions_path",
-             str(out / "preds.jsonl"), "--run_id", "t", "--max_workers", "2", "--timeout", "300"],
-            cwd=tmp_path, env=dict(os.environ, DOCKER_HOST=f"unix://{socket}"),
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-    finally:
-        service.terminate()
-        service.wait(timeout=60)
-        listed = subprocess.run(
-            ["podman", "ps", "--all", "--filter", "name=sweb.eval.benjaminp", "--quiet"],
-            capture_output=True, text=True,
-        ).stdout.split()  # fmt: skip
-        if listed:  # the harness stops its containers with the docker command, when there is one
-            subprocess.run(["podman", "rm", "--force", "--time", "0", *listed], capture_output=True)
+    done = run_harness(harness, dataset, out / "preds.jsonl", conf, tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "scripted__m.t.json").read_text())
     assert report["resolved_ids"] == [IDS[0]], done.stdout[-3000:]
