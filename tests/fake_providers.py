@@ -294,14 +294,86 @@ def refusal(request: RecordedRequest, signed: Collection[str] = ()) -> Reply | N
     """The 400 today's API would answer `request` with, or None when it takes it."""
     body = request.body if isinstance(request.body, dict) else {}
     if request.path.rstrip("/").endswith("/messages"):
-        message = _claude_refusal(body, signed)
+        message = _claude_unanswered(body) or _claude_refusal(body, signed)
         return None if message is None else anthropic_error(400, message)
     if request.path.rstrip("/").endswith("/responses"):
-        message = _responses_refusal(body, signed)
+        message = _responses_unanswered(body) or _responses_refusal(body, signed)
+        return None if message is None else openai_error(400, message)
+    if request.path.rstrip("/").endswith("/chat/completions"):
+        message = _chat_unanswered(body)
         return None if message is None else openai_error(400, message)
     if ":generateContent" in request.path or ":streamGenerateContent" in request.path:
-        message = _gemini_refusal(body)
+        message = _gemini_unanswered(body) or _gemini_refusal(body)
         return None if message is None else gemini_error(400, message)
+    return None
+
+
+# Every API refuses a tool call the next message does not answer (the wordings are the
+# APIs' own, as users of Claude Code, gemini-cli, LiteLLM and the Agents SDK quote them).
+def _claude_unanswered(body: dict[str, Any]) -> str | None:
+    messages = body.get("messages") or []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if message.get("role") != "assistant" or not isinstance(content, list):
+            continue
+        ids = [b.get("id") for b in content if b.get("type") == "tool_use"]
+        following = messages[i + 1].get("content") if i + 1 < len(messages) else None
+        results = []
+        for block in following if isinstance(following, list) else ():  # results come first
+            if block.get("type") != "tool_result":
+                break
+            results.append(block.get("tool_use_id"))
+        missing = [str(id_) for id_ in ids if id_ not in results]
+        if missing:
+            return (
+                f"messages.{i}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message."
+            )
+    return None
+
+
+def _chat_unanswered(body: dict[str, Any]) -> str | None:
+    messages = body.get("messages") or []
+    for i, message in enumerate(messages):
+        if message.get("role") != "assistant" or not message.get("tool_calls"):
+            continue
+        answered = set()
+        for following in messages[i + 1 :]:
+            if following.get("role") != "tool":
+                break
+            answered.add(following.get("tool_call_id"))
+        missing = [str(c.get("id")) for c in message["tool_calls"] if c.get("id") not in answered]
+        if missing:
+            return (
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(missing)}"
+            )
+    return None
+
+
+def _gemini_unanswered(body: dict[str, Any]) -> str | None:
+    contents = body.get("contents") or []
+    for i, content in enumerate(contents):
+        calls = sum("functionCall" in p for p in content.get("parts") or ())
+        if content.get("role") != "model" or not calls:
+            continue
+        following = (contents[i + 1].get("parts") or ()) if i + 1 < len(contents) else ()
+        if sum("functionResponse" in p for p in following) != calls:
+            return (
+                "Please ensure that the number of function response parts is equal to the "
+                "number of function call parts of the function call turn."
+            )
+    return None
+
+
+def _responses_unanswered(body: dict[str, Any]) -> str | None:
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    outputs = {i.get("call_id") for i in items if i.get("type") == "function_call_output"}
+    for item in items:
+        if item.get("type") == "function_call" and item.get("call_id") not in outputs:
+            return f"No tool output found for function call {item.get('call_id')}."
     return None
 
 

@@ -425,14 +425,16 @@ class ReactAgent:
         observations: list[Observation] = []
         final_answer, tool_seconds = None, 0.0
         self._state.observer.new_step()
-        for action in parsed.actions:
-            if action.tool_name == "task_complete":
+        for index, action in enumerate(parsed.actions):
+            if _completes(action):
                 rejected = self._state.check.verdict(action, self.iteration)
                 observations += [rejected] if rejected else []  # the model is told, goes on
                 if rejected is None or not self._state.check.may_retry:
                     final_answer = self._final_answer(action.parameters)
+                else:  # the run goes on: each native call must have its result
+                    observations += map(_not_run, parsed.actions[index + 1 :])
                 break
-            observation, seconds = self._run_action(action)
+            observation, seconds = self._run_action(action)  # a task_complete with no result too
             observations.append(observation)
             tool_seconds += seconds
         if observations and parsed.notice:
@@ -569,11 +571,10 @@ class ReactAgent:
 
     @staticmethod
     def _final_answer(params: dict[str, Any]) -> str:
-        if "result" in params:
-            return str(params["result"])
-        if len(params) == 1:  # a model that names the parameter "answer" or "summary"
-            return str(next(iter(params.values())))
-        return json.dumps(params) if params else ""
+        answer = final_answer(params)
+        if answer is None:
+            raise ToolError(NO_RESULT)
+        return answer
 
     def _check_cancelled(self) -> None:
         if self._cancel.is_set():
@@ -594,6 +595,37 @@ class ReactAgent:
             subscriber(event)
 
 
+NO_RESULT = (
+    "task_complete needs a `result`: a short summary of what you did and the answer, e.g. "
+    '{"result": "Fixed the off-by-one in median(); the tests pass."}. Call it again with one.'
+)
+NOT_RUN = "Not run: task_complete came before it in the same reply."
+
+
+def final_answer(params: dict[str, Any]) -> str | None:
+    """What a task_complete call answers: its `result` (or its only parameter, for a model
+    that names it "answer" or "summary"; or all of them); None when it says nothing."""
+    if "result" in params:
+        value = params["result"]
+    else:
+        value = next(iter(params.values())) if len(params) == 1 else params or None
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if text.strip() else None
+
+
+def _completes(action: Action) -> bool:
+    """A task_complete that can end the run; one with unreadable arguments or no result runs
+    as a failed tool call, and the model is told what it lacks."""
+    return (action.tool_name == "task_complete" and not action.arguments_error
+            and final_answer(action.parameters) is not None)  # fmt: skip
+
+
+def _not_run(action: Action) -> Observation:
+    return Observation(action, f"Error: {NOT_RUN}", True)
+
+
 def _continued(history: Sequence[Message], task: Message, fmt: ActionFormat) -> list[Message]:
     """The earlier conversation, then the new task. Native tool calls the last run left
     unanswered (its task_complete, a call Ctrl-C stopped) get a result, and an assistant turn
@@ -605,9 +637,9 @@ def _continued(history: Sequence[Message], task: Message, fmt: ActionFormat) -> 
     format."""
     if not fmt.native_tools:
         return [*(_as_text(message, fmt) for message in history), task]
-    answered = {r.call_id for m in history for r in m.tool_results}
-    last = next((m for m in reversed(history) if m.role == "assistant"), None)
-    open_calls = [c for c in (last.tool_calls if last else ()) if c.id not in answered]
+    at = next((i for i in reversed(range(len(history))) if history[i].role == "assistant"), -1)
+    answered = {r.call_id for m in history[at + 1 :] for r in m.tool_results}  # ids may repeat
+    open_calls = [c for c in (history[at].tool_calls if at >= 0 else ()) if c.id not in answered]
     messages = list(history)
     if open_calls:
         results = tuple(ToolResult(c.id, c.name, UNANSWERED_CALL) for c in open_calls)
