@@ -127,3 +127,49 @@ def test_native_call_with_broken_json_arguments_is_answered_with_an_error(repo):
     tool_message = [m for m in server.requests[1].body["messages"] if m["role"] == "tool"][0]
     assert tool_message["tool_call_id"] == "call_x"
     assert "not a JSON object" in tool_message["content"]
+
+
+@pytest.mark.parametrize("provider", ["claude", "gemini", "openai"])
+def test_calls_after_a_task_complete_the_check_refused_are_each_answered(provider, repo):
+    """The check fails, so the run goes on: the read_file written after task_complete in the
+    same reply must get a result too, or the provider refuses the next request (the fakes
+    answer an unanswered call with each API's own 400)."""
+    reply = REPLY_BUILDERS[provider]
+    calls = (ToolCall("task_complete", {"result": "done"}, "call_a"),
+             ToolCall("read_file", {"path": "README.md"}, "call_b"))  # fmt: skip
+    with FakeProvider() as server:
+        server.enqueue(
+            reply("", tool_calls=calls),
+            reply("", tool_calls=(ToolCall("task_complete", {"result": "now"}, "call_c"),)),
+        )
+        agent = ReactAgent(client_for(provider, server), repo, tool_format="native",
+                           check="test -f done.txt", check_retries=1, max_iterations=3)  # fmt: skip
+        result = agent.run_result("finish")
+
+    assert result.outcome == "check_failed" and len(server.requests) == 2, result.error
+    expected = ["task_complete", "read_file"] if provider == "gemini" else ["call_a", "call_b"]
+    assert answered_call_ids(provider, server.requests[1].body) == expected
+    assert "Not run: task_complete came before it" in json.dumps(server.requests[1].body)
+    assert "# demo project" not in json.dumps(server.requests[1].body)  # it did not run
+
+
+def test_a_task_complete_with_no_result_is_a_failed_call_and_the_run_goes_on(repo):
+    with FakeProvider() as server:
+        server.enqueue(
+            anthropic_reply("", tool_calls=(ToolCall("task_complete", {}, "call_a"),)),
+            anthropic_reply(
+                "", tool_calls=(ToolCall("task_complete", {"result": None}, "call_b"),)
+            ),  # fmt: skip
+            anthropic_reply(xml_action("task_complete", result="")),
+            anthropic_reply(xml_action("task_complete", result="the summary")),
+        )
+        native = ReactAgent(client_for("claude", server), repo, tool_format="native",
+                            max_iterations=2).run_result("finish")  # fmt: skip
+        xml = ReactAgent(client_for("claude", server), repo, max_iterations=2).run_result("again")
+
+    assert native.outcome == "max_iterations" and native.result == ""
+    results = [b for m in server.requests[1].body["messages"] for b in m["content"]
+               if isinstance(b, dict) and b.get("type") == "tool_result"]  # fmt: skip
+    assert results[0]["is_error"] and "task_complete needs a `result`" in str(results[0])
+    assert xml.outcome == "completed" and xml.result == "the summary"
+    assert "task_complete needs a `result`" in json.dumps(server.requests[3].body)

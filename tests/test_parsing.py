@@ -605,3 +605,97 @@ def test_thought_text_is_the_same_however_the_reply_is_cut(tool_format):
         assert pieces.feed(reply[:cut]) + pieces.feed(reply[cut:]) + pieces.flush() == thought
     one_by_one = action_format.thought_filter()
     assert "".join(one_by_one.feed(c) for c in reply) + one_by_one.flush() == thought
+
+
+def xml_reply(text: str) -> ParsedResponse:
+    return XmlFormat().parse(LlmResponse(text), TOOLS)
+
+
+ACTION = '<ACTION><tool_name>list_files</tool_name><parameters>{"path": "src"}</parameters>'
+ACTION += "</ACTION>"
+
+
+@pytest.mark.parametrize(
+    "thought",
+    [
+        "Only at the end will I call <tool_name>task_complete</tool_name>.",
+        "An action looks like <ACTION>...</ACTION>; first I list.",
+        "I could <tool_name>write_file</tool_name><parameters>{}</parameters> but not yet.",
+    ],
+)
+def test_tags_a_closed_thought_mentions_are_its_text_and_the_action_is_the_one_after_it(thought):
+    parsed = xml_reply(f"<THOUGHT>{thought}</THOUGHT>\n{ACTION}")
+    assert parsed.thought == thought
+    assert parsed.actions == (Action("list_files", {"path": "src"}),)
+    assert parsed.dropped_actions == 0
+
+
+@pytest.mark.parametrize(
+    "literal", ["{'path': b'README.md'}", "{'path': 'a', 'lines': {1, 2}}", "{'n': 1j}",
+                "{'path': ...}", "{'path': float('nan')}"],
+)  # fmt: skip
+def test_python_literals_json_cannot_say_are_refused_not_passed_to_a_tool(literal):
+    with pytest.raises(ParseError, match="not valid JSON"):
+        xml_reply(
+            f"<ACTION><tool_name>read_file</tool_name><parameters>{literal}</parameters></ACTION>"
+        )
+    with pytest.raises(ParseError, match="not valid JSON"):
+        ReactFormat().parse(LlmResponse(f"Action: read_file\nAction Input: {literal}"), TOOLS)
+
+
+def test_a_python_literal_json_can_say_arrives_as_json_would():
+    literal = "{'path': 'a.py', 'range': (1, 2), 'ok': True}"
+    parsed = xml_reply(f"<tool_name>read_file</tool_name><parameters>{literal}</parameters>")
+    assert parsed.actions[0].parameters == {"path": "a.py", "range": [1, 2], "ok": True}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '<parameters type="json">{"path": "src"}</parameters>',
+        '<parameters format=json>{"path": "src"}</parameters>',
+        '{"path": "src"}',  # a bare object, no <parameters>
+        "<parameters>\n<path><![CDATA[src]]></path>\n</parameters>",
+    ],
+)
+def test_parameters_the_model_wrote_are_read_however_they_are_wrapped(body):
+    parsed = xml_reply(f"<ACTION><tool_name>list_files</tool_name>{body}</ACTION>")
+    assert parsed.actions[0].parameters == {"path": "src"}
+
+
+@pytest.mark.parametrize(
+    "body", ['<input>{"path": "src"}</input>', '<parameter name="path">src</parameter>', "src"]
+)
+def test_text_in_an_action_that_is_not_read_is_a_parse_error_naming_it(body):
+    with pytest.raises(ParseError, match="outside <tool_name> and <parameters>") as error:
+        xml_reply(f"<THOUGHT>t</THOUGHT><ACTION><tool_name>list_files</tool_name>{body}</ACTION>")
+    assert body[:20] in str(error.value)
+
+
+def test_cdata_in_a_child_element_is_unwrapped_and_its_text_kept_exactly():
+    content = 'if a < b and c > d:\n    print("ok")\n'
+    parsed = xml_reply("<ACTION><tool_name>write_file</tool_name><parameters><path>cmp.py</path>"
+                 f"<content><![CDATA[{content}]]></content></parameters></ACTION>")  # fmt: skip
+    assert parsed.actions[0].parameters == {"path": "cmp.py", "content": content}
+
+
+def test_a_second_action_without_action_tags_is_counted_as_dropped():
+    parsed = xml_reply("<THOUGHT>t</THOUGHT><tool_name>list_files</tool_name><parameters>{}"
+                       '</parameters><tool_name>write_file</tool_name><parameters>{"path": "n"}'
+                       "</parameters>")  # fmt: skip
+    assert parsed.actions == (Action("list_files", {}),) and parsed.dropped_actions == 1
+
+
+@pytest.mark.parametrize(
+    ("after", "parameters"),
+    [('{"path": "src"}', {"path": "src"}), ('```json\n{"path": "src"}\n```', {"path": "src"}),
+     ("", {})],
+)  # fmt: skip
+def test_react_parameters_under_the_action_line_without_a_label_are_read(after, parameters):
+    parsed = ReactFormat().parse(LlmResponse(f"Thought: t\nAction: list_files\n{after}"), TOOLS)
+    assert parsed.actions == (Action("list_files", parameters),)
+
+
+def test_react_prose_under_the_action_line_is_a_parse_error_naming_it():
+    with pytest.raises(ParseError, match="'I will wait for it.', which is not read"):
+        ReactFormat().parse(LlmResponse("Action: list_files\nI will wait for it."), TOOLS)

@@ -271,10 +271,24 @@ def _load_json(raw: str) -> Any:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # invalid escapes in a Python literal
-                return ast.literal_eval(raw)
+                value = ast.literal_eval(raw)
+            # only what JSON could have said: bytes, sets, complex numbers, `...` are refused
+            return json.loads(json.dumps(value, allow_nan=False))
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             pass
     raise first_error or json.JSONDecodeError("unreadable value", raw, 0)
+
+
+def _unlabelled(rest: str, where: str, mistake: str, how: str) -> Params:
+    """Parameters written where the format has no label for them (a bare JSON object in an
+    ACTION, on the line after `Action:`): read; any other text there is a mistake the model is
+    told of (`mistake` with the text, then `how`), never dropped."""
+    rest = rest.strip().removeprefix("```json").removeprefix("```").strip()
+    if not rest:
+        return {}
+    if rest.startswith("{"):
+        return _decode_object(rest, where)
+    raise ParseError(f"{mistake.format(_excerpt(rest, 0))}, which is not read. {how}")
 
 
 def _excerpt(text: str, pos: int) -> str:
@@ -361,6 +375,7 @@ def _react_tool(tool: ToolSpec, schema: str) -> str:
 # --- XML: <THOUGHT>...</THOUGHT><ACTION><tool_name/><parameters/></ACTION> ----------------
 
 _XML_WHERE = "The <parameters> of your ACTION"
+_XML_PARAMS = 'Put the parameters in <parameters>: <parameters>{"path": "src/app.py"}</parameters>.'
 _XML_EXAMPLE = """<THOUGHT>I need to see how the app starts.</THOUGHT>
 <ACTION><tool_name>read_file</tool_name><parameters>{"path": "src/app.py"}</parameters></ACTION>"""
 _XML_RULES = """Response format: your reasoning in <THOUGHT>...</THOUGHT>, then one action:
@@ -369,16 +384,19 @@ Then stop: the result comes back in an <OBSERVATION> (never write one yourself).
 JSON as is, no XML escaping. Example:
 """
 
-_THOUGHT = re.compile(
-    r"<thought\s*>(.*?)(?:</thought\s*>|(?=<action\s*>|<tool_name\s*>)|\Z)", re.I | re.S
-)
+# A closed THOUGHT ends at its </THOUGHT>, whatever tags it mentions (`I will call
+# <tool_name>task_complete</tool_name> at the end`); an unclosed one at the first action tag.
+_THOUGHT_CLOSED = re.compile(r"<thought\s*>(.*?)</thought\s*>", re.I | re.S)
+_THOUGHT = re.compile(r"<thought\s*>(.*?)(?=<action\s*>|<tool_name\s*>|\Z)", re.I | re.S)
 _ACTION_START_TAGS = ("action", "tool_name", "tool-name")  # a lost <ACTION> is tolerated
 _ACTION_OPEN = re.compile(r"<action\s*>|(?=<tool[_-]name\s*>)", re.I)
 _ACTION_TAG = re.compile(r"<action\s*>", re.I)
+_NAME_TAG = re.compile(r"<tool[_-]name\s*>", re.I)
+_NAME_CLOSE = re.compile(r"</(?:tool_name|tool-name|name)\s*>", re.I)
 _ACTION_CLOSE = re.compile(r"</action\s*>", re.I)
 _OBSERVATION = re.compile(r"<observation\b", re.I)
 _NAME = re.compile(r"<(?:tool_name|tool-name|name)\s*>([^<]*)", re.I)
-_PARAMS_OPEN = re.compile(r"<(parameters|params|arguments|args)\s*(/?)>", re.I)
+_PARAMS_OPEN = re.compile(r"<(parameters|params|arguments|args)\b[^<>]*?(/?)>", re.I)
 _CHILD_OPEN = re.compile(r"\s*<(\w+)\s*>")
 
 
@@ -390,7 +408,11 @@ def _child_elements(body: str) -> dict[str, Any]:
         close = body.find(f"</{tag.group(1)}>", tag.end())
         if close < 0:
             return {}
-        children[tag.group(1)] = body[tag.end() : close]
+        value = body[tag.end() : close]
+        inner = value.strip()
+        if inner.startswith("<![CDATA[") and inner.endswith("]]>"):
+            value = inner[9:-3]
+        children[tag.group(1)] = value
         pos = close + len(tag.group(1)) + 3
     return children if not body[pos:].strip() else {}
 
@@ -407,7 +429,8 @@ class XmlFormat(ActionFormat):
         text = response.text
         if not text.strip():
             raise ParseError("Your reply was empty. Answer with a <THOUGHT> and one <ACTION>.")
-        thought_m, first = _THOUGHT.search(text), _ACTION_OPEN.search(text)
+        thought_m = _THOUGHT_CLOSED.search(text) or _THOUGHT.search(text)
+        first = _ACTION_OPEN.search(text)
         thought, start = "", 0
         if thought_m and (first is None or thought_m.start() < first.start()):
             thought, start = thought_m.group(1).strip(), thought_m.end()
@@ -426,7 +449,8 @@ class XmlFormat(ActionFormat):
         action, end = self._action(text, action_m.end(), response.stop_reason)
         observation = _OBSERVATION.search(text, end)
         stop = observation.start() if observation else len(text)
-        dropped = len(_ACTION_TAG.findall(text, end, stop))
+        dropped = max(len(_ACTION_TAG.findall(text, end, stop)),
+                      len(_NAME_TAG.findall(text, end, stop)))  # fmt: skip
         return ParsedResponse(thought, (action,), dropped_actions=dropped)
 
     def _action(self, text: str, start: int, stop_reason: str) -> tuple[Action, int]:
@@ -452,6 +476,10 @@ class XmlFormat(ActionFormat):
             )
         end = max(end, name_m.end()) if name_m else end
         close = _ACTION_CLOSE.search(text, end)
+        if params_m is None and close and name_m:  # nothing the model wrote goes unread
+            rest = _NAME_CLOSE.sub("", text[start : name_m.start()] + text[end : close.start()])
+            parameters = _unlabelled(rest, _XML_WHERE, "Your <ACTION> holds {} outside "
+                                     "<tool_name> and <parameters>", _XML_PARAMS)  # fmt: skip
         return Action(name, parameters), close.end() if close else end
 
     def _parameters(self, text: str, tag: re.Match[str], stop_reason: str) -> tuple[Params, int]:
@@ -565,6 +593,7 @@ class _XmlThought(ThoughtFilter):
 # --- ReAct text: Thought: / Action: / Action Input: / Final Answer: -----------------------
 
 _REACT_WHERE = "The `Action Input` parameters"
+_REACT_PARAMS = 'Put the parameters after the label: Action Input: {"path": "src/app.py"}'
 _REACT_EXAMPLE = """Thought: I need to see how the app starts.
 Action: read_file
 Action Input: {"path": "src/app.py"}"""
@@ -653,7 +682,9 @@ class ReactFormat(ActionFormat):
         if not tool:
             raise ParseError("Your `Action:` line has no tool name, e.g. `Action: read_file`.")
         if following is None or _kind(following) != "actioninput":
-            return Action(tool, {}), name_end
+            parameters = _unlabelled("\n".join(lines[1:]), _REACT_WHERE, "Your `Action:` line "
+                                     "is followed by {}", _REACT_PARAMS)  # fmt: skip
+            return Action(tool, parameters), name_end
         parameters, end = self._input(text, following.end(), single.get(tool), tool, stop_reason)
         return Action(tool, parameters), end
 
