@@ -297,8 +297,9 @@ def refusal(request: RecordedRequest, signed: Collection[str] = ()) -> Reply | N
         message = _claude_unanswered(body) or _claude_refusal(body, signed)
         return None if message is None else anthropic_error(400, message)
     if request.path.rstrip("/").endswith("/responses"):
-        message = _responses_unanswered(body) or _responses_refusal(body, signed)
-        return None if message is None else openai_error(400, message)
+        if (message := _responses_unanswered(body)) is not None:
+            return openai_error(400, message)
+        return _responses_refusal(body, signed)
     if request.path.rstrip("/").endswith("/chat/completions"):
         message = _chat_unanswered(body)
         return None if message is None else openai_error(400, message)
@@ -456,30 +457,39 @@ def _gemini_refusal(body: dict[str, Any]) -> str | None:
     return None
 
 
-def _responses_refusal(body: dict[str, Any], signed: Collection[str]) -> str | None:
+def _responses_refusal(body: dict[str, Any], signed: Collection[str]) -> Reply | None:
     """OpenAI's Responses API: a reasoning item must be one it encrypted and be followed by
-    its output; a function call of a turn that reasoned must come after its reasoning item."""
+    its output; a function call of a turn that reasoned, sent with its item id, must come
+    after its reasoning item (a call without an id is not tied to one). A reasoning item
+    without encrypted_content is an item to look up, and this server keeps none: a 404, as
+    the API answers one under store: false."""
     items = [i for i in body.get("input") or [] if isinstance(i, dict)]
     seen: set[str] = set()
     for n, item in enumerate(items):
         kind, item_id = item.get("type"), str(item.get("id") or "")
         if kind == "reasoning":
-            if item.get("encrypted_content") != _base64_mac("reasoning", item_id):
-                return f"The encrypted content for item {item_id} could not be verified."
+            if not item.get("encrypted_content"):
+                unkept = (
+                    " Items are not persisted when `store` is set to false. Try again "
+                    "with `store` set to true, or remove this item from your input."
+                )
+                return openai_error(404, f"Item with id '{item_id}' not found."
+                                    + (unkept if body.get("store") is False else ""))  # fmt: skip
+            if item["encrypted_content"] != _base64_mac("reasoning", item_id):
+                return openai_error(
+                    400, f"The encrypted content for item {item_id} could not be verified."
+                )
             following = items[n + 1] if n + 1 < len(items) else {}
             if following.get("type") not in ("message", "function_call"):
-                return (
-                    f"Item '{item_id}' of type 'reasoning' was provided without its required "
-                    "following item."
-                )
+                return openai_error(400, f"Item '{item_id}' of type 'reasoning' was provided "
+                                    "without its required following item.")  # fmt: skip
             seen.add(item_id)
         if kind == "function_call" and item_id in signed:
             reasoning = "rs_" + item_id.removeprefix("fc_")
             if reasoning not in seen:
-                return (
-                    f"Item '{item_id}' of type 'function_call' was provided without its "
-                    f"required 'reasoning' item: '{reasoning}'."
-                )
+                return openai_error(400, f"Item '{item_id}' of type 'function_call' was "
+                                    f"provided without its required 'reasoning' item: "
+                                    f"'{reasoning}'.")  # fmt: skip
     return None
 
 

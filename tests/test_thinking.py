@@ -573,6 +573,58 @@ def test_the_responses_api_refuses_a_call_whose_reasoning_item_was_dropped(repo)
         str(result.error))  # fmt: skip
 
 
+def test_a_continued_responses_session_leaves_out_the_reasoning_item_redaction_unsigned(
+    repo, capsys, home
+):
+    """A summary that held a secret is redacted in the saved session, and its item loses its
+    encrypted_content: the next task of the session sends the turn without that item (a bare
+    one is a 404 under store: false) and its call without the id that would tie it to it."""
+    token = "ghp_" + "a1B2c3D4e5F6" * 3
+    with FakeProvider() as server:
+        env = server.env("openai")
+        server.enqueue(
+            responses_reply("Reading.", reasoning=f"The token is {token}.", turn=1,
+                            tool_calls=[ToolCall("read_file", {"path": "hello.py"}, "call_1")]),
+            responses_reply("", tool_calls=[ToolCall("task_complete", {"result": "a"}, "call_2")],
+                            reasoning="Done.", turn=2),
+            responses_reply("", tool_calls=[ToolCall("task_complete", {"result": "b"}, "call_3")],
+                            reasoning="Again.", turn=3),
+        )  # fmt: skip
+        args = ("--repo", str(repo), "--tool-format", "native", "-q", "--llm-provider", "openai",
+                "--openai-api", "responses", "--model", "gpt-5-mini")  # fmt: skip
+        first = run_main(capsys, "--task", "look", *args, env=env)
+        again = run_main(capsys, "--continue", "--task", "once more", *args, env=env)
+
+    assert (first.returncode, again.returncode) == (0, 0), again.stderr
+    [session] = (home / "state" / "toy-agent" / "sessions").glob("*.json")
+    assert token not in session.read_text()
+    sent = server.requests[2].body["input"]
+    kinds = [(i.get("type") or i.get("role"), i.get("id")) for i in sent]
+    assert ("reasoning", "rs_1") not in kinds and ("reasoning", "rs_2") in kinds
+    assert kinds[1:3] == [("assistant", None), ("function_call", None)]  # untied from rs_1
+    assert sent[2]["call_id"] == "call_1" and sent[1]["content"][0]["text"] == "Reading."
+    assert kinds[4:6] == [("reasoning", "rs_2"), ("function_call", "fc_2")]  # whole: signed
+
+
+def test_a_bare_reasoning_item_gets_the_apis_404_and_a_hint_that_is_not_the_model_name(repo):
+    class Bare(OpenAIResponsesLlmClient):  # sends each reasoning item without its content
+        def _body(self, request):
+            body = super()._body(request)
+            body["input"] = [{k: v for k, v in i.items() if k != "encrypted_content"}
+                             for i in body["input"]]  # fmt: skip
+            return body
+
+    with FakeProvider() as server:
+        server.enqueue(*responses_steps(False))
+        llm = Bare("k", "gpt-5-mini", base_url=server.url + "/v1", max_retries=0, environ={})
+        result = ReactAgent(llm, repo, tool_format="native").run_result("x")
+
+    assert result.outcome == "provider_error" and len(server.requests) == 2
+    error = str(result.error)
+    assert "404" in error and "Item with id 'rs_1' not found. Items are not persisted" in error
+    assert "check the model name" not in error and "start a new session" in error
+
+
 def test_openai_api_responses_is_a_flag_of_the_openai_provider_only(repo, capsys, home):
     with FakeProvider() as server:
         env = {**server.env("openai"), **server.env("claude")}

@@ -559,6 +559,10 @@ def _attempt_error(failure: _Failure) -> str:
     return f"HTTP {failure.status}: {failure.message}" if failure.status else failure.message
 
 
+# The Responses API's 404 for an item of the conversation it did not keep (store: false).
+_ITEM_NOT_FOUND = re.compile(r"\bItem with id '[^']*' not found")
+
+
 class _ProviderClient(LlmClient):
     """Retries, error messages and logging shared by the SDK-backed clients.
 
@@ -739,6 +743,11 @@ class _ProviderClient(LlmClient):
             404: f"check the model name ({self.model}) and the base URL ({self.base_url})",
         }
         message = failure.message
+        if failure.status == 404 and _ITEM_NOT_FOUND.search(message):  # not the model's 404
+            hints[404] = (
+                "the conversation sent back an item the API did not keep (toy_agent sends "
+                "store: false); start a new session instead of continuing this one"
+            )
         if failure.retryable and not failure.hint:  # the provider's trouble, not the settings'
             hints.setdefault(failure.status or 0, "try again later, or raise --max-retries")
         if failure.status == 400 and (named := [k for k in self.model_options if k in message]):
@@ -1426,7 +1435,7 @@ def to_responses_input(messages: Sequence[Message], model: str = "") -> list[dic
     for message in messages:
         if message.role == "assistant":
             if message.turn is not None and message.turn.fits("openai", model):
-                out += [dict(item) for item in message.turn.blocks]
+                out += _responses_echo(message.turn)
                 continue
             if message.content:
                 out.append({"role": "assistant", "content": message.content})
@@ -1445,6 +1454,32 @@ def to_responses_input(messages: Sequence[Message], model: str = "") -> list[dic
             out.append({"role": "user", "content": parts})
         elif message.content or not message.tool_results:
             out.append({"role": "user", "content": message.content})
+    return out
+
+
+def _responses_echo(turn: SignedTurn) -> list[dict[str, Any]]:
+    """The turn's output items as OpenAI sent them. A reasoning item whose encrypted_content
+    is gone (its summary held a secret and was redacted in the saved session) is left out:
+    under store: false nothing is kept at OpenAI, so the bare item would be answered with a
+    404 ("Item with id 'rs_…' not found"). The items that followed it go without their ids,
+    which would tie them to it ("Item 'fc_…' of type 'function_call' was provided without
+    its required 'reasoning' item"): as a turn of another model is rebuilt."""
+    out: list[dict[str, Any]] = []
+    orphaned = False  # the items since the last reasoning item lost theirs
+    for item in turn.blocks:
+        kind = item.get("type")
+        if kind == "reasoning":
+            orphaned = not item.get("encrypted_content")
+            if not orphaned:
+                out.append(dict(item))
+        elif not orphaned:
+            out.append(dict(item))
+        elif kind == "function_call":
+            out.append({k: item[k] for k in ("type", "call_id", "name", "arguments") if k in item})
+        elif kind == "message":
+            out.append({"role": item.get("role", "assistant"), "content": item.get("content")})
+        else:
+            out.append({k: v for k, v in item.items() if k != "id"})
     return out
 
 
