@@ -12,7 +12,7 @@ from fakes import ScriptedLlm, xml_action
 from toy_agent import ReactAgent
 from toy_agent.cli import main
 from toy_agent.messages import LlmResponse, Usage
-from toy_agent.pricing import CostLimitReached, CostMeter, Price, price_for
+from toy_agent.pricing import CostLimitReached, CostMeter, Price, meter_for, price_for
 from toy_agent.providers import PROVIDERS
 
 
@@ -64,6 +64,22 @@ def test_cached_prompt_tokens_are_priced_at_the_cached_rate():
     cost = Price(3.00, 15.00, 0.30).cost(Usage(1_000_000, 100_000, 400_000))
     assert cost == pytest.approx(1.80 + 0.12 + 1.50)
     assert Price(1.0, 2.0).cost(Usage(1_000_000, 0, 1_000_000)) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("price_input", "price_output", "expected"),
+    [(None, 15.0, Price(3.00, 15.00, 0.30, 3.75)), (None, 20.0, Price(3.00, 20.00, 0.30, 3.75)),
+     (2.0, None, Price(2.00, 15.00, 0.30, 3.75)), (2.0, 20.0, Price(2.00, 20.00, 0.30, 3.75))],
+)  # fmt: skip
+def test_price_flags_change_only_the_prices_they_name_and_keep_the_cache_prices(
+    price_input, price_output, expected
+):
+    price = meter_for("claude-sonnet-4-5", price_input=price_input, price_output=price_output).price
+    assert price == expected
+    # 1M prompt tokens written to Anthropic's cache cost the write price, never the input price
+    assert price.cost(Usage(1_000_000, 0, cache_write_tokens=1_000_000)) == pytest.approx(3.75)
+    # a model the table does not know has no cache prices: both flags, nothing else
+    assert meter_for("qwen2.5-coder", price_input=0.5, price_output=1.0).price == Price(0.5, 1.0)
 
 
 def test_the_meter_stops_before_the_call_that_would_exceed_the_limit():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from toy_agent.messages import Message, Usage
 from toy_agent.providers import Price, prices  # Price lives with the rows that hold prices
@@ -108,19 +109,21 @@ def meter_for(
     price_input: float | None = None,
     price_output: float | None = None,
 ) -> CostMeter:
-    """The meter for `model`: the table's price, or --price-input/--price-output over it,
-    and the --max-cost `limit`. Raises PriceError when a limit or one price has no price to
-    apply to."""
+    """The meter for `model`: the table's price, or --price-input/--price-output over it
+    (the table's cache read and cache write prices stay), and the --max-cost `limit`.
+    Raises PriceError when a limit or one price has no price to apply to."""
     price = price_for(model)
     if price_input is not None or price_output is not None:
         if price is None and (price_input is None or price_output is None):
             missing = "--price-input" if price_input is None else "--price-output"
             raise PriceError(f"no price is known for model {model!r}: give {missing} too")
         base = price or Price(price_input or 0.0, price_output or 0.0)
-        price = Price(
-            base.input if price_input is None else price_input,
-            base.output if price_output is None else price_output,
-            base.cached_input,
+        # Only what the flags name changes: the cache prices (a read, Anthropic's write)
+        # stay the table's, whichever of the two is given.
+        price = replace(
+            base,
+            input=base.input if price_input is None else price_input,
+            output=base.output if price_output is None else price_output,
         )
     if limit is not None and price is None:
         raise PriceError(
