@@ -373,6 +373,30 @@ def test_lint_strict_refuses_an_edit_that_breaks_the_file_and_leaves_it_as_it_wa
     assert result["files_changed"] == []
 
 
+@pytest.mark.parametrize("kind", ["over 8 MB", "hard-linked from outside"])
+def test_lint_strict_never_deletes_a_file_it_could_not_keep_and_says_the_edit_stands(
+    tmp_path, kind
+):
+    from toy_agent import ReactAgent  # noqa: PLC0415
+
+    repo = folder(tmp_path / "repo", {})
+    if kind == "over 8 MB":  # sparse: its size alone makes it too big to keep
+        with (repo / "big.py").open("wb") as f:
+            f.truncate(9 << 20)
+    else:
+        folder(tmp_path / "outside", {"big.py": "y = 2\n"})
+        (repo / "big.py").hardlink_to(tmp_path / "outside" / "big.py")
+    broken = "def broken(:\n    pass\n"
+    llm = ScriptedLlm(xml_action("write_file", path="big.py", content=broken),
+                      xml_action("task_complete", result="done"))  # fmt: skip
+    ReactAgent(llm, repo, lint="strict").run("rewrite")
+
+    assert (repo / "big.py").read_text() == broken  # the edit stands: nothing is deleted
+    told = llm.requests[1]["messages"][-1].content
+    assert "The edit was applied, and --lint strict could not undo it: big.py" in told
+    assert "is as it was" not in told and "line 1 (in function broken)" in told
+
+
 def test_lint_off_checks_nothing(capsys, tmp_path):
     edit = {"path": "calc.py", "old_str": "return a + b", "new_str": "return (a + b"}
     observation, _, _ = edited(capsys, tmp_path, {"calc.py": CALC_PY}, edit, "--lint", "off")

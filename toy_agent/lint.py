@@ -85,6 +85,7 @@ class EditCheck:
     errors: tuple[Finding, ...] = ()
     lint: tuple[Finding, ...] = ()
     refused: bool = False  # --lint strict put the file back
+    kept_because: str = ""  # why --lint strict could not put the file back (the edit stands)
 
     def note(self) -> str:
         """The observation's last paragraph; '' when the edit introduced nothing."""
@@ -96,6 +97,10 @@ class EditCheck:
         if self.lint:
             parts.append(_count(len(self.lint), "new linter finding") + ": " + _listed(self.lint))
         what = "; and ".join(parts)
+        if self.kept_because:
+            return (f"The edit was applied, and --lint strict could not undo it: {self.path} "
+                    f"{self.kept_because}, so its old content was not kept; it introduced "
+                    f"{what}\nFix the error with another edit.")  # fmt: skip
         if self.refused:
             return (f"The edit was not applied (--lint strict): {self.path} is as it was, "
                     f"because the change would have introduced {what}\nSend the change again "
@@ -104,15 +109,17 @@ class EditCheck:
 
     def observed(self, content: str | ToolOutput) -> tuple[str | ToolOutput, bool]:
         """The tool's observation with what this edit introduced (the edit's own text first),
-        and whether it is an error: a refused edit (--lint strict) is the note alone."""
+        and whether it is an error: a refused edit (--lint strict) is the note alone, and
+        one strict could not undo is an error with the edit's own text."""
         note = self.note()
         if not note:
             return content, False
         if self.refused:
             return note, True
+        broken = bool(self.kept_because)  # strict could not keep its promise: an error
         if isinstance(content, ToolOutput):
-            return replace(content, text=f"{content.text}\n\n{note}"), False
-        return f"{content}\n\n{note}", False
+            return replace(content, text=f"{content.text}\n\n{note}"), broken
+        return f"{content}\n\n{note}", broken
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "refused": self.refused,
@@ -299,6 +306,8 @@ class EditChecker:
     commands: tuple[LintCommand, ...] = ()
     _seen: dict[str, list[Finding] | None] = field(default_factory=dict)
     _linted: dict[tuple[str, str, str], list[Finding]] = field(default_factory=dict)
+    # files whose bytes `before` found but could not keep, and why: these are never put back
+    _unkept: dict[str, str] = field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
@@ -324,9 +333,19 @@ class EditChecker:
         )
 
     def before(self, rel: str) -> bytes | None:
-        """The file's bytes before a change (None: missing or not readable); the user's
+        """The file's bytes before a change (None: missing or not kept); the user's
         linter runs on it now, unless its findings on these bytes are remembered."""
-        data = self._read(rel)
+        from toy_agent.files import DIFF_MAX_BYTES, file_state
+
+        state = file_state(self.tools.repo_path, rel, self.tools.links)
+        data = None if state.linked_outside else state.data
+        self._unkept.pop(rel, None)
+        if data is None and state.digest is not None:  # it exists, but what it holds is lost
+            self._unkept[rel] = (
+                "was hard-linked from outside the repository" if state.linked_outside
+                else f"is over {DIFF_MAX_BYTES >> 20} MB" if state.too_big
+                else f"could not be read ({state.digest.strip('<>')})"
+            )  # fmt: skip
         for command in (c for c in self.commands if c.matches(rel)):
             self._lint(command, rel, data)
         return data
@@ -339,10 +358,13 @@ class EditChecker:
         lint: list[Finding] = []
         for command in (c for c in self.commands if c.matches(rel)):
             lint += _new(self._lint(command, rel, old), self._lint(command, rel, new))
-        refused = bool(errors) and self.mode == "strict"
-        if refused:
-            self._restore(rel, old)
-        return EditCheck(rel, tuple(errors), tuple(lint), refused)
+        if not errors or self.mode != "strict":
+            return EditCheck(rel, tuple(errors), tuple(lint))
+        unkept = self._unkept.get(rel, "")
+        if unkept:  # putting back None would delete a file we could not read back: leave it
+            return EditCheck(rel, tuple(errors), tuple(lint), kept_because=unkept)
+        self._restore(rel, old)
+        return EditCheck(rel, tuple(errors), tuple(lint), refused=True)
 
     def _read(self, rel: str) -> bytes | None:
         from toy_agent.files import file_state
@@ -380,7 +402,7 @@ class EditChecker:
     def _restore(self, rel: str, data: bytes | None) -> None:
         from toy_agent.files import write_at
 
-        if data is None:
+        if data is None:  # the file did not exist (`after` never restores one it could not keep)
             (self.tools.repo_path / rel).unlink(missing_ok=True)
         else:
             write_at(self.tools.repo_path, rel, data)
