@@ -304,7 +304,8 @@ def refusal(request: RecordedRequest, signed: Collection[str] = ()) -> Reply | N
         message = _chat_unanswered(body)
         return None if message is None else openai_error(400, message)
     if ":generateContent" in request.path or ":streamGenerateContent" in request.path:
-        message = _gemini_unanswered(body) or _gemini_refusal(body)
+        model = re.search(r"/models/([^/:]+):", request.path)
+        message = _gemini_unanswered(body) or _gemini_refusal(body, model[1] if model else "")
         return None if message is None else gemini_error(400, message)
     return None
 
@@ -426,7 +427,15 @@ def _claude_refusal(body: dict[str, Any], signed: Collection[str]) -> str | None
 _NO_SIGNATURE = (b"skip_thought_signature_validator", b"context_engineering_is_the_way_to_go")
 
 
-def _gemini_refusal(body: dict[str, Any]) -> str | None:
+# Gemini 2.0 and 1.x do not think: any thinkingConfig is refused, includeThoughts alone too.
+_GEMINI_NO_THINKING = re.compile(r"gemini-(?:1(?:\.\d+)?|2\.0)(?![\d.])")
+
+
+def _gemini_refusal(body: dict[str, Any], model: str = "") -> str | None:
+    config = body.get("generationConfig") or {}
+    if _GEMINI_NO_THINKING.match(model) and ("thinkingConfig" in config
+                                             or "thinking_config" in config):  # fmt: skip
+        return f"Thinking is not enabled for models/{model}"
     contents = body.get("contents") or []
     turn_starts = 0  # the current turn starts at the last user text (not at function results)
     for i, content in enumerate(contents):

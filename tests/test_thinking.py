@@ -279,6 +279,40 @@ def test_gemini_effort_is_its_thinking_level_or_budget_and_options_join_the_conf
     assert (config["temperature"], config["maxOutputTokens"]) == (0.2, 999)
 
 
+@pytest.mark.parametrize("model", ["gemini-2.0-flash", "gemini-2.0-flash-lite-001",
+                                   "gemini-1.5-pro"])  # fmt: skip
+def test_a_gemini_model_that_does_not_think_is_asked_for_no_thinking(model, repo):
+    """--show-thinking (on by default with the live view) asks a thinking model for its
+    summaries; Gemini 2.0 and 1.5 refuse any thinkingConfig, so they are asked nothing."""
+    with FakeProvider() as server:
+        server.enqueue(gemini_reply("", tool_calls=[ToolCall("task_complete", {"result": "ok"})]),
+                       gemini_reply("hi"))  # fmt: skip
+        llm = create_llm_client("gemini", model=model, show_thinking=True, max_retries=0,
+                                environ=server.env("gemini"))  # fmt: skip
+        result = ReactAgent(llm, repo, tool_format="native").run_result("x")
+        thinking = create_llm_client("gemini", model="gemini-2.5-flash", show_thinking=True,
+                                     max_retries=0, environ=server.env("gemini"))  # fmt: skip
+        thinking.call_llm("sys", [Message("user", "hi")])
+
+    assert result.outcome == "completed", result.error
+    assert "thinkingConfig" not in server.requests[0].body.get("generationConfig", {})
+    assert "thinkingConfig" in server.requests[1].body["generationConfig"]  # 2.5 still asked
+
+
+def test_effort_on_a_gemini_model_that_does_not_think_is_a_usage_error(repo, capsys, home):
+    with FakeProvider() as server:
+        done = run_main(capsys, "--task", "x", "--repo", str(repo), "--llm-provider", "gemini",
+                        "--model", "gemini-2.0-flash", "--effort", "low",
+                        env=server.env("gemini"))  # fmt: skip
+        with pytest.raises(LlmConfigError, match="--effort: gemini-1.5-pro does not think"):
+            create_llm_client("gemini", model="gemini-1.5-pro", effort="high",
+                              environ=server.env("gemini"))  # fmt: skip
+
+    assert done.returncode == 2 and server.requests == []  # refused before anything was sent
+    (line,) = done.stderr.strip().splitlines()
+    assert "--effort: gemini-2.0-flash does not think" in line and "remove the option" in line
+
+
 def test_model_options_reach_the_body_as_named(tmp_path):
     with FakeProvider() as server:
         server.enqueue(openai_reply("hi"), anthropic_reply("hi"))

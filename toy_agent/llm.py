@@ -1186,13 +1186,24 @@ def from_gemini_response(data: dict[str, Any]) -> LlmResponse:
 
 
 # Gemini's thinking controls by generation (ai.google.dev/gemini-api/docs/thinking, 2026-11):
-# Gemini 3 and later take a thinking level, 2.5 a budget of tokens.
+# Gemini 3 and later take a thinking level, 2.5 a budget of tokens; 2.0 and 1.x do not think
+# and refuse any thinkingConfig, includeThoughts alone too ("Thinking is not enabled for
+# models/gemini-2.0-flash"; googleapis/js-genai#681).
 _GEMINI_LEVELS = re.compile(r"gemini-(?:[3-9]|\d\d)")
+_GEMINI_NO_THINKING = re.compile(r"gemini-(?:1(?:\.\d+)?|2\.0)(?![\d.])")
 GEMINI_BUDGETS = {"low": 1024, "medium": 8192, "high": 24576}  # --effort on Gemini 2.5
 
 
+def gemini_thinks(model: str) -> bool:
+    """Whether `model` takes a thinkingConfig (Gemini 2.5 and later, and unknown names)."""
+    return not _GEMINI_NO_THINKING.search(model.lower())
+
+
 def gemini_thinking(model: str, effort: str | None, show: bool) -> dict[str, Any]:
-    """The thinking_config that carries --effort and the wish to see thought summaries."""
+    """The thinking_config that carries --effort and the wish to see thought summaries: none
+    for a model that does not think (the client refuses --effort for one before it starts)."""
+    if not gemini_thinks(model):
+        return {}
     config: dict[str, Any] = {"include_thoughts": True} if show else {}
     if effort and _GEMINI_LEVELS.search(model.lower()):
         config["thinking_level"] = effort
@@ -1244,6 +1255,11 @@ class GeminiLlmClient(_ProviderClient):
         return data
 
     def _check_options(self) -> None:
+        if self.effort and not gemini_thinks(self.model):
+            raise LlmConfigError(
+                f"--effort: {self.model} does not think (Gemini 2.0 and 1.5 take no thinking "
+                "config): remove the option, or use gemini-2.5-flash or later"
+            )
         if not self.model_options:
             return  # and the SDK need not be loaded yet
         from google.genai import types
