@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import email.utils
 import json
+import shutil
 import subprocess
 import sys
 import time
 
 import pytest
+from fakes import folder, write_replay, xml_action
 
+from toy_agent.cli import main
 from toy_agent.llm import (
     GEMINI_NO_SIGNATURE,
     MAX_RETRY_WAIT,
@@ -401,3 +404,38 @@ def test_openai_stream_chunks_join_tool_arguments_by_index():
         4,
     )
     json.dumps(merged)  # stays plain JSON, so DEBUG logging can print it
+
+
+# --- replay ----------------------------------------------------------------------------------
+
+
+def test_a_recording_replays_on_a_copy_elsewhere_though_its_observations_name_the_repo(
+    tmp_path, capsys, home
+):
+    """README: record with --trajectory, replay with --replay on a copy of the repository. An
+    observation that names the repository's root names the copy's in the replay: the same."""
+    repo = folder(tmp_path / "repo", {"hello.py": "print('hi')\n"})
+    outside = tmp_path / "notes.txt"
+    script = write_replay(
+        tmp_path / "script.json",
+        xml_action("read_file", path=str(outside)),  # refused: outside the repository (ROOT)
+        xml_action("read_file", path="hello.py"),
+        xml_action("task_complete", result="read"),
+    )
+    run = tmp_path / "run.json"
+    args = ["--task", "read", "--output", "json", "--llm-provider", "replay"]
+    assert main([*args, "--repo", str(repo), "--replay", str(script),
+                 "--trajectory", str(run)]) == 0  # fmt: skip
+    recorded = json.loads(run.read_text())
+    assert f"outside the repository ({repo})" in recorded["steps"][0]["observations"][0]["content"]
+    capsys.readouterr()
+
+    copy = shutil.copytree(repo, tmp_path / "elsewhere" / "copy")
+    code = main([*args, "--repo", str(copy), "--replay", str(run)])
+    result = json.loads(capsys.readouterr().out)
+
+    assert (code, result["outcome"]) == (0, "completed"), result.get("error")
+    # still a check: an observation that differs in more than the root is a divergence
+    (copy / "hello.py").write_text("print('bye')\n")
+    assert main([*args, "--repo", str(copy), "--replay", str(run)]) == 1
+    assert json.loads(capsys.readouterr().out)["outcome"] == "replay_diverged"

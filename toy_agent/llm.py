@@ -163,12 +163,16 @@ class ReplayLlmClient(LlmClient):
 
     It answers in order. Before each reply after the first it checks that the observations
     it was sent match the recorded ones (timings aside): at the first difference it raises
-    ReplayDiverged, unless `lenient`, which replays whatever happens.
+    ReplayDiverged, unless `lenient`, which replays whatever happens. `repo` is the repository
+    the replay runs in: where an observation names it, the recording named its own (a replay
+    on a copy elsewhere), and the two are compared as the same.
     """
 
     provider = "replay"
 
-    def __init__(self, trajectory_path: str | Path, *, lenient: bool = False):
+    def __init__(
+        self, trajectory_path: str | Path, *, lenient: bool = False, repo: str | Path | None = None
+    ):
         path = Path(trajectory_path)
         try:
             recording = read_trajectory(path)
@@ -187,6 +191,9 @@ class ReplayLlmClient(LlmClient):
         self._image_types = frozenset(map(str, image_types if isinstance(image_types, list)
                                                else ()))  # fmt: skip
         self.lenient = lenient
+        recorded_repo = recording.settings.get("repo")
+        self._recorded_repo = recorded_repo if isinstance(recorded_repo, str) else None
+        self.repo = repo  # set by the caller that knows it, when not given here
         self._next = 0
 
     @property
@@ -218,11 +225,15 @@ class ReplayLlmClient(LlmClient):
     def _check_observations(self, step: int, sent: Message | None) -> None:
         """Step `step` (counting from 1) ended with the recorded observations in the message
         sent now; the first one that is not there, timings aside, means the run diverged."""
+        # The repository's root, where an observation names it, is the same place in both
+        # runs (when both are known: the recording's settings and the caller say where).
+        known = self._recorded_repo and self.repo is not None
+        roots = (self._recorded_repo, str(self.repo)) if known else (None, None)
         now = _normalise("" if sent is None else sent.content + "".join(
-            r.content for r in sent.tool_results))  # fmt: skip
-        for recorded in self._observations[step - 1]:
-            if _normalise(recorded) not in now:
-                line, then, today = first_difference(_normalise(recorded), now)
+            r.content for r in sent.tool_results), roots[1])  # fmt: skip
+        for recorded in (_normalise(o, roots[0]) for o in self._observations[step - 1]):
+            if recorded not in now:
+                line, then, today = first_difference(recorded, now)
                 raise ReplayDiverged(
                     f"the replay left the recording at step {step}: the tools answered "
                     f"differently, first in line {line} of the observation. Recorded: "
@@ -259,7 +270,10 @@ def _around(text: str, point: int, context: int) -> str:
 _TIMING = re.compile(r"\b\d+(?:\.\d+)?s\b")
 
 
-def _normalise(text: str) -> str:
+def _normalise(text: str, repo: str | None = None) -> str:
+    """`text` with its timings, and the repository root `repo` where it names it, masked."""
+    if repo and repo.strip("/"):  # "/" would be every slash
+        text = text.replace(repo.rstrip("/"), "<repo>")
     return _TIMING.sub("<t>s", text)
 
 
