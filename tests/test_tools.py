@@ -486,6 +486,34 @@ def test_execute_rejects_bad_calls_precisely(
         tools.execute(name, params)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("name", "params", "what"),
+    [
+        ("read_file", {"path": "\ud800.txt"}, "path"),
+        ("get_file_info", {"path": "src/\udfff"}, "path"),
+        ("list_files", {"path": "\ud800"}, "path"),
+        ("write_file", {"path": "\ud800.txt", "content": "x"}, "path"),
+        ("edit_file", {"path": "\ud800.txt", "old_str": "x", "new_str": "y"}, "path"),
+        ("search_in_files", {"pattern": "x", "path": "\ud800"}, "path"),
+        ("search_in_files", {"pattern": "main\ud800"}, "pattern"),
+        ("search_in_files", {"pattern": "main", "file_pattern": "*.py\ud800"}, "file_pattern"),
+    ],
+)  # fmt: skip
+def test_a_lone_surrogate_in_a_path_or_pattern_is_an_observation_not_a_crash(
+    tools: CodeRepositoryTools, repo: Path, name: str, params: dict[str, str], what: str
+) -> None:
+    with pytest.raises(ToolError, match=f"^{what} is not valid text: it holds a lone surrogate"):
+        tools.execute(name, params)
+    assert sorted(p.name for p in repo.iterdir()) == ["README.md", "src"]  # nothing written
+
+
+def test_a_name_with_an_undecodable_byte_is_still_reached_by_its_surrogate_escape(
+    tools: CodeRepositoryTools, repo: Path
+) -> None:
+    write(repo, os.fsdecode(b"caf\xff.txt"), "bytes in the name\n")
+    assert "bytes in the name" in tools.read_file(os.fsdecode(b"caf\xff.txt"))  # os.listdir's
+
+
 def test_execute_refuses_commands_unless_allowed(tools: CodeRepositoryTools) -> None:
     with pytest.raises(ToolError, match="--allow-commands"):
         tools.execute("run_command", {"command": "echo hi"})

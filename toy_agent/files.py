@@ -69,6 +69,21 @@ class ToolRefusal(ToolError):
     own files): the agent marks the observation `refused` rather than a plain error."""
 
 
+def invalid_text(what: str, value: str) -> str | None:
+    """Why `value` (a path or pattern the model gave) is not valid text, or None. A lone
+    surrogate (JSON's "\\ud800") names no file and no file holds it: the file system and a
+    child's argv cannot even encode it. The surrogate escapes of undecodable name bytes
+    (U+DC80-U+DCFF, as os.listdir gives them) are encodable and pass."""
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        return (f"{what} is not valid text: it holds a lone surrogate ({ascii(bad)[1:-1]}, "
+                f"at character {exc.start + 1}), half of a pair that no file name or file "
+                "holds; write the character itself.")  # fmt: skip
+    return None
+
+
 # --------------------------------------------------------------------------------- descriptors
 def open_dir(
     root: Path, parts: tuple[str, ...], *, created: list[tuple[str, ...]] | None = None

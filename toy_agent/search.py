@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toy_agent import cuts
-from toy_agent.files import open_regular_fd
+from toy_agent.files import invalid_text, open_regular_fd
 from toy_agent.messages import shown_path
 from toy_agent.tree import NOISE_DIRS as NOISE_DIRS
 from toy_agent.tree import Listing as Listing
@@ -118,6 +118,9 @@ def search(
     `pattern` is a Python regex unless `literal`; the caller checks it compiles. `backend` is
     "auto" or one of SEARCH_BACKENDS; `tree` the walk to use (a new one if None). Raises
     SearchError."""
+    for what, text in (("pattern", pattern), ("file_pattern", file_pattern or "")):
+        if why := invalid_text(what, text):  # grep and rg could not even be given it
+            raise SearchError(why)
     kind = file_kind(top.stat().st_mode)
     if kind == "file":
         files = _Replayable(iter([_rel(root, top)]))

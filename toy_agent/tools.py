@@ -48,6 +48,7 @@ from toy_agent.files import (
     encode_text,
     existing_format,
     file_state,
+    invalid_text,
     open_dir,
     open_regular,
     pieces,
@@ -649,6 +650,8 @@ class CodeRepositoryTools:
         """The real path for `path`, refused unless it stays inside the repository."""
         if "\0" in path:
             raise ToolError("path contains a NUL character.")
+        if why := invalid_text("path", path):
+            raise ToolError(why)
         raw = Path(path.strip() or ".")
         if "\\" in path and not os.path.lexists(self.repo_path / raw):
             raw = self._named_by_escapes(path.strip()) or raw
