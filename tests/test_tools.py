@@ -473,6 +473,8 @@ def test_execute_dispatches_and_coerces_numeric_strings(tools: CodeRepositoryToo
          r"path, start_line \(optional\), end_line \(optional\)"),
         ("read_file", {"path": "a", "start_line": "ten"}, "must be an integer, got 'ten'"),
         ("read_file", {"path": "a", "start_line": True}, "must be an integer"),
+        ("read_file", {"path": "a", "start_line": "9" * 5000}, "'start_line' of read_file must "
+         "be an integer, got '9999"),
         ("write_file", {"path": "a", "content": {"k": 1}}, "must be a string, got an object"),
         ("read_file", ["a"], "must be a JSON object"),
         ("delete_file", {}, "Unknown tool 'delete_file'. Local tools: list_files, read_file"),

@@ -1295,7 +1295,8 @@ def _as_json_type(tool: str, pname: str, value: Any, kind: str, prop: dict[str, 
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
-            return int(value)
+            with contextlib.suppress(ValueError):  # past Python's 4,300-digit limit
+                return int(value)
         raise ToolError(f"Parameter '{pname}' of {tool} must be an integer, got {_short(value)}.")
     if kind == "number":
         if number:
