@@ -154,6 +154,20 @@ def test_a_file_pattern_expanding_to_too_many_globs_is_refused_at_once(tmp_path:
         finishes(lambda: tools.search_in_files("needle", file_pattern="{a,b}" * 30 + ".py"))
 
 
+@pytest.mark.parametrize(
+    "file_pattern", [".github/workflows/*.yml", "./.github/**/*.yml", "././.github/*/ci.yml"]
+)
+def test_a_file_pattern_naming_a_hidden_folder_keeps_its_dot(tmp_path: Path, file_pattern: str):
+    write(tmp_path, ".github/workflows/ci.yml", "run: pytest\n")
+    write(tmp_path, "github/workflows/ci.yml", "run: pytest\n")  # not what was named
+    tools = CodeRepositoryTools(tmp_path)
+
+    out = tools.search_in_files("pytest", path=".github", file_pattern=file_pattern)
+    assert out.startswith("1 match in 1 file") and ".github/workflows/ci.yml" in out
+    out = tools.search_in_files("pytest", file_pattern=file_pattern)  # .github not walked
+    assert out.startswith("No matches")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_files_named_like_options_or_standard_input_are_searched(tmp_path: Path, backend: str):

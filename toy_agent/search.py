@@ -74,7 +74,8 @@ def _glob_matcher(file_pattern: str) -> Callable[[str], bool]:
         raise SearchError("file_pattern is empty.")
     globs += [g.replace("**/", "") for g in globs if "**/" in g]
     by_name = [fnmatch.translate(g) for g in globs if "/" not in g]
-    by_path = [fnmatch.translate(g.lstrip("./")) for g in globs if "/" in g]
+    # "./src/*.py" is "src/*.py"; only whole "./" go: ".github/*" keeps its dot
+    by_path = [fnmatch.translate(re.sub(r"^(\./)+", "", g)) for g in globs if "/" in g]
     name_rx = re.compile("|".join(by_name) or "(?!)", re.IGNORECASE)
     path_rx = re.compile("|".join(by_path) or "(?!)", re.IGNORECASE)
     return lambda rel: bool(name_rx.match(rel.rsplit("/", 1)[-1]) or path_rx.match(rel))
