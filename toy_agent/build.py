@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toy_agent.agent import Confirm, ReactAgent
-from toy_agent.llm import AdaptedClient, LlmClient, client_for
+from toy_agent.llm import AdaptedClient, LlmClient, ReplayLlmClient, client_for
 from toy_agent.mcp_tools import McpTools
 from toy_agent.pricing import CostMeter, Price, meter_for
 from toy_agent.providers import REPLAY
@@ -90,6 +90,8 @@ def build_agent(
     permissions ask (None: what would ask is refused); `session` names the session the hooks
     report."""
     agent = settings.agent
+    if isinstance(llm, ReplayLlmClient):  # an observation naming the repository names this one
+        llm.repo = tools.repo_path
     hooks = agent.hooks
     if hooks is not None and session is not None:
         hooks = replace(hooks, session=session)

@@ -101,7 +101,6 @@ def _run_agent(
         TrajectoryRecorder,
         run_diff,
     )
-    from toy_agent.llm import ReplayLlmClient
     from toy_agent.messages import visible
     from toy_agent.permissions import Permissions
     from toy_agent.plans import carry_out_task, save_plan
@@ -124,8 +123,6 @@ def _run_agent(
     confirm = None  # a plan carried out may ask, and so may a session after /plan
     if permissions.may_ask(tools.allow_commands) or task is None or permissions.mode == "plan":
         confirm = make_confirm(tools, view.ask if view and sys.stdin.isatty() else _ask)
-    if isinstance(llm, ReplayLlmClient):  # an observation naming the repository names this one
-        llm.repo = tools.repo_path
     try:
         agent = build_agent(settings, llm, tools, mcp, redactor=redactor,
                             subscribers=subscribers, confirm=confirm, instructions=instructions,
