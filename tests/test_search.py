@@ -283,6 +283,47 @@ def test_binary_files_are_judged_alike_when_hundreds_of_files_match(
     ]  # fmt: skip
 
 
+def test_the_python_backend_stops_reading_a_binary_at_its_first_block(tmp_path: Path) -> None:
+    """A sparse terabyte of NULs: read whole (as it was), it cannot even be allocated."""
+    write(tmp_path, "app.py", "print('handler')\n")
+    with (tmp_path / "data.bin").open("wb") as f:
+        f.truncate(1 << 40)
+    out = finishes(lambda: search(tmp_path, "python", "handler"))
+    assert out.splitlines() == [
+        "1 match in 1 file for 'handler' (2 files under .):", "app.py", "  1: print('handler')"
+    ]  # fmt: skip
+
+
+def test_the_python_backend_holds_no_more_than_a_block_and_a_capped_line(tmp_path: Path) -> None:
+    from toy_agent.search import PYTHON_BLOCK_BYTES, PYTHON_LINE_MAX_BYTES, _line_blocks
+
+    long_line = b"x" * (PYTHON_LINE_MAX_BYTES + 3 * PYTHON_BLOCK_BYTES) + b" hit\r\n"
+    write(tmp_path, "long.txt", b"first hit\n" + long_line + b"hit after\n")
+    fd = os.open(tmp_path / "long.txt", os.O_RDONLY)
+    try:
+        sizes = [len(block) for block in _line_blocks(fd)]
+    finally:
+        os.close(fd)
+    assert max(sizes) <= PYTHON_LINE_MAX_BYTES + PYTHON_BLOCK_BYTES
+    # the lines after an overlong one keep their numbers
+    out = search(tmp_path, "python", "^(first|hit)")
+    assert out.splitlines()[1:] == ["long.txt", "  1: first hit", "  3: hit after"]
+
+
+def test_the_python_backend_ends_lines_alike_across_its_blocks(tmp_path: Path) -> None:
+    """A CRLF split between two reads is one line end; a lone CR there is one too."""
+    from toy_agent.search import PYTHON_BLOCK_BYTES as BLOCK
+
+    data = b"x" * (BLOCK - 1) + b"\r\nhit one\r\n"  # the CR ends the first read
+    data += b"y" * (2 * BLOCK - 1 - len(data)) + b"\rhit two\n"  # a lone CR ends the second
+    write(tmp_path, "ends.txt", data)
+    out = search(tmp_path, "python", "^hit")
+    assert out.splitlines() == [
+        "2 matches in 1 file for '^hit' (1 file under .):", "ends.txt", "  2: hit one",
+        "  4: hit two",
+    ]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_long_lines_are_cut(tree: Path) -> None:
     out = search(tree, "python", "x{400}")

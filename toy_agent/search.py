@@ -387,35 +387,105 @@ def _search_python_child() -> None:
     """_search_python_apart's other end: a request on stdin, the answer on stdout (JSON; a
     name that is not UTF-8 travels as its surrogate escapes)."""
     request = json.loads(sys.stdin.buffer.read())
-    found = dict(_search_python(Path(request["root"]), request["regex"], request["files"]))
-    counts = {rel: len(matches) for rel, matches in found.items()}
+    counts: dict[str, int] = {}
+    found: dict[str, list[Match]] = {}
+    for rel, count, first in _search_python(Path(request["root"]), request["regex"],
+                                            request["files"]):  # fmt: skip
+        counts[rel], found[rel] = count, first
+        if len(found) > 2 * SEARCH_MAX_MATCHES:  # keep the lines only of files still first
+            found = {rel: found[rel] for rel in _first_files(counts)}
     shown = [m for rel in _first_files(counts) for m in found[rel]][:SEARCH_MAX_MATCHES]
     sys.stdout.write(json.dumps({"counts": counts, "shown": shown}))
 
 
 def _search_python(
     repo: Path, regex: str, files: Iterable[str]
-) -> Iterator[tuple[str, list[Match]]]:
-    """The portable backend: a whole-file pre-check, then line by line like grep. Yields the
-    matches of each text file that has any."""
+) -> Iterator[tuple[str, int, list[Match]]]:
+    """The portable backend, line by line like grep, a block of lines at a time (a block
+    without a match as a whole is not split into lines). Yields, for each text file with a
+    match, its matching lines' count and the first SEARCH_MAX_MATCHES of them; memory stays
+    bounded whatever the files' sizes."""
     line_rx = re.compile(regex, re.IGNORECASE)
     # A line match is also a multiline match at the same place, except with \A and \Z.
     whole_rx = None if re.search(r"\\[AZ]", regex) else re.compile(regex, re.I | re.M)
     for rel in files:
-        data = _read_regular(repo / rel)
-        if data is None or b"\0" in data:
+        opened = open_regular_fd(repo / rel)
+        if opened is None:
             continue
-        text = data.decode("utf-8", "replace")
-        if "\r" in text:  # a lone \r ends a line, as in read_file; \r\n stays as grep sees it
-            text = re.sub(r"\r(?!\n)", "\n", text)
-        if whole_rx is not None and not whole_rx.search(text):
+        count, number, first = 0, 0, list[Match]()
+        try:
+            for block in _line_blocks(opened[0]):
+                text = block.decode("utf-8", "replace")
+                if "\r" in text:  # a lone \r ends a line, as in read_file; \r\n stays as grep sees
+                    text = re.sub(r"\r(?!\n)", "\n", text)
+                lines = text.split("\n")
+                if text.endswith("\n"):
+                    lines.pop()
+                if whole_rx is None or whole_rx.search(text):
+                    for n, line in enumerate(lines, number + 1):
+                        if line_rx.search(line):
+                            count += 1
+                            if len(first) < SEARCH_MAX_MATCHES:
+                                first.append((rel, n, line))
+                number += len(lines)
+        except (_Binary, OSError):
             continue
-        lines = text.split("\n")
-        if text.endswith("\n"):
-            lines.pop()
-        found = [(rel, n, line) for n, line in enumerate(lines, 1) if line_rx.search(line)]
-        if found:
-            yield rel, found
+        finally:
+            os.close(opened[0])
+        if count:
+            yield rel, count, first
+
+
+class _Binary(Exception):
+    """The file holds a NUL byte: binary, never matched (as grep -I and rg judge)."""
+
+
+PYTHON_BLOCK_BYTES = 1 << 20
+PYTHON_LINE_MAX_BYTES = 16 << 20  # the Python backend matches a longer line by its head
+
+
+def _line_blocks(fd: int) -> Iterator[bytes]:
+    """A file's bytes in blocks of whole lines (a line ends at LF, CRLF or a lone CR), read
+    PYTHON_BLOCK_BYTES at a time, so that a huge file costs no more memory than a block and a
+    line. A line over PYTHON_LINE_MAX_BYTES comes as its head and a LF, the rest unread by
+    the match: a line that long is data, and holding it whole is what must not happen.
+    Raises _Binary at the first block holding a NUL, before the file is read further."""
+    buf, skipping = b"", False
+    while True:
+        chunk = os.read(fd, PYTHON_BLOCK_BYTES)
+        if b"\0" in chunk:
+            raise _Binary
+        eof = not chunk
+        buf += chunk
+        if skipping:  # the rest of a line whose head was given: drop it, up to its end
+            end = _first_line_end(buf, eof)
+            if end is None:
+                buf = buf[-1:] if buf.endswith(b"\r") else b""  # a CR that may precede a LF
+                if eof:
+                    return
+                continue
+            buf, skipping = buf[end + 1 :], False
+        # the last line end; a CR at the very end may be the first half of a CRLF
+        cut = len(buf) - 1 if eof else max(buf.rfind(b"\n"), buf.rfind(b"\r", 0, len(buf) - 1))
+        if cut >= 0:
+            yield buf[: cut + 1]
+            buf = buf[cut + 1 :]
+        elif len(buf) > PYTHON_LINE_MAX_BYTES:
+            yield buf[:PYTHON_LINE_MAX_BYTES] + b"\n"
+            buf, skipping = buf[-1:] if buf.endswith(b"\r") else b"", True
+        if eof:
+            return
+
+
+def _first_line_end(buf: bytes, eof: bool) -> int | None:
+    """Where the first line of `buf` ends (its LF, or its lone CR); None when no line end is
+    known yet (none, or a CR last whose next byte is unread)."""
+    lf, cr = buf.find(b"\n"), buf.find(b"\r")
+    if cr < 0 or 0 <= lf < cr:
+        return lf if lf >= 0 else (len(buf) - 1 if eof and buf else None)
+    if cr == len(buf) - 1 and not eof:
+        return None
+    return cr + 1 if buf[cr + 1 : cr + 2] == b"\n" else cr
 
 
 def _batches(
