@@ -480,6 +480,27 @@ def test_a_malformed_replay_file_is_a_usage_error(recording, repo, tmp_path, cap
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("not json", "not valid JSON"),
+        ("[]", "expected an object"),
+        ("null", "expected an object"),
+        ('{"steps": 5}', "steps: expected a list"),
+    ],
+    ids=["not-json", "a-list", "null", "steps-number"],
+)
+def test_a_replay_without_a_task_names_what_is_wrong_with_a_bad_recording(
+    content, problem, repo, tmp_path, capsys
+):
+    replay = tmp_path / "r.json"
+    replay.write_text(content)
+    assert main(["--repo", str(repo), "--replay", str(replay)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"toy-agent: error: {replay} is not a toy_agent trajectory ({problem}")
+    assert "--task is required" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_the_reference_flag_table_lists_exactly_the_parsers_flags():
     from toy_agent.cli import build_parser
 

@@ -69,14 +69,20 @@ def _use_demo(args: argparse.Namespace) -> None:
 
 
 def _recorded_task(path: str) -> str | None:
-    """The task a recording ran; None when the file says none (the replay client reports a
-    file it cannot read)."""
+    """The task a recording ran; None when the file says none. A file that is no recording
+    is a usage error in the replay client's own words (what is wrong with it), not a call
+    for a --task it would fail without."""
+    from toy_agent.llm import LlmConfigError, ReplayLlmClient
     from toy_agent.record import read_trajectory
 
     try:
         task = read_trajectory(path).task
     except (OSError, ValueError):  # ValueError: RecordError
-        return None
+        try:
+            ReplayLlmClient(path)  # reads it again, to say what is wrong in one place's words
+        except LlmConfigError as exc:
+            raise UsageError(str(exc)) from None
+        raise
     return task if task.strip() else None
 
 
