@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from toy_agent.ignore import (
     IGNORE_FILE_MAX_BYTES,
     IGNORE_FILE_MAX_LINES,
+    IGNORE_FILE_MAX_REGEX,
     IGNORE_PATTERN_MAX_STARS,
     gitignored,
     ignore_regex,
@@ -453,6 +454,26 @@ def test_only_the_start_of_a_huge_gitignore_counts(
     assert listing == ["a.tmp", "app.py", "lib/", "lib/a.old"]
     assert f"over {IGNORE_FILE_MAX_BYTES} bytes; only its start is used" in caplog.text
     assert f"over {IGNORE_FILE_MAX_LINES} lines; the rest are not used" in caplog.text
+
+
+def test_a_gitignore_within_the_caps_compiles_to_a_bounded_regex(
+    repo: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """10,000 distinct lines of 32 stars each compiled to 11 M characters of regex (25 s, for
+    each such file); a file is now used only up to the bound, as one too long is read so far."""
+    hostile = ["*a" * IGNORE_PATTERN_MAX_STARS + f"q_{i}" for i in range(IGNORE_FILE_MAX_LINES)]
+    rules = ignore_rules(("*.log", *hostile, "*.tmp"))
+    assert rules is not None and len(rules.regex.pattern) <= IGNORE_FILE_MAX_REGEX
+    assert 100 < rules.used < 1000  # the lines before the bound are used, the rest are not
+    write(repo, "lib/.gitignore", "\n".join(["*.log", *hostile[:1000], "*.tmp"]) + "\n")
+    many_a = "a" * IGNORE_PATTERN_MAX_STARS
+    for rel in ("lib/a.log", "lib/a.tmp", f"lib/{many_a}q_1", f"lib/{many_a}q_999"):
+        write(repo, rel, "x\n")
+    listing = CodeRepositoryTools(repo).list_files("lib").splitlines()[1:]
+    assert listing == ["lib/a.tmp", f"lib/{many_a}q_999"]
+    assert f"lib/.gitignore would compile to over {IGNORE_FILE_MAX_REGEX} characters" in (
+        caplog.text
+    )
 
 
 def test_a_gitignore_is_read_only_when_it_is_a_regular_file(repo: Path) -> None:

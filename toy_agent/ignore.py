@@ -25,6 +25,10 @@ IGNORE_FILE_MAX_LINES = 10_000
 # compiles to a big regex (each star is an atomic group, see ignore_regex).
 IGNORE_PATTERN_MAX_CHARS = 1024
 IGNORE_PATTERN_MAX_STARS = 32
+# What one ignore file may compile to, in characters of regex: re.compile takes 1-3.5 us a
+# character, so about a second at worst, what 10,000 short plain lines take. Within the caps
+# above a file could otherwise reach 11 M characters (10,000 lines of 32 stars: 25 s a file).
+IGNORE_FILE_MAX_REGEX = 400_000
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 _Specs = tuple[tuple[str, "_Rules"], ...]  # (folder, its ignore file)
@@ -135,6 +139,7 @@ class _Rules:
     ends: tuple[str, ...]
     starts: tuple[str, ...]
     any_name: bool
+    used: int  # the lines used: fewer than given when the rest were past IGNORE_FILE_MAX_REGEX
 
 
 @functools.lru_cache(maxsize=64)
@@ -143,23 +148,33 @@ def ignore_rules(lines: tuple[str, ...]) -> _Rules | None:
     file's folder (with "/" appended to folders). Its alternatives are the file's patterns,
     last first, so the one that matches is git's deciding pattern; its group is named "y<k>"
     when the pattern ignores, "n<k>" when it re-includes ("!"). Cached: the same file recurs in
-    every walk and often in many folders. None when no line is a pattern."""
+    every walk and often in many folders. None when no line is a pattern. The file is used
+    only up to the line that would take the regex past IGNORE_FILE_MAX_REGEX (as a file too
+    long is read only so far), so that no file takes long to compile."""
+    translated: list[tuple[int, str, bool]] = []
+    size, used = 0, len(lines)
+    for k, line in enumerate(lines):
+        if len(line) > IGNORE_PATTERN_MAX_CHARS or line.count("*") > IGNORE_PATTERN_MAX_STARS:
+            logger.warning("ignoring a .gitignore line too long or with too many *: %.80r", line)
+            continue
+        regex_include = ignore_regex(line, f"p{k}")
+        if regex_include is None:
+            continue
+        regex, include = regex_include
+        alternative = f"(?P<{'y' if include else 'n'}{k}>{regex})"
+        size += len(alternative) + 1  # and its "|"
+        if size > IGNORE_FILE_MAX_REGEX:
+            used = k
+            break
+        translated.append((k, alternative, include))
     alternatives = []
     ends: list[str] = []
     starts: list[str] = []
     any_name = False
-    for k in reversed(range(len(lines))):
-        line = lines[k]
-        if len(line) > IGNORE_PATTERN_MAX_CHARS or line.count("*") > IGNORE_PATTERN_MAX_STARS:
-            logger.warning("ignoring a .gitignore line too long or with too many *: %.80r", line)
-            continue
-        translated = ignore_regex(line, f"p{k}")
-        if translated is None:
-            continue
-        regex, include = translated
-        alternatives.append(f"(?P<{'y' if include else 'n'}{k}>{regex})")
+    for k, alternative, include in reversed(translated):  # the last first: it decides
+        alternatives.append(alternative)
         if include:
-            hint = _name_hint(line)
+            hint = _name_hint(lines[k])
             if hint is None:
                 any_name = True
             else:
@@ -172,6 +187,7 @@ def ignore_rules(lines: tuple[str, ...]) -> _Rules | None:
         tuple(dict.fromkeys(end for end in ends if "\0" not in end)),
         tuple(dict.fromkeys(start for start in starts if "\0" not in start)),
         any_name,
+        used,
     )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from toy_agent.ignore import (
     _NOFOLLOW,
+    IGNORE_FILE_MAX_REGEX,
     _names_with,
     _read_ignore_file,
     _Specs,
@@ -313,6 +314,9 @@ class Tree:
             if st.st_mtime_ns + self._racy_ns < time.time_ns():
                 self._ignore_files[file] = (_file_stamp(st), lines)
         rules = ignore_rules(lines)
+        if rules is not None and rules.used < len(lines) and known is None:  # once per change
+            logger.warning("%s would compile to over %d characters of regex; only its first %d "
+                           "lines are used", file, IGNORE_FILE_MAX_REGEX, rules.used)  # fmt: skip
         return (*specs, (rel_dir, rules)) if rules is not None else specs
 
 
