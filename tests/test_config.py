@@ -132,3 +132,27 @@ def test_a_dotenv_inside_the_repository_cannot_change_settings(home, tmp_path, m
 def test_a_missing_named_config_file_is_an_error(home):
     with pytest.raises(ConfigError, match="not found"):
         settings(["--config", str(home / "nope.toml")])
+
+
+def test_json_output_set_by_the_environment_or_config_file_covers_usage_errors(
+    home, tmp_path, monkeypatch, capsys
+):
+    missing = str(tmp_path / "nowhere")
+    monkeypatch.setenv("TOY_AGENT_OUTPUT", "json")
+    assert main(["x", "--repo", missing]) == 2  # an error once the settings are read
+    out = json.loads(capsys.readouterr().out)
+    assert out["outcome"] == "usage_error" and out["exit_code"] == 2
+    assert out["error"] == f"--repo {missing} does not exist"
+    assert main(["x", "--repo", missing, "--output", "text"]) == 2  # the flag still wins
+    assert capsys.readouterr().out == ""
+
+    monkeypatch.setenv("TOY_AGENT_OUTPUT", "stream-json")
+    assert main(["x", "--mdoel", "m"]) == 2  # the flags themselves do not parse
+    line = json.loads(capsys.readouterr().out)
+    assert (line["type"], line["outcome"]) == ("run_finished", "usage_error")
+
+    monkeypatch.delenv("TOY_AGENT_OUTPUT")
+    write_config(home, 'output = "json"\nmax_iterations = 0\n')  # the file's other key is bad
+    assert main(["x", "--repo", missing]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert "max_iterations: invalid value '0'" in out["error"] and out["exit_code"] == 2

@@ -579,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "DEBUG" in argv
     stopped_by: list[int] = []
+    args = None  # the settings, once read
     with _stop_signals_interrupt(stopped_by), _collector_paused(as_process) as started:
         try:
             if argv[:1] and argv[0] in SUBCOMMANDS:
@@ -589,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
             debug = args.log_level == "DEBUG"
             code = _run(args, started)
         except UsageError as exc:
-            code = _fail(exc, EXIT_USAGE, debug, json_output=_wants_json(argv))
+            code = _fail(exc, EXIT_USAGE, debug, json_output=_wants_json(argv, args))
         except ModuleNotFoundError as exc:
             package = (exc.name or "").split(".")[0]
             if package not in _DEPENDENCIES | providers.sdk_packages():
@@ -599,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
                 "`pip install -e .` in its folder (or `pip install toy-agent`), in the "
                 "environment you run it from"
             )
-            code = _fail(missing, EXIT_USAGE, debug, json_output=_wants_json(argv))
+            code = _fail(missing, EXIT_USAGE, debug, json_output=_wants_json(argv, args))
         except KeyboardInterrupt:
             print("toy-agent: interrupted", file=sys.stderr)
             code = EXIT_INTERRUPTED
@@ -839,15 +840,32 @@ _DEPENDENCIES = frozenset(
 )  # and the providers' SDKs
 
 
-def _wants_json(argv: list[str]) -> str | None:
-    """ "json" or "stream-json" when --output asks for it, read from the raw arguments (they
-    may not parse); else None."""
-    for flag, value in zip(argv, [*argv[1:], ""], strict=False):
-        if flag.startswith("--output="):
-            flag, value = "--output", flag.partition("=")[2]
-        if flag == "--output" and value in ("json", "stream-json"):
-            return value
-    return None
+def _wants_json(argv: list[str], args: argparse.Namespace | None = None) -> str | None:
+    """ "json" or "stream-json" when the run asks for it, else None. Once the settings are
+    read (`args`), their --output; before that (a bad flag, a bad setting) the raw arguments'
+    --output, else TOY_AGENT_OUTPUT or the config file's `output`, read leniently."""
+    if args is not None:
+        output = args.output
+    else:
+        from toy_agent.config import lenient_output
+
+        output = _raw_flag(argv, "--output")
+        if output is None:
+            repo = _raw_flag(argv, "--repo", "-r")
+            output = lenient_output(_raw_flag(argv, "--config"), repo, dotenv=Path.cwd() / ".env")
+    return output if output in ("json", "stream-json") else None
+
+
+def _raw_flag(argv: list[str], *names: str) -> str | None:
+    """The value a flag is last given in arguments that may not parse, or None."""
+    found = None
+    for flag, value in zip(argv, [*argv[1:], None], strict=False):
+        name, equals, joined = flag.partition("=")
+        if name in names and name.startswith("--") and equals:
+            found = joined
+        elif flag in names and value is not None:
+            found = value
+    return found
 
 
 def _silence_stdout() -> None:

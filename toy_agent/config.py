@@ -16,6 +16,7 @@ included: they run outside the sandbox, and a `.env` is often a project's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import stat
 from collections.abc import Callable, Mapping
@@ -97,6 +98,36 @@ def load_settings(
         if dest not in given:
             setattr(args, dest, value)
     return Settings(args, given, warnings)
+
+
+def lenient_output(
+    config: str | None,
+    repo: str | None,
+    environ: Mapping[str, str] | None = None,
+    dotenv: Path | None = None,
+) -> str | None:
+    """The `output` TOY_AGENT_OUTPUT or the config file sets, read without checking anything
+    else, in load_settings' order: for the one JSON object a usage error still gets when the
+    settings themselves could not be read (a bad flag, another key's bad value). `config` and
+    `repo` are the command line's --config and --repo (None: not given). A file that cannot
+    be read (or a package missing to read it: the error may be that) counts as not setting
+    it; the value is returned unchecked."""
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items() if k.startswith(OWN_PREFIX)}
+    where = _resolved(repo or env.get(f"{OWN_PREFIX}REPO", "."))
+    with contextlib.suppress(ModuleNotFoundError):
+        env = {**_dotenv_settings(dotenv, where, environ, []), **env}
+    if f"{OWN_PREFIX}OUTPUT" in env:
+        return env[f"{OWN_PREFIX}OUTPUT"].strip()
+    config = config or env.get(f"{OWN_PREFIX}CONFIG")
+    path = Path(config).expanduser() if config else config_path(environ)
+    if not config and _is_inside(path, where):
+        return None  # never read (load_settings warns)
+    try:
+        value = _read_toml(path).get("output")
+    except (ConfigError, ModuleNotFoundError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _given(parser: argparse.ArgumentParser, argv: list[str] | None) -> frozenset[str]:
