@@ -85,6 +85,10 @@ def test_a_config_file_sets_defaults_for_a_real_run(home, tmp_path, capsys, monk
         ("", {"TOY_AGENT_MAX_ITERATIONS": "many"}, "TOY_AGENT_MAX_ITERATIONS: invalid value"),
         ("", {"TOY_AGENT_SANDBOX": "docker"}, "TOY_AGENT_SANDBOX: invalid choice 'docker'"),
         ("", {"TOY_AGENT_MODLE": "x"}, "unknown variable TOY_AGENT_MODLE"),
+        ("hook = 'nope'\n", {}, "config.toml: hook: invalid value 'nope': expected EVENT"),
+        ("", {"TOY_AGENT_HOOK": "after=x"}, "TOY_AGENT_HOOK: invalid value 'after=x': unknown"),
+        ("model_option = ['top_p=1', 'x']\n", {}, "model_option: invalid value 'x': expected"),
+        ("", {"TOY_AGENT_MODEL_OPTION": "x"}, "TOY_AGENT_MODEL_OPTION: invalid value 'x'"),
     ],
 )
 def test_bad_settings_exit_with_code_two_naming_the_key_or_variable(

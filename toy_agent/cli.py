@@ -210,6 +210,7 @@ def build_parser() -> _Parser:
         "--model-option",
         action="append",
         default=[],
+        type=_model_option_item,
         metavar="KEY=VALUE",
         help="a request field for the provider, e.g. temperature=0.2 or max_tokens=16000 "
         "(the value as JSON if it reads as JSON); repeatable",
@@ -352,6 +353,7 @@ def build_parser() -> _Parser:
         "--hook",
         action="append",
         default=[],
+        type=_hook_item,
         metavar="EVENT[:MATCHER]=COMMAND",
         help="run COMMAND (sh, outside the sandbox, the event as JSON on stdin) at EVENT: "
         "pre_tool, post_tool, prompt, run_start or run_stop; MATCHER: tool names, globs "
@@ -1210,6 +1212,30 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
+
+
+def _hook_item(text: str) -> str:
+    """--hook's argparse type: checked as it is read, so one from the config file or
+    TOY_AGENT_HOOK is named by its key and file, or its variable, like any other value."""
+    from toy_agent.hooks import HookError, parse_hook
+
+    try:
+        parse_hook(text)
+    except HookError as exc:  # argparse or the config's message names the flag and value
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--hook {text!r}: ")) from None
+    return text
+
+
+def _model_option_item(text: str) -> str:
+    """--model-option's argparse type, checked as it is read (see _hook_item)."""
+    from toy_agent.llm import LlmConfigError, parse_model_options
+
+    try:
+        parse_model_options([text])
+    except LlmConfigError as exc:
+        problem = str(exc).removeprefix(f"--model-option {text!r}: ")
+        raise argparse.ArgumentTypeError(problem) from None
+    return text
 
 
 def _open_log_file(path: str) -> logging.FileHandler:
