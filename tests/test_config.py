@@ -138,6 +138,13 @@ def test_a_missing_named_config_file_is_an_error(home):
         settings(["--config", str(home / "nope.toml")])
 
 
+def test_a_named_config_folder_is_called_a_folder_not_missing(home, capsys):
+    assert main(["x", "--config", str(home)]) == 2
+    assert capsys.readouterr().err == (
+        f"toy-agent: error: config file {home} is a folder: name the TOML file in it\n"
+    )
+
+
 def test_json_output_set_by_the_environment_or_config_file_covers_usage_errors(
     home, tmp_path, monkeypatch, capsys
 ):

@@ -79,6 +79,8 @@ def load_settings(
     values: dict[str, Any] = {}
     config = args.config if "config" in given else env.get(f"{OWN_PREFIX}CONFIG")
     path = Path(config).expanduser() if config else config_path(environ)
+    if config and path.is_dir():
+        raise ConfigError(f"config file {path} is a folder: name the TOML file in it")
     if config and not path.is_file():
         raise ConfigError(f"config file {path} not found")
     if not config and path.is_file() and _is_inside(path, repo):
