@@ -501,6 +501,17 @@ def test_a_replay_without_a_task_names_what_is_wrong_with_a_bad_recording(
     assert "--task is required" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_deny_rule_with_a_check_is_not_called_unused(repo, capsys):
+    base = ["--list-tools", "--repo", str(repo), "--check", "true"]
+    assert main([*base, "--deny-command", "rm"]) == 0
+    assert capsys.readouterr().err == ""  # it refuses a matching --check (docs/checks.md)
+    assert main([*base, "--deny-command", "rm", "--allow-command", "ls"]) == 0
+    assert capsys.readouterr().err == (
+        "toy-agent: warning: --allow-command applies to run_command, which is off: add "
+        "--allow-commands to offer it\n"
+    )
+
+
 def test_the_reference_flag_table_lists_exactly_the_parsers_flags():
     from toy_agent.cli import build_parser
 

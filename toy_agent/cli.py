@@ -796,9 +796,14 @@ def _permissions(args: argparse.Namespace, given: frozenset[str]) -> Permissions
         if not pattern.strip():
             raise UsageError("--allow-command and --deny-command need a non-empty PATTERN")
     rules = CommandRules(tuple(args.allow_command), tuple(args.deny_command))
-    if {"allow_command", "deny_command"} & given and not args.allow_commands:
-        print("toy-agent: warning: --allow-command and --deny-command apply to run_command, "
-              "which is off: add --allow-commands to offer it", file=sys.stderr)  # fmt: skip
+    unused = {"allow_command", "deny_command"} & given
+    checks = args.check or args.tasks_file  # a deny rule refuses a matching check too
+    if checks:
+        unused.discard("deny_command")
+    if unused and not args.allow_commands:
+        named = "--allow-command applies" if checks else "--allow-command and --deny-command apply"
+        print(f"toy-agent: warning: {named} to run_command, which is off: add --allow-commands "
+              "to offer it", file=sys.stderr)  # fmt: skip
     if mode == "read-only" and args.allow_commands:
         print("toy-agent: warning: --permission-mode read-only offers only tools that change "
               "nothing: --allow-commands has no effect (run_command is not offered)",
