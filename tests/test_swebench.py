@@ -186,6 +186,24 @@ def test_the_cli_runs_a_right_fix_from_a_scripted_model_and_exports_predictions(
     assert pred["model_name_or_path"] == "again" and "a/six.py" in pred["model_patch"]
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        ([], "the following arguments are required: OUT"),
+        (["out", "--modle-name", "x"], "unrecognized arguments: --modle-name x"),
+        (["missing"], "cannot read missing/results.jsonl"),
+    ],
+    ids=["no-out", "unknown-flag", "no-results"],
+)
+def test_an_export_preds_mistake_is_one_error_line(argv, says, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    assert main(["export-preds", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(f"toy-agent: error: {says}")
+    assert len(captured.err.splitlines()) == 1
+
+
 def test_an_instance_without_a_repository_stops_the_batch(tmp_path):
     data = {"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0" * 40,
             "problem_statement": "x", "test_patch": "", "FAIL_TO_PASS": ["t.py::t"],

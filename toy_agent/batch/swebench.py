@@ -5,6 +5,7 @@ PASS_TO_PASS run, each test's status read), and the predictions file its harness
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import json
 import re
@@ -16,7 +17,7 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from toy_agent.batch.tasks import BatchError, Instance, Task, task_from_dict
 from toy_agent.batch.workcopy import CLONE_TIMEOUT, Copy, GitError, _git
@@ -423,12 +424,22 @@ def _recorded_model(out: Path, record: Mapping[str, Any]) -> str | None:
     return f"{provider}/{model}" if model and provider else model
 
 
+class _ExportParser(argparse.ArgumentParser):
+    """A usage mistake is a BatchError: one line, as the main command and the other
+    subcommands say theirs, not the usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        raise BatchError(message)
+
+
 def export_command(argv: list[str]) -> int:
-    """`toy-agent export-preds OUT`: the predictions of a batch folder, for the harness."""
-    import argparse
+    """`toy-agent export-preds OUT`: the predictions of a batch folder, for the harness. A
+    mistake is one line on stderr and exit code 2."""
     import sys
 
-    parser = argparse.ArgumentParser(
+    from toy_agent.messages import visible
+
+    parser = _ExportParser(
         prog="toy-agent export-preds",
         description="write OUT/preds.jsonl and OUT/preds.json (SWE-bench's predictions) from "
         "a batch folder's results.jsonl and patches",
@@ -446,11 +457,11 @@ def export_command(argv: list[str]) -> int:
         metavar="GLOB",
         help="leave the files GLOB matches out of model_patch; repeatable",
     )
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         preds = export_predictions(Path(args.out), args.model_name, args.patch_exclude)
     except BatchError as exc:
-        print(f"toy-agent export-preds: {exc}", file=sys.stderr)
+        print(f"toy-agent: error: {visible(str(exc))}", file=sys.stderr)
         return 2
     print(f"{len(preds)} predictions: {Path(args.out) / 'preds.jsonl'}")
     return 0
