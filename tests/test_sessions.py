@@ -516,3 +516,12 @@ def test_the_live_views_first_line_names_agents_md(home, repo, tmp_path):
     first_line = term.expect("\n")
     assert "AGENTS.md" in first_line and first_line.startswith("toy-agent")
     assert term.close() == 0
+
+
+def test_the_commands_table_lists_every_session_command():
+    from toy_agent.interactive import COMMANDS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "sessions.md").read_text()
+    table = text.split("\n### Commands\n", 1)[1].split("\n\n", 2)[0]
+    documented = {row.split("`")[1].split()[0] for row in table.splitlines() if row[:3] == "| `"}
+    assert documented == {name.split()[0] for name in COMMANDS}
