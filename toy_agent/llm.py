@@ -211,8 +211,11 @@ class ReplayLlmClient(LlmClient):
         on_retry: RetryCallback | None = None,
     ) -> LlmResponse:
         if self._next >= len(self._responses):
-            raise LlmError(
-                "replay", f"the recording has only {len(self._responses)} responses; run is longer"
+            count = len(self._responses)
+            raise ReplayDiverged(
+                f"the replay ran past the end of its recording: it has {count} "
+                f"{'reply' if count == 1 else 'replies'} and the run asked for another (the last "
+                f"did not end it); pass --max-iterations {count} to stop where the recording stops"
             )
         if self._next and not self.lenient:
             self._check_observations(self._next, messages[-1] if messages else None)
