@@ -254,6 +254,17 @@ def test_every_line_and_object_follows_the_documented_schema(repo, tmp_path, cap
     objects = [json.loads(line) for line in lines]
     objects.append(json.loads(run_main(capsys, *args, "--output", "json").stdout))
     objects.append(json.loads(run_main(capsys, "--mdoel", "x", "--output", "json").stdout))
+    undo = ["--undo", "--repo", str(repo), "--output"]
+    undone = json.loads(run_main(capsys, *undo, "json").stdout)  # the json run's edit
+    assert (undone["outcome"], undone["restored"]) == ("undone", ["hello.py"])
+    (repo / "hello.py").write_text("changed since\n")  # the stream-json run's edit is gone
+    refused = json.loads(run_main(capsys, *undo, "stream-json").stdout)
+    assert (refused["type"], refused["outcome"]) == ("run_finished", "undo_refused")
+    (tmp_path / "empty").mkdir()
+    undo[2] = str(tmp_path / "empty")
+    nothing = json.loads(run_main(capsys, *undo, "json").stdout)
+    assert nothing["outcome"] == "nothing_to_undo"
+    objects += [undone, refused, nothing]
     for obj in objects:
         validator.validate(obj)
     types = {obj.get("type") for obj in objects}

@@ -291,20 +291,21 @@ def _undo(args: argparse.Namespace, repo: Path) -> int:
                          "--continue or --resume")  # fmt: skip
     from toy_agent.events import OUTPUT_SCHEMA_VERSION
 
+    kind = {"type": "run_finished"} if args.output == "stream-json" else {}  # its one line
     try:
         undone = undo_latest_in_repo(SessionStore(), repo)
     except (UndoRefused, NothingToUndo) as exc:
         print(f"toy-agent: {visible(str(exc))}", file=sys.stderr)
         if args.output != "text":  # one JSON object for every exit code
             outcome = "nothing_to_undo" if isinstance(exc, NothingToUndo) else "undo_refused"
-            print(to_json({"schema_version": OUTPUT_SCHEMA_VERSION, "success": False,
+            print(to_json({**kind, "schema_version": OUTPUT_SCHEMA_VERSION, "success": False,
                            "outcome": outcome, "error": str(exc),
                            "exit_code": EXIT_NOT_COMPLETED}))  # fmt: skip
         return EXIT_NOT_COMPLETED
     except SessionError as exc:
         raise UsageError(str(exc)) from exc
     if args.output != "text":
-        print(to_json({"schema_version": OUTPUT_SCHEMA_VERSION, "success": True,
+        print(to_json({**kind, "schema_version": OUTPUT_SCHEMA_VERSION, "success": True,
                        "outcome": "undone", "session": undone.session.id, "task": undone.task,
                        "restored": undone.restored, "removed": undone.removed,
                        "exit_code": EXIT_COMPLETED}))  # fmt: skip
