@@ -5,11 +5,13 @@ through the real CLI, its stdout and its stderr."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 
 import pytest
-from cli_helpers import ROOT, quickest_provider_env, run_cli, run_main, toy_agent
+from cli_helpers import ROOT, cli_environment, quickest_provider_env, run_cli, run_main, toy_agent
 from fake_providers import FakeProvider, error_reply
-from fakes import write_replay, xml_action
+from fakes import wait_until, write_replay, xml_action
 
 from toy_agent.llm import first_difference
 from toy_agent.redaction import mask_key
@@ -282,3 +284,30 @@ def test_every_line_and_object_follows_the_documented_schema(repo, tmp_path, cap
     }
     wrong = {**objects[0], "permission_mode": "yolo"}
     assert not validator.is_valid(wrong)  # the schema can say no
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["term", "hup"]
+)
+def test_after_sigterm_or_sighup_the_json_exit_code_is_the_process_s(signum, code, repo, tmp_path):
+    import jsonschema
+
+    replay = write_replay(tmp_path / "r.json",
+                          xml_action("run_command", command="touch started; sleep 30"))  # fmt: skip
+    proc = subprocess.Popen(
+        toy_agent("x", "--repo", str(repo), "--replay", str(replay), "--allow-commands",
+                  "--sandbox", "off", "--output", "json"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_environment(),
+    )  # fmt: skip
+    try:
+        wait_until(lambda: (repo / "started").exists(), "the command's start")
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    result = json.loads(out)
+    assert proc.returncode == code, err
+    assert (result["outcome"], result["exit_code"]) == ("cancelled", code)
+    schema = json.loads((ROOT / "docs" / "output.schema.json").read_text())
+    jsonschema.validate(result, schema, cls=jsonschema.Draft202012Validator)

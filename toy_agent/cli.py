@@ -589,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
             parser = build_parser()
             parser.parse_args(argv)
             args = _settings(parser, argv)
+            args.stopped_by = stopped_by  # the run's JSON says the exit code a signal makes
             debug = args.log_level == "DEBUG"
             code = _run(args, started)
         except UsageError as exc:

@@ -149,7 +149,8 @@ def _run_agent(
                   "permission_mode": agent.permissions.mode,
                   "session": sessions.session.id, "provider": settings.llm.provider,
                   "model": agent.llm_client.model or None, "trajectory": args.trajectory,
-                  "exit_code": run_exit_code(outcome.outcome, outcome.refusals, args.strict),
+                  "exit_code": run_exit_code(outcome.outcome, outcome.refusals, args.strict,
+                                             getattr(args, "stopped_by", None)),
                   "diff": diff, "diff_truncated": diff_cut,
                   **({"plan_file": str(plan)} if plan else {})}  # fmt: skip
         if outcome.outcome == "max_iterations":
@@ -201,11 +202,19 @@ def _run_agent(
     return int(result["exit_code"])
 
 
-def run_exit_code(outcome: str, refusals: Sequence[Any] = (), strict: bool = False) -> int:
+def run_exit_code(
+    outcome: str,
+    refusals: Sequence[Any] = (),
+    strict: bool = False,
+    stopped_by: Sequence[int] | None = None,
+) -> int:
     """The exit code of a run: its outcome's, except that under --strict a completed run in
-    which something was refused or declined is not done (1)."""
+    which something was refused or declined is not done (1), and a run cancelled by a signal
+    the CLI turned into Ctrl-C (`stopped_by`: SIGTERM, SIGHUP) exits 128 + its number."""
     if strict and outcome == "completed" and refusals:
         return EXIT_NOT_COMPLETED
+    if outcome == "cancelled" and stopped_by:
+        return 128 + stopped_by[-1]
     return OUTCOME_EXIT_CODES[outcome]
 
 
