@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -199,6 +200,32 @@ def test_a_repository_a_command_makes_in_a_sub_folder_is_removed(
     assert "src/pkg/.git" in warning and "tools/cache" in warning
     assert not (repo / "src" / "pkg" / ".git").exists() and (repo / "src/pkg/f.txt").exists()
     assert not (repo / "tools" / "cache").exists()
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.parametrize("linked", ["objects", "refs", None])
+def test_a_folder_of_yours_a_command_makes_a_repository_loses_only_what_made_it_one(
+    repo: Path, ran: Path, sandbox: str, linked: str | None
+) -> None:
+    """A command adds HEAD, objects and refs (git follows a link to the project's own
+    `objects` or `refs` too) and a config with core.fsmonitor to `src`, which holds your code:
+    git would take `src` for a repository at your next `git status` there. What made it one
+    goes; your files stay (the whole folder went, app.py with it)."""
+    folder(repo, {"src/app.py": "x = 1\n"})
+    made = " && ".join(f"ln -s ../.git/{name} {name}" if name == linked else f"mkdir {name}"
+                       for name in ("objects", "refs"))  # fmt: skip
+    monitor = f"touch {ran}/planted; false"
+    config = (f"[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ..\n"
+              f'\tfsmonitor = "{monitor}"\n')  # fmt: skip
+    out = tools_for(repo, sandbox).run_command(
+        f"cd src && echo 'ref: refs/heads/master' > HEAD && {made} && "
+        f"printf %s {shlex.quote(config)} > config"
+    )
+    subprocess.run(["git", "status"], cwd=repo / "src", capture_output=True)
+    assert marks(ran) == []
+    assert "removed src/HEAD, src/objects, src/refs" in out
+    assert (repo / "src" / "app.py").read_text() == "x = 1\n"
+    assert not any(os.path.lexists(repo / "src" / name) for name in ("HEAD", "objects", "refs"))
 
 
 @needs_bwrap

@@ -918,6 +918,7 @@ class _Scan:
     folders: tuple[str, ...]  # the sub-folders to walk on
     git: tuple[str, ...]  # entries named .git (any case), or "." when the folder is a git dir
     locked: bool = False  # not readable
+    layout: frozenset[str] = frozenset()  # which of git's HEAD, objects, refs, commondir it has
 
 
 class GitGuard:
@@ -1040,9 +1041,19 @@ class GitGuard:
         made at an absent path; the repository-relative names of what went, for the model
         and the user. Run after each command, and at the end of a run."""
         removed: list[str] = []
+        earlier = dict(self._scans)  # each folder as the walk before the command saw it
         for path, found in sorted(self._walk().items()):
             before = self.found.get(path)
             if found == before or (found.kind == "dir" and found.identity in self._known_dirs):
+                continue
+            scan = earlier.get(str(path))
+            if before is None and path.name.lower() != ".git" and scan and not scan.locked:
+                # a folder of the user's that a command made look like a repository: only what
+                # made it one goes (the folder holds the user's files); without HEAD, git
+                # takes no folder for one
+                added = self._scans[str(path)].layout - scan.layout or {"HEAD"}
+                removed += [str((path / name).relative_to(self.repo))
+                            for name in sorted(added) if _remove(path / name)]  # fmt: skip
                 continue
             if not _remove(path):
                 continue
@@ -1121,15 +1132,18 @@ def _scan(folder: str, is_repo: bool, ctime_ns: int, unlock: bool) -> _Scan:
     except OSError:
         return _Scan(ctime_ns, read_ns, (), ())
     git = tuple(name for name in kinds if name.lower() == ".git")
+    # git enters `objects` and `refs` through a link too (`objects -> ../.git/objects`): any
+    # entry of those names counts, not only a folder
     looks_git = (
         not is_repo
         and "HEAD" in kinds
-        and ((kinds.get("objects") and kinds.get("refs")) or kinds.get("commondir") is False)
+        and (("objects" in kinds and "refs" in kinds) or kinds.get("commondir") is False)
     )
+    layout = frozenset(name for name in (*_GIT_DIR_NAMES, "commondir") if name in kinds)
     if looks_git:  # git would take this folder for a repository: nothing below matters
-        return _Scan(ctime_ns, read_ns, (), (".",))
+        return _Scan(ctime_ns, read_ns, (), (".",), layout=layout)
     folders = tuple(name for name, is_dir in kinds.items() if is_dir and name not in git)
-    return _Scan(ctime_ns, read_ns, folders, git)
+    return _Scan(ctime_ns, read_ns, folders, git, layout=layout)
 
 
 def _kinds(folder: str) -> dict[str, bool]:
