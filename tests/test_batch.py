@@ -1035,3 +1035,30 @@ def test_the_agent_can_use_git_in_its_copy_without_writing_to_the_source(
         assert "stash@{0}" in output and "Dropped refs/stash" in output
         assert [f["path"] for f in summary.records[0]["files_changed"]] == ["added.txt"]
     assert snapshot(sources["repo"]) == before  # no stash, no worktree, nothing in the source
+
+
+def test_line_and_paragraph_separators_inside_a_record_keep_it_one_line(tmp_path: Path) -> None:
+    """U+2028, U+2029 and NEL stay raw inside a JSON string (ensure_ascii=False, ours and many
+    tools'), and are no line ends of JSON Lines: a task line that holds them is one task, and
+    a result whose check printed them is read back whole (the resume does not run it again,
+    the report reads it)."""
+    from toy_agent.batch.driver import run_batch
+    from toy_agent.record import task_results
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.txt").write_text("a\n")
+    odd = "out\u2028put\u2029\x85end"
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t1", "repo": str(repo), "task": f"say {odd}",
+                                 "check": f"printf '{odd}'; false"}, ensure_ascii=False) + "\n",
+                     encoding="utf-8")  # fmt: skip
+    settings = RunSettings(make_llm=lambda: ScriptedLlm(done()))
+    run_batch(tasks, tmp_path / "out", replace(settings, check_retries=0), quiet=True)
+    lines = (tmp_path / "out" / "results.jsonl").read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 2 and odd in lines[0]  # one record, and its newline
+
+    run_batch(tasks, tmp_path / "out", RunSettings(make_llm=ScriptedLlm), quiet=True)  # no reply
+    [result] = task_results(tmp_path / "out" / "results.jsonl")
+    assert result.id == "t1" and result.check is not None and odd in result.check.output_tail
+    assert len((tmp_path / "out" / "results.jsonl").read_text().split("\n")) == 2

@@ -356,12 +356,19 @@ def trajectory_from_dict(data: Any, source: str = "") -> Trajectory:
     )
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines file: split at "\n" only. JSON keeps U+2028, U+2029 and NEL
+    raw inside a string (we write with ensure_ascii=False, as many tools do), and
+    str.splitlines() would cut a record in two at them."""
+    return text.split("\n")
+
+
 def task_results(path: str | Path) -> list[TaskResult]:
     """A batch's results.jsonl, the last line of an id winning (in the order of those lines).
     Raises FileNotFoundError or RecordError (a line that is not JSON, or not a result)."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = jsonl_lines(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError) as exc:
@@ -386,7 +393,7 @@ def results_lines(text: str) -> tuple[dict[str, dict[str, Any]], int]:
     appends to them, and how many lines could not be read (one cut short by a crash)."""
     records: dict[str, dict[str, Any]] = {}
     bad = 0
-    for line in text.splitlines():
+    for line in jsonl_lines(text):
         try:
             data = json.loads(line)
         except (ValueError, RecursionError):

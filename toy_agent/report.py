@@ -982,7 +982,7 @@ def _diff_views(
         budget = budget - len(text) if not part.chars else 0
         text = redactor.redact(text)
         lines, added, removed = [], 0, 0
-        for line in text.splitlines():
+        for line in text.removesuffix("\n").split("\n"):  # git's lines: a form feed is text
             kind = _line_kind(line)
             added += kind == "add"
             removed += kind == "del"

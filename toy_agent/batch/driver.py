@@ -44,7 +44,7 @@ from toy_agent.messages import Usage
 from toy_agent.permissions import Permissions
 from toy_agent.providers import PROVIDERS
 from toy_agent.record import RESULTS_FILE as RESULTS_FILE
-from toy_agent.record import results_lines
+from toy_agent.record import jsonl_lines, results_lines
 from toy_agent.sandbox import SandboxUnavailable, resolve_sandbox
 from toy_agent.settings import RunSettings
 
@@ -119,7 +119,7 @@ class ResultsFolder:
     def predictions(self) -> list[dict[str, Any]]:
         """preds.jsonl's entries (a line cut short by a crash left out)."""
         try:
-            lines = (self.path / PREDS_FILE).read_text(encoding="utf-8").splitlines()
+            lines = jsonl_lines((self.path / PREDS_FILE).read_text(encoding="utf-8"))
         except FileNotFoundError:
             return []
         preds = []

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from toy_agent.batch.tasks import BatchError, Instance, Task, task_from_dict
 from toy_agent.batch.workcopy import CLONE_TIMEOUT, Copy, GitError, _git
+from toy_agent.record import jsonl_lines
 
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "test_patch",
             "FAIL_TO_PASS", "PASS_TO_PASS")  # fmt: skip
@@ -88,7 +89,7 @@ def read_entries(path: Path) -> list[tuple[int, Any]]:
             raise BatchError(f"{path}: not valid JSON ({exc})") from None
         return list(enumerate(data, 1))
     entries = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(jsonl_lines(text), 1):
         if line.strip():
             try:
                 entries.append((number, json.loads(line)))
@@ -182,7 +183,7 @@ def patch_files(patch: str) -> list[tuple[str, bool]]:
     """The files a patch touches, each with whether the patch creates it."""
     files: list[tuple[str, bool]] = []
     old: str | None = None
-    for line in patch.splitlines():
+    for line in patch.split("\n"):  # a patch's lines end at "\n" only, as git's do
         if line.startswith("--- "):
             old = line[4:].split("\t")[0].strip()
         elif line.startswith("+++ ") and old is not None:
@@ -386,7 +387,7 @@ def export_predictions(
     folder made before predictions were written, or to rename the model)."""
     results = out / "results.jsonl"
     try:
-        lines = results.read_text(encoding="utf-8").splitlines()
+        lines = jsonl_lines(results.read_text(encoding="utf-8"))
     except OSError as exc:
         raise BatchError(f"cannot read {results}: {exc.strerror or exc}") from None
     records: dict[str, dict[str, Any]] = {}

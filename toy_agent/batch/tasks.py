@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from toy_agent.providers import EFFORTS
+from toy_agent.record import jsonl_lines
 
 TASK_KEYS = (
     "id", "repo", "task", "rev", "check", "max_iterations", "effort", "keep", "attempts", "setup",
@@ -64,7 +65,7 @@ def load_tasks(path: str | os.PathLike[str]) -> list[Task]:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise BatchError(f"cannot read --tasks-file {path}: {reason}") from None
-    return parse_tasks(text.splitlines(), base=path.parent, source=str(path))
+    return parse_tasks(jsonl_lines(text), base=path.parent, source=str(path))
 
 
 def parse_tasks(lines: Iterable[str], *, base: Path, source: str = "tasks") -> list[Task]:
