@@ -1062,3 +1062,27 @@ def test_line_and_paragraph_separators_inside_a_record_keep_it_one_line(tmp_path
     [result] = task_results(tmp_path / "out" / "results.jsonl")
     assert result.id == "t1" and result.check is not None and odd in result.check.output_tail
     assert len((tmp_path / "out" / "results.jsonl").read_text().split("\n")) == 2
+
+
+def test_a_result_line_edited_into_no_result_is_run_again_not_a_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from toy_agent.batch.driver import run_batch
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.txt").write_text("a\n")
+    tasks = [{"id": "t1", "repo": str(repo), "task": "t"}, {"id": "t2", "repo": str(repo),
+                                                           "task": "t"}]  # fmt: skip
+    run_batch(tasks, tmp_path / "out", RunSettings(make_llm=lambda: ScriptedLlm(done())),
+              quiet=True)  # fmt: skip
+    path = tmp_path / "out" / "results.jsonl"
+    kept = [line for line in path.read_text().splitlines() if '"t2"' in line]
+    path.write_text('{"id": "t1"}\n' + kept[0] + "\n")
+
+    asked: list[str] = []
+    summary = run_batch(tasks, tmp_path / "out", RunSettings(
+        make_llm=lambda: asked.append("t") or ScriptedLlm(done())), quiet=True)  # fmt: skip
+    assert asked == ["t"] and summary.skipped == 1  # t1 again, t2 kept
+    assert "1 unreadable line" in caplog.text
+    assert sorted(r["id"] for r in results(tmp_path / "out")) == ["t1", "t2"]

@@ -388,18 +388,26 @@ def task_results(path: str | Path) -> list[TaskResult]:
     return list(found.values())
 
 
+# What the batch reads of a result it keeps (every version wrote them): a line without one,
+# edited by hand, is not a result to keep.
+_RESUMED_KEYS = ("id", "outcome", "success", "check", "iterations", "usage", "cost_usd",
+                 "elapsed_seconds", "patch", "trajectory", "error")  # fmt: skip
+
+
 def results_lines(text: str) -> tuple[dict[str, dict[str, Any]], int]:
     """The results a results.jsonl holds by id (the last line of an id wins), as the batch
-    appends to them, and how many lines could not be read (one cut short by a crash)."""
+    appends to them, and how many lines could not be read (one cut short by a crash, one
+    edited by hand that is no result: its task runs again)."""
     records: dict[str, dict[str, Any]] = {}
     bad = 0
     for line in jsonl_lines(text):
         try:
             data = json.loads(line)
-        except (ValueError, RecursionError):
-            data = None
-        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-            bad += line.strip() != ""  # resuming needs the id; the report checks the rest
+            task_result_from_dict(data)  # what the report checks, the resume checks too
+            if not all(key in data for key in _RESUMED_KEYS):
+                raise RecordError("results", "", "", "not a whole result")
+        except (ValueError, RecursionError):  # RecordError too
+            bad += line.strip() != ""
             continue
         records.pop(data["id"], None)
         records[data["id"]] = data
