@@ -33,7 +33,7 @@ from fake_providers import (
     error_reply,
     openai_reply,
 )
-from fakes import ScriptedLlm, finishes, run_in_pty, wait_until, xml_action
+from fakes import BlockingLlm, ScriptedLlm, finishes, run_in_pty, wait_until, xml_action
 
 from toy_agent.batch.driver import RECORD_KEYS, BatchError, RunSettings
 from toy_agent.batch.tasks import Task as BatchTask
@@ -1086,3 +1086,29 @@ def test_a_result_line_edited_into_no_result_is_run_again_not_a_traceback(
     assert asked == ["t"] and summary.skipped == 1  # t1 again, t2 kept
     assert "1 unreadable line" in caplog.text
     assert sorted(r["id"] for r in results(tmp_path / "out")) == ["t1", "t2"]
+
+
+def test_a_second_batch_on_a_folder_in_use_stops_at_once_and_the_first_goes_on(
+    tmp_path: Path,
+) -> None:
+    from toy_agent.batch.driver import run_batch
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.txt").write_text("a\n")
+    tasks = [{"id": "t1", "repo": str(repo), "task": "t"}]
+    blocking = BlockingLlm()
+    settings = RunSettings(make_llm=lambda: blocking)
+    first = threading.Thread(target=run_batch, args=(tasks, tmp_path / "out", settings),
+                             kwargs={"quiet": True})  # fmt: skip
+    first.start()
+    try:
+        assert blocking.called.wait(30)
+        in_use = rf"--out .*out is in use by another batch \(pid {os.getpid()}\)"
+        with pytest.raises(BatchError, match=in_use):
+            run_batch(tasks, tmp_path / "out", RunSettings(make_llm=ScriptedLlm), quiet=True)
+    finally:
+        blocking.release.set()
+        first.join(30)
+    assert [r["id"] for r in results(tmp_path / "out")] == ["t1"]  # once, by the first
+    run_batch(tasks, tmp_path / "out", RunSettings(make_llm=ScriptedLlm), quiet=True)  # free again

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -59,6 +59,7 @@ RECORD_KEYS = (
     "baseline", "resolved", "already_passing", "keep", "keep_broken", "attempt", "attempts",
     "tests", "log", "test_files", "metadata",
 )  # fmt: skip
+LOCK_FILE = ".lock"  # in DIR: held by the batch writing there (see ResultsFolder.claimed)
 SCRATCH_PREFIX, OWNER_FILE = "toy-agent-batch-", "owner"  # a batch's scratch folder, its pid
 RUNNING_SHOWN = 4  # running tasks named on the progress line
 POLL_SECONDS = 0.5  # the progress line's clock: redrawn at least this often (and at once
@@ -93,6 +94,34 @@ class ResultsFolder:
         if not os.access(self.path, os.W_OK):
             raise BatchError(f"cannot write --out {out}: not a writable folder")
         self.results = self.path / RESULTS_FILE
+
+    @contextlib.contextmanager
+    def claimed(self) -> Iterator[None]:
+        """This batch's, while it runs: a second batch on the same folder would run every
+        task again beside it and rewrite results.jsonl under its appends. The lock is the
+        kernel's (flock): a batch that was killed holds none."""
+        try:
+            import fcntl
+        except ImportError:  # Windows: no flock
+            yield
+            return
+        with open(self.path / LOCK_FILE, "a+", encoding="utf-8") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                raise BatchError(f"--out {self.path} is in use by another batch ({holder}): "
+                                 "wait for it, or give another --out") from None  # fmt: skip
+            except OSError as exc:  # a file system without locks (some NFS): go on unlocked
+                logger.debug("cannot lock %s: %s", f.name, exc)
+            f.truncate(0)
+            f.write(f"pid {os.getpid()}")
+            f.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def load(self) -> dict[str, dict[str, Any]]:
         """The recorded results by id (the last line of an id wins). Unreadable lines, such as
@@ -271,62 +300,63 @@ def run_batch(
     else:
         _preflight_llm(settings)
     folder = ResultsFolder(out, model_name or _model_name(settings), patch_exclude)
-    if redo:
-        folder.forget(t.id for t in task_list)
-    results = {k: v for k, v in folder.load().items() if k in {t.id for t in task_list}}
-    folder.complete_predictions(results.values())
-    todo = collections.deque(t for t in task_list if t.id not in results)
-    earlier = len(task_list) - len(todo)  # results kept from an earlier run
-    view = BatchView(progress, live=live, quiet=quiet)
-    view.start(len(task_list), len(todo), workers)
-    sources = {Path(t.repo) for t in task_list if not is_git_url(t.repo)}
-    sources = {source for source in sources if is_git_checkout(source)}
-    remove_stale_scratch(sources)
-    owner = _process_identity(os.getpid())
-    for kind in _environment_kinds(settings, task_list) & set(ENGINES):
-        for name in remove_stale_containers(kind, lambda o: o == owner or _alive(o)):
-            logger.warning("removed container %s, left by a batch that was killed", name)
-    settings = replace(settings, batch=replace(settings.batch, owner=owner))
-    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX)).resolve()
-    (scratch / OWNER_FILE).write_text(_process_identity(os.getpid()), encoding="utf-8")
-    engine: Executor | None = None
-    ran, interrupted = 0, False
-    try:
-        engine = engine_class(settings, scratch, workers, ray_address)
+    with folder.claimed():  # one batch at a time in a folder
+        if redo:
+            folder.forget(t.id for t in task_list)
+        results = {k: v for k, v in folder.load().items() if k in {t.id for t in task_list}}
+        folder.complete_predictions(results.values())
+        todo = collections.deque(t for t in task_list if t.id not in results)
+        earlier = len(task_list) - len(todo)  # results kept from an earlier run
+        view = BatchView(progress, live=live, quiet=quiet)
+        view.start(len(task_list), len(todo), workers)
+        sources = {Path(t.repo) for t in task_list if not is_git_url(t.repo)}
+        sources = {source for source in sources if is_git_checkout(source)}
+        remove_stale_scratch(sources)
+        owner = _process_identity(os.getpid())
+        for kind in _environment_kinds(settings, task_list) & set(ENGINES):
+            for name in remove_stale_containers(kind, lambda o: o == owner or _alive(o)):
+                logger.warning("removed container %s, left by a batch that was killed", name)
+        settings = replace(settings, batch=replace(settings.batch, owner=owner))
+        scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX)).resolve()
+        (scratch / OWNER_FILE).write_text(_process_identity(os.getpid()), encoding="utf-8")
+        engine: Executor | None = None
+        ran, interrupted = 0, False
+        try:
+            engine = engine_class(settings, scratch, workers, ray_address)
 
-        def record(result: dict[str, Any]) -> None:
-            nonlocal ran
-            results[result["id"]] = folder.write(result)
-            ran += 1
-            view.finished(results[result["id"]])
+            def record(result: dict[str, Any]) -> None:
+                nonlocal ran
+                results[result["id"]] = folder.write(result)
+                ran += 1
+                view.finished(results[result["id"]])
 
-        def budget_left() -> float | None:
-            """What a task's attempts may still spend of --max-total-cost."""
-            if max_total_cost is None:
-                return None
-            return max_total_cost - sum(r.get("cost_usd") or 0.0 for r in results.values())
+            def budget_left() -> float | None:
+                """What a task's attempts may still spend of --max-total-cost."""
+                if max_total_cost is None:
+                    return None
+                return max_total_cost - sum(r.get("cost_usd") or 0.0 for r in results.values())
 
-        def over_budget() -> bool:
-            left = budget_left()
-            return left is not None and left <= 0
+            def over_budget() -> bool:
+                left = budget_left()
+                return left is not None and left <= 0
 
-        interrupted = _drive(engine, todo, workers, record, view, over_budget, budget_left)
-    finally:
-        if engine is not None:
-            engine.close()
-        for source in sources:
-            release_worktrees(source, scratch)
-        shutil.rmtree(scratch, ignore_errors=True)
-    if interrupted:  # Ctrl-C may have come between a record's line and its count: the file
-        ids = {t.id for t in task_list}  # is what the next run will see, so it is the truth
-        results = {k: v for k, v in folder.load().items() if k in ids}
-        ran = len(results) - earlier
-    records = tuple(results[t.id] for t in task_list if t.id in results)
-    summary = BatchSummary(records, len(task_list), ran, earlier, interrupted, str(out))
-    view.summary(summary)
-    if interrupted:
-        raise BatchInterrupted(summary)
-    return summary
+            interrupted = _drive(engine, todo, workers, record, view, over_budget, budget_left)
+        finally:
+            if engine is not None:
+                engine.close()
+            for source in sources:
+                release_worktrees(source, scratch)
+            shutil.rmtree(scratch, ignore_errors=True)
+        if interrupted:  # Ctrl-C may have come between a record's line and its count: the file
+            ids = {t.id for t in task_list}  # is what the next run will see, so it is the truth
+            results = {k: v for k, v in folder.load().items() if k in ids}
+            ran = len(results) - earlier
+        records = tuple(results[t.id] for t in task_list if t.id in results)
+        summary = BatchSummary(records, len(task_list), ran, earlier, interrupted, str(out))
+        view.summary(summary)
+        if interrupted:
+            raise BatchInterrupted(summary)
+        return summary
 
 
 def remove_stale_scratch(sources: Iterable[Path]) -> list[Path]:
