@@ -461,6 +461,46 @@ def test_a_declined_or_failed_write_leaves_nothing_to_undo(home, repo, capsys):
     assert "nothing to undo" in capsys.readouterr().err
 
 
+def test_an_unreadable_latest_session_stops_undo_and_continue_instead_of_an_older_one(
+    home, repo, tmp_path, capsys
+):
+    """A cut-off session file (a full disk, a hand edit) may be the latest of the repository:
+    --undo and --continue refuse with one line naming it, instead of acting on an older run;
+    the listing shows it as unreadable. One that still names another repository is no bar."""
+    (repo / "b.txt").write_text("b0\n")
+    for name, task in (("hello.py", "first"), ("b.txt", "second")):
+        replay = write_replay(tmp_path / f"{task}.json", xml_action(
+            "write_file", path=name, content=f"by {task}\n"),
+            xml_action("task_complete", result="ok"))  # fmt: skip
+        ran = run_main(capsys, "--repo", str(repo), "--replay", str(replay), "--task", task)
+        assert ran.returncode == 0, ran.stderr
+        time.sleep(0.02)  # the second session is the later file
+    latest = max(sessions_dir(home).glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    latest.write_text(latest.read_text()[:1500])  # truncated mid-way
+
+    for args in (["--undo"], ["-c", "--task", "go on", "--replay", str(replay)]):
+        refused = run_main(capsys, "--repo", str(repo), *args)
+        assert refused.returncode == 2, refused.stderr
+        err = refused.stderr.strip()
+        assert err.splitlines() == [err] and f"cannot read {latest}" in err
+        assert f"sessions delete {latest.stem}" in err and "--resume ID" in err
+    assert (repo / "hello.py").read_text() == "by first\n"  # the older run was not undone
+    [older] = (p for p in sessions_dir(home).glob("*.json") if p != latest)
+    assert len(json.loads(older.read_text())["runs"]) == 1  # nor continued
+
+    listing = run_main(capsys, "sessions", "list", "--json")
+    rows = [json.loads(line) for line in listing.stdout.splitlines()]
+    assert [(r["id"], r["outcome"]) for r in rows][0] == (latest.stem, "unreadable")
+    assert rows[0]["repo"] == str(repo.resolve()) and f"cannot read {latest}" in rows[0]["error"]
+    assert rows[1]["task"] == "first"
+
+    other = sessions_dir(home) / "20990101-000000-abcdef.json"
+    other.write_text(json.dumps({"format": "toy_agent.session/1", "repo": "/elsewhere"})[:-1])
+    latest.unlink()
+    assert run_main(capsys, "--undo", "--repo", str(repo)).returncode == 0
+    assert (repo / "hello.py").read_text() == "print('helo')\n"
+
+
 # --- project instructions -------------------------------------------------------------------
 
 

@@ -679,7 +679,7 @@ def _resume_repo(args: argparse.Namespace, given: frozenset[str]) -> None:
 def _resumed_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | None:
     """The id and recorded settings of the session --resume or --continue goes on with; None
     for a new session, or a file from elsewhere (anyone's: it decides no setting)."""
-    from toy_agent.sessions import SessionStore
+    from toy_agent.sessions import SessionError, SessionStore
 
     store = SessionStore()
     if args.resume:
@@ -687,7 +687,10 @@ def _resumed_settings(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | 
             return None
         session: Session | None = _load_session(args.resume, store)
     elif args.continue_session:
-        session = store.latest(Path(args.repo).expanduser().resolve())
+        try:
+            session = store.latest(Path(args.repo).expanduser().resolve())
+        except SessionError as exc:  # the latest cannot be read: not an older one instead
+            raise UsageError(str(exc)) from exc
     else:
         session = None
     return (session.id, session.settings) if session else None  # None: the run says so

@@ -37,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -176,6 +177,40 @@ class Session:
 
 
 @dataclass(frozen=True)
+class Unreadable:
+    """A session file that cannot be read. It is listed as such, and --continue and --undo
+    never step over it to an older session: it may be the latest of their repository."""
+
+    path: Path
+    mtime_ns: int
+    error: str  # one line naming the file, as --resume ID says it
+    repo: str | None  # the repository it still names; None when that cannot be told
+
+    def refusal(self, repo: Path, flag: str) -> str:
+        return (f"{self.error}; it may be the latest session of {repo}, so {flag} stops: see "
+                f"`toy-agent sessions`, remove it (`toy-agent sessions delete {self.path.stem}`), "
+                f"or name a session with --resume ID")  # fmt: skip
+
+
+def _repo_named(path: Path) -> str | None:
+    """The repository an unreadable session file names, when its text still says: toy-agent
+    writes `repo` near the start, so a cut-off file keeps it. None when it cannot be told."""
+    try:
+        text = path.read_text("utf-8", errors="replace")
+        data = json.loads(text)
+    except OSError:
+        return None
+    except ValueError:
+        found = re.search(r'"repo"\s*:\s*', text)
+        try:
+            data = {"repo": json.JSONDecoder().raw_decode(text, found.end())[0]} if found else {}
+        except ValueError:
+            return None
+    repo = data.get("repo") if isinstance(data, dict) else None
+    return repo if isinstance(repo, str) else None
+
+
+@dataclass(frozen=True)
 class Retention:
     """Which old sessions are kept: the newest `keep`, and any saved in the last `days`."""
 
@@ -300,21 +335,33 @@ class SessionStore:
             raise SessionError(f"no session {id_or_file} in {self.root}")
         return self._from_file(path)
 
-    def sessions(self, repo: Path | None) -> Iterator[Session]:
-        """The sessions of `repo` (of every repository: None), the latest first; unreadable
-        files are skipped."""
+    def entries(self, repo: Path | None) -> Iterator[Session | Unreadable]:
+        """The session files of `repo` (of every repository: None), the latest first: each a
+        Session, or Unreadable when it cannot be read (truncated, edited by hand), unless it
+        still names another repository."""
         try:
             files = [(p.stat().st_mtime_ns, p) for p in self.root.glob("*.json")]
         except OSError:
             return
-        for _, path in sorted(files, reverse=True):
-            with contextlib.suppress(OSError, ValueError, TypeError, KeyError, SessionError):
+        for mtime_ns, path in sorted(files, reverse=True):
+            try:
                 session = self._from_file(path)
-                if repo is None or session.repo == str(repo):
-                    yield session
+            except SessionError as exc:
+                named = _repo_named(path)
+                if path.exists() and (repo is None or named in (None, str(repo))):
+                    yield Unreadable(path, mtime_ns, str(exc), named)
+                continue
+            if repo is None or session.repo == str(repo):
+                yield session
 
     def latest(self, repo: Path) -> Session | None:
-        return next(self.sessions(repo), None)
+        """The latest session of `repo` (for --continue); SessionError when the latest file
+        that may be its cannot be read: going on with an older one would be a surprise."""
+        for entry in self.entries(repo):
+            if isinstance(entry, Unreadable):
+                raise SessionError(entry.refusal(repo, "--continue"))
+            return entry
+        return None
 
     def _from_file(self, path: Path) -> Session:
         try:
@@ -540,7 +587,8 @@ class SessionInfo:
     repo: str
     task: str  # the first line of the first task
     tasks: int
-    outcome: str  # of the latest task ("" when none ran)
+    outcome: str  # of the latest task ("" when none ran); "unreadable" for such a file
+    error: str = ""  # why an unreadable file cannot be read
 
     @classmethod
     def of(cls, session: Session) -> SessionInfo:
@@ -551,18 +599,26 @@ class SessionInfo:
         return cls(session.id, session.updated_at or session.created_at, session.repo, line,
                    len(runs), outcome)  # fmt: skip
 
+    @classmethod
+    def of_unreadable(cls, entry: Unreadable) -> SessionInfo:
+        saved = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(entry.mtime_ns / 1e9))
+        return cls(entry.path.stem, saved, entry.repo or "", "", 0, "unreadable", entry.error)
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "updated_at": self.updated_at, "repo": self.repo,
-                "task": self.task, "tasks": self.tasks, "outcome": self.outcome}  # fmt: skip
+                "task": self.task, "tasks": self.tasks, "outcome": self.outcome,
+                **({"error": self.error} if self.error else {})}  # fmt: skip
 
 
 def recent_sessions(
     store: SessionStore, repo: Path | None = None, limit: int = 20
 ) -> list[SessionInfo]:
-    """The latest `limit` sessions (all of them: 0), of `repo` or of every repository."""
+    """The latest `limit` sessions (all of them: 0), of `repo` or of every repository; a file
+    that cannot be read is one line too, its outcome `unreadable`."""
     found = []
-    for session in store.sessions(repo):
-        found.append(SessionInfo.of(session))
+    for entry in store.entries(repo):
+        found.append(SessionInfo.of_unreadable(entry) if isinstance(entry, Unreadable)
+                     else SessionInfo.of(entry))  # fmt: skip
         if limit and len(found) >= limit:
             break
     return found
@@ -576,9 +632,10 @@ def format_sessions(infos: Sequence[SessionInfo], numbered: bool = False) -> str
     for number, info in enumerate(infos, 1):
         repo = "~" + info.repo[len(home) :] if info.repo.startswith(home + os.sep) else info.repo
         task = _cut(info.task, 60) + (f" (+{info.tasks - 1} more)" if info.tasks > 1 else "")
+        task = info.error or task
         rows.append((str(number),) * numbered + (
             info.id, info.updated_at[:16].replace("T", " "), info.outcome or "-",
-            _cut(repo, 40), task or "(no task yet)"))  # fmt: skip
+            _cut(repo, 40) or "?", task or "(no task yet)"))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1]
              for row in rows]  # fmt: skip
@@ -799,15 +856,32 @@ def undo_last_run(store: SessionStore, session: Session) -> Undone:
 def undo_latest_in_repo(store: SessionStore, repo: Path) -> Undone:
     """Revert the latest run in `repo` (of any session) that changed files, not undone yet."""
     latest: tuple[str, Session, int, list[dict[str, Any]]] | None = None
-    for session in store.sessions(repo):
+    unreadable: list[Unreadable] = []
+    for session in store.entries(repo):
+        if isinstance(session, Unreadable):
+            unreadable.append(session)
+            continue
         found = _undoable(store, session)
         if found is not None:
             started = str(session.runs[found[0]].get("started_at", ""))
             if latest is None or started > latest[0]:
                 latest = (started, session, *found)
+    # A file saved since that run started may hold a later run: never undo past it.
+    since = _timestamp(latest[0]) if latest is not None else None
+    for entry in unreadable:
+        if since is None or entry.mtime_ns >= since * 1e9:
+            raise SessionError(entry.refusal(repo, "--undo"))
     if latest is None:
         raise NothingToUndo(f"nothing to undo: no saved run changed a file in {repo}")
     return _undo(store, *latest[1:])
+
+
+def _timestamp(saved: str) -> float | None:
+    """A time as _now() writes it, in seconds since the epoch (None: not such a time)."""
+    try:
+        return datetime.strptime(saved, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return None
 
 
 def session_diff(store: SessionStore, session: Session) -> str:
