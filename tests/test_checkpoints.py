@@ -96,6 +96,39 @@ def test_undo_refuses_when_a_file_changed_after_the_run(home, project, tmp_path,
     assert (project / "made.txt").exists()
 
 
+def test_a_private_file_a_command_deleted_comes_back_no_wider_than_it_was(
+    home, project, tmp_path, capsys
+):
+    """git keeps only 644 and 755: the snapshot keeps the other permission bits beside it. A
+    snapshot from before they were kept brings a file back private (600)."""
+    (project / "key.pem").write_text("secret\n")
+    (project / "key.pem").chmod(0o600)
+    (project / "run.sh").write_text("#!/bin/sh\n")
+    (project / "run.sh").chmod(0o750)
+    rm = xml_action("run_command", command="rm key.pem run.sh")
+    replay = write_replay(tmp_path / "rm.json", rm, xml_action("task_complete", result="removed"))
+    remove = ["--task", "rm", "--repo", str(project), "--replay", str(replay), "--allow-commands",
+              "--sandbox", "off"]  # fmt: skip
+    assert run_main(capsys, *remove).returncode == 0
+    assert not (project / "key.pem").exists()
+
+    assert run_main(capsys, "--undo", "--repo", str(project)).returncode == 0
+    assert (project / "key.pem").read_text() == "secret\n"
+    assert oct(os.stat(project / "key.pem").st_mode & 0o777) == oct(0o600)
+    assert oct(os.stat(project / "run.sh").st_mode & 0o777) == oct(0o750)
+
+    (project / "key.pem").chmod(0o644)
+    assert run_main(capsys, *remove).returncode == 0
+    session = max(sessions_dir(home).glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    data = json.loads(session.read_text())
+    for snapshot in data["runs"][-1]["snapshots"]:
+        del snapshot["modes"]  # as saved by an older toy-agent
+    session.write_text(json.dumps(data))
+    assert run_main(capsys, "--undo", "--repo", str(project)).returncode == 0
+    assert oct(os.stat(project / "key.pem").st_mode & 0o777) == oct(0o600)
+    assert oct(os.stat(project / "run.sh").st_mode & 0o777) == oct(0o700)
+
+
 def test_deleting_a_session_deletes_its_snapshots(home, project, tmp_path, capsys):
     command_run(capsys, project, tmp_path)
     [session] = sessions_dir(home).glob("*.json")

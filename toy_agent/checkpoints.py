@@ -20,12 +20,14 @@ copied), so its first snapshot too reads only what changed.
 What is left out: files the repository's `.gitignore` files ignore, files over
 MAX_SNAPSHOT_BYTES (their size and time are kept, so undo can say it cannot restore them),
 nested git repositories and empty folders. Restoring writes the bytes back
-itself (fd-relative, as write_file does) and sets the executable bit as the snapshot had it.
+itself (fd-relative, as write_file does) with the permission bits the snapshot kept beside its
+tree (git keeps only 644 and 755; see Snapshot.modes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import stat
@@ -35,12 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toy_agent.files import DIFF_MAX_BYTES, ToolError, write_at
+from toy_agent.files import DIFF_MAX_BYTES, ToolError, _replace_in, open_dir, write_at
 
 MAX_SNAPSHOT_BYTES = DIFF_MAX_BYTES  # a larger file is not snapshotted (8 MB)
 _NO_CONVERSION = "* -text -eol -filter -ident -working-tree-encoding\n"
 _ZERO = "0" * 40
 REPO_FILE = "toy-agent-repo"  # in a store: the repository it snapshots
+MODES_FILE = "toy-agent-modes"  # in a store: permission bits git does not keep (see Snapshot)
 
 
 class CheckpointError(Exception):
@@ -49,21 +52,25 @@ class CheckpointError(Exception):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The work tree at one moment: a git tree in the private store, and the files too large
-    to keep (path -> [size, mtime_ns])."""
+    """The work tree at one moment: a git tree in the private store, the files too large to
+    keep (path -> [size, mtime_ns]), and `modes`: a blob in the store, JSON path -> permission
+    bits of each file whose bits are not the 644 or 755 git keeps (a private key's 600). None
+    for a snapshot taken before they were kept."""
 
     tree: str
     skipped: dict[str, list[int]] = field(default_factory=dict)
+    modes: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tree": self.tree, "skipped": self.skipped}
+        return {"tree": self.tree, "skipped": self.skipped, "modes": self.modes}
 
     @classmethod
     def from_dict(cls, data: Any) -> Snapshot | None:
         if not isinstance(data, dict) or not isinstance(data.get("tree"), str):
             return None
-        skipped = data.get("skipped")
-        return cls(data["tree"], dict(skipped) if isinstance(skipped, dict) else {})
+        skipped, modes = data.get("skipped"), data.get("modes")
+        return cls(data["tree"], dict(skipped) if isinstance(skipped, dict) else {},
+                   modes if isinstance(modes, str) else None)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,8 @@ class Checkpoints:
                     with contextlib.suppress(FileExistsError):
                         os.link(Path(folder) / name, self.store / inside / name)
             shutil.copy2(seed / "index", self.store / "index")  # its time: racy entries stay
+            with contextlib.suppress(FileNotFoundError):  # a seed from before modes were kept
+                shutil.copy2(seed / MODES_FILE, self.store / MODES_FILE)
         except OSError:
             with contextlib.suppress(OSError):
                 (self.store / "index").unlink()
@@ -159,6 +168,7 @@ class Checkpoints:
         listed = self._git("ls-files", "-z", "--modified", "--deleted", "--others",
                            "--exclude-standard")  # fmt: skip
         paths = sorted({p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p})
+        modes = self._modes()
         update, skipped = [], {}
         for rel in paths:
             if rel.endswith("/"):  # a nested repository: not ours to keep
@@ -167,7 +177,9 @@ class Checkpoints:
                 st = os.lstat(self.repo / rel)
             except OSError:
                 update.append(rel)  # gone: update-index --remove drops it
+                modes.pop(rel, None)
                 continue
+            _note_mode(modes, rel, st)
             if stat.S_ISREG(st.st_mode) and st.st_size > MAX_SNAPSHOT_BYTES:
                 skipped[rel] = [st.st_size, st.st_mtime_ns]
                 self._git("rm", "-q", "--cached", "--ignore-unmatch", "--", rel)
@@ -180,8 +192,38 @@ class Checkpoints:
         ignored = self._git("ls-files", "-z", "--cached", "--ignored", "--exclude-standard")
         if ignored.strip(b"\0"):
             self._git("update-index", "--force-remove", "-z", "--stdin", stdin=ignored)
+            for rel in ignored.decode("utf-8", "surrogateescape").split("\0"):
+                modes.pop(rel, None)
         tree = self._git("write-tree").decode().strip()
-        return Snapshot(tree, skipped)
+        table = json.dumps(modes, sort_keys=True).encode()
+        (self.store / MODES_FILE).write_bytes(table)
+        blob = self._git("hash-object", "-w", "--stdin", stdin=table).decode().strip()
+        return Snapshot(tree, skipped, blob)
+
+    def _modes(self) -> dict[str, int]:
+        """The files' permission bits that git does not keep, as the last snapshot left them;
+        for a store from before they were kept, read once from every file the index holds."""
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            found = json.loads((self.store / MODES_FILE).read_bytes())
+            if isinstance(found, dict):
+                return found
+        modes: dict[str, int] = {}
+        if (self.store / "index").is_file():
+            listed = self._git("ls-files", "-z", "--cached").decode("utf-8", "surrogateescape")
+            for rel in filter(None, listed.split("\0")):
+                with contextlib.suppress(OSError):
+                    _note_mode(modes, rel, os.lstat(self.repo / rel))
+        return modes
+
+    def _perms(self, snapshot: Snapshot) -> dict[str, int] | None:
+        """The permission bits `snapshot` kept beside its tree; None when it kept none."""
+        if snapshot.modes is None:
+            return None
+        try:
+            found = json.loads(self._blobs([snapshot.modes])[snapshot.modes])
+        except (CheckpointError, ValueError, LookupError):  # a blob gone or not JSON
+            return None
+        return found if isinstance(found, dict) else None
 
     def changes(self, old: Snapshot, new: Snapshot) -> list[Change]:
         """What differs from `old` to `new`, as what `new` holds."""
@@ -222,31 +264,32 @@ class Checkpoints:
                 f"cannot {what}: no copy was kept of " + ", ".join(f"{p} ({limit})" for p in big)
             )
         blobs = self._blobs([c.sha for c in wanted if c.sha != _ZERO])
+        perms = self._perms(target)
         done: dict[str, list[str]] = {"written": [], "removed": []}
         # The ignore rules go back first: a file absent from `target` because it was ignored
         # then (a .gitignore the steps changed) is kept, not removed. Then removals, deepest
         # first (a file may come back where the steps made a folder), then the rest.
         rules = [c for c in wanted if c.sha != _ZERO and Path(c.path).name == ".gitignore"]
         for change in rules:
-            self._apply(change, blobs, done, what)
+            self._apply(change, blobs, perms, done, what)
         gone = [c for c in wanted if c.sha == _ZERO]
         kept = self._ignored([c.path for c in gone]) if gone else set()
         for change in sorted(gone, key=lambda c: -c.path.count("/")):
             if change.path not in kept:
-                self._apply(change, blobs, done, what)
+                self._apply(change, blobs, perms, done, what)
         for change in wanted:
             if change.sha != _ZERO and change not in rules:
-                self._apply(change, blobs, done, what)
+                self._apply(change, blobs, perms, done, what)
         return Restored(sorted(done["written"]), sorted(done["removed"]))
 
-    def _apply(self, change: Change, blobs: dict[str, bytes], done: dict[str, list[str]],
-               what: str) -> None:  # fmt: skip
+    def _apply(self, change: Change, blobs: dict[str, bytes], perms: dict[str, int] | None,
+               done: dict[str, list[str]], what: str) -> None:  # fmt: skip
         try:
             if change.sha == _ZERO:
                 self._remove(change.path)
                 done["removed"].append(change.path)
             else:
-                self._write(change, blobs[change.sha])
+                self._write(change, blobs[change.sha], perms)
                 done["written"].append(change.path)
         except (OSError, ToolError) as exc:
             so_far = ", ".join(done["written"] + done["removed"]) or "nothing"
@@ -290,7 +333,11 @@ class Checkpoints:
             except OSError:
                 break
 
-    def _write(self, change: Change, data: bytes) -> None:
+    def _write(self, change: Change, data: bytes, perms: dict[str, int] | None) -> None:
+        """Write the file back with its permission bits as the snapshot kept them (`perms`,
+        else git's 644/755 for a file not in it), never wider than they were while it is
+        written. Without `perms` (an older snapshot), an existing file keeps its bits but for
+        the executable one, and a file made anew is 600 (700 when executable)."""
         path = self._inside(change.path)
         if change.mode == "120000":
             with contextlib.suppress(FileNotFoundError):
@@ -301,9 +348,26 @@ class Checkpoints:
         if path.is_symlink():
             path.unlink()
         path.parent.mkdir(parents=True, exist_ok=True)
+        executable = change.mode == "100755"
+        perm = None if perms is None else perms.get(change.path, 0o755 if executable else 0o644)
+        if not path.exists():
+            perm = (0o700 if executable else 0o600) if perm is None else perm
+            folder = open_dir(self.repo, tuple(change.path.split("/")[:-1]))
+            try:
+                _replace_in(folder, path.name, data, mode=perm)  # made with it (the umask too)
+            finally:
+                os.close(folder)
+            os.chmod(path, perm)
+            return
+        if perm is not None:
+            os.chmod(
+                path, stat.S_IMODE(os.lstat(path).st_mode) & perm
+            )  # the run's bytes no more exposed
+            write_at(self.repo, change.path, data)
+            os.chmod(path, perm)
+            return
         write_at(self.repo, change.path, data)
         mode = os.lstat(path).st_mode & 0o7777
-        executable = change.mode == "100755"
         if executable and not mode & 0o100:
             os.chmod(path, mode | ((mode & 0o444) >> 2))
         elif not executable and mode & 0o111:
@@ -318,3 +382,12 @@ class Checkpoints:
         if parent.resolve() != parent or not parent.is_relative_to(self.repo):
             raise ToolError(f"the folder of {rel} is now a link")
         return path
+
+
+def _note_mode(modes: dict[str, int], rel: str, st: os.stat_result) -> None:
+    """Keep a regular file's permission bits in `modes` when git would not: not 644 or 755."""
+    perm = stat.S_IMODE(st.st_mode) & 0o777
+    if stat.S_ISREG(st.st_mode) and perm != (0o755 if perm & 0o100 else 0o644):
+        modes[rel] = perm
+    else:
+        modes.pop(rel, None)
