@@ -122,11 +122,29 @@ def test_a_private_file_a_command_deleted_comes_back_no_wider_than_it_was(
     session = max(sessions_dir(home).glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
     data = json.loads(session.read_text())
     for snapshot in data["runs"][-1]["snapshots"]:
-        del snapshot["modes"]  # as saved by an older toy-agent
+        del snapshot["extra"]  # as saved by an older toy-agent
     session.write_text(json.dumps(data))
     assert run_main(capsys, "--undo", "--repo", str(project)).returncode == 0
     assert oct(os.stat(project / "key.pem").st_mode & 0o777) == oct(0o600)
     assert oct(os.stat(project / "run.sh").st_mode & 0o777) == oct(0o700)
+
+
+def test_undo_removes_only_the_folders_the_run_made(home, project, tmp_path, capsys):
+    """Empty folders are in no git tree: the snapshot keeps them beside it, so a folder that
+    was there (empty) before the run stays, and the folders the run made go."""
+    (project / "existing" / "deeper").mkdir(parents=True)
+    (project / "existing" / "empty").mkdir()
+    command = "echo n > existing/deeper/new.txt && mkdir -p made/sub && echo m > made/sub/m.txt"
+    replay = write_replay(tmp_path / "mk.json", xml_action("run_command", command=command),
+                          xml_action("task_complete", result="made"))  # fmt: skip
+    run = run_main(capsys, "--task", "mk", "--repo", str(project), "--replay", str(replay),
+                   "--allow-commands", "--sandbox", "off")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+
+    assert run_main(capsys, "--undo", "--repo", str(project)).returncode == 0
+    assert not (project / "existing" / "deeper" / "new.txt").exists()
+    assert (project / "existing" / "deeper").is_dir() and (project / "existing" / "empty").is_dir()
+    assert not (project / "made").exists()
 
 
 def test_deleting_a_session_deletes_its_snapshots(home, project, tmp_path, capsys):

@@ -21,7 +21,8 @@ What is left out: files the repository's `.gitignore` files ignore, files over
 MAX_SNAPSHOT_BYTES (their size and time are kept, so undo can say it cannot restore them),
 nested git repositories and empty folders. Restoring writes the bytes back
 itself (fd-relative, as write_file does) with the permission bits the snapshot kept beside its
-tree (git keeps only 644 and 755; see Snapshot.modes).
+tree (git keeps only 644 and 755; see Snapshot.extra), and removes only the folders that were
+not there in the snapshot (empty ones included).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ _NO_CONVERSION = "* -text -eol -filter -ident -working-tree-encoding\n"
 _ZERO = "0" * 40
 REPO_FILE = "toy-agent-repo"  # in a store: the repository it snapshots
 MODES_FILE = "toy-agent-modes"  # in a store: permission bits git does not keep (see Snapshot)
+MAX_EMPTY_FOLDERS = 10_000  # kept per snapshot; beyond them, a folder left empty may go
 
 
 class CheckpointError(Exception):
@@ -53,24 +55,25 @@ class CheckpointError(Exception):
 @dataclass(frozen=True)
 class Snapshot:
     """The work tree at one moment: a git tree in the private store, the files too large to
-    keep (path -> [size, mtime_ns]), and `modes`: a blob in the store, JSON path -> permission
-    bits of each file whose bits are not the 644 or 755 git keeps (a private key's 600). None
-    for a snapshot taken before they were kept."""
+    keep (path -> [size, mtime_ns]), and `extra`: a blob in the store with what a git tree does
+    not keep, JSON {"modes": path -> the permission bits of each file whose bits are not 644 or
+    755 (a private key's 600), "folders": the folders that hold no file (they are not in the
+    tree)}. None for a snapshot taken before they were kept."""
 
     tree: str
     skipped: dict[str, list[int]] = field(default_factory=dict)
-    modes: str | None = None
+    extra: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tree": self.tree, "skipped": self.skipped, "modes": self.modes}
+        return {"tree": self.tree, "skipped": self.skipped, "extra": self.extra}
 
     @classmethod
     def from_dict(cls, data: Any) -> Snapshot | None:
         if not isinstance(data, dict) or not isinstance(data.get("tree"), str):
             return None
-        skipped, modes = data.get("skipped"), data.get("modes")
+        skipped, extra = data.get("skipped"), data.get("extra")
         return cls(data["tree"], dict(skipped) if isinstance(skipped, dict) else {},
-                   modes if isinstance(modes, str) else None)  # fmt: skip
+                   extra if isinstance(extra, str) else None)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,7 @@ class Checkpoints:
         listed = self._git("ls-files", "-z", "--modified", "--deleted", "--others",
                            "--exclude-standard")  # fmt: skip
         paths = sorted({p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p})
+        folders = self._empty_folders(paths)
         modes = self._modes()
         update, skipped = [], {}
         for rel in paths:
@@ -195,10 +199,26 @@ class Checkpoints:
             for rel in ignored.decode("utf-8", "surrogateescape").split("\0"):
                 modes.pop(rel, None)
         tree = self._git("write-tree").decode().strip()
-        table = json.dumps(modes, sort_keys=True).encode()
-        (self.store / MODES_FILE).write_bytes(table)
-        blob = self._git("hash-object", "-w", "--stdin", stdin=table).decode().strip()
+        (self.store / MODES_FILE).write_text(json.dumps(modes))
+        extra = json.dumps({"modes": modes, "folders": folders}, sort_keys=True).encode()
+        blob = self._git("hash-object", "-w", "--stdin", stdin=extra).decode().strip()
         return Snapshot(tree, skipped, blob)
+
+    def _empty_folders(self, paths: Sequence[str]) -> list[str]:
+        """The folders that hold no file a snapshot keeps: git lists each such tree once
+        among the untracked folders (`paths`, what changed, has any that hold new files)."""
+        listed = self._git("ls-files", "-z", "--others", "--directory", "--exclude-standard")
+        holding = {str(parent) for rel in paths for parent in Path(rel).parents} | set(paths)
+        found: list[str] = []
+        for entry in listed.decode("utf-8", "surrogateescape").split("\0"):
+            top = entry.rstrip("/")
+            if not entry.endswith("/") or top in holding or entry in holding:  # nested repo
+                continue
+            for folder, _, _ in os.walk(self.repo / top):
+                found.append(Path(folder).relative_to(self.repo).as_posix())
+                if len(found) >= MAX_EMPTY_FOLDERS:
+                    return found
+        return found
 
     def _modes(self) -> dict[str, int]:
         """The files' permission bits that git does not keep, as the last snapshot left them;
@@ -215,15 +235,19 @@ class Checkpoints:
                     _note_mode(modes, rel, os.lstat(self.repo / rel))
         return modes
 
-    def _perms(self, snapshot: Snapshot) -> dict[str, int] | None:
-        """The permission bits `snapshot` kept beside its tree; None when it kept none."""
-        if snapshot.modes is None:
-            return None
+    def _extra(self, snapshot: Snapshot) -> tuple[dict[str, int] | None, set[str] | None]:
+        """The permission bits and empty folders `snapshot` kept beside its tree; None for
+        each it did not keep (a snapshot taken before they were)."""
+        if snapshot.extra is None:
+            return None, None
         try:
-            found = json.loads(self._blobs([snapshot.modes])[snapshot.modes])
+            found = json.loads(self._blobs([snapshot.extra])[snapshot.extra])
         except (CheckpointError, ValueError, LookupError):  # a blob gone or not JSON
-            return None
-        return found if isinstance(found, dict) else None
+            return None, None
+        modes = found.get("modes") if isinstance(found, dict) else None
+        folders = found.get("folders") if isinstance(found, dict) else None
+        return (modes if isinstance(modes, dict) else None,
+                set(folders) if isinstance(folders, list) else None)  # fmt: skip
 
     def changes(self, old: Snapshot, new: Snapshot) -> list[Change]:
         """What differs from `old` to `new`, as what `new` holds."""
@@ -264,29 +288,32 @@ class Checkpoints:
                 f"cannot {what}: no copy was kept of " + ", ".join(f"{p} ({limit})" for p in big)
             )
         blobs = self._blobs([c.sha for c in wanted if c.sha != _ZERO])
-        perms = self._perms(target)
+        perms, folders = self._extra(target)
+        if folders is not None:  # a folder a file comes back to was there too
+            folders |= {str(f) for c in wanted if c.sha != _ZERO for f in Path(c.path).parents}
         done: dict[str, list[str]] = {"written": [], "removed": []}
         # The ignore rules go back first: a file absent from `target` because it was ignored
         # then (a .gitignore the steps changed) is kept, not removed. Then removals, deepest
         # first (a file may come back where the steps made a folder), then the rest.
         rules = [c for c in wanted if c.sha != _ZERO and Path(c.path).name == ".gitignore"]
         for change in rules:
-            self._apply(change, blobs, perms, done, what)
+            self._apply(change, blobs, perms, folders, done, what)
         gone = [c for c in wanted if c.sha == _ZERO]
         kept = self._ignored([c.path for c in gone]) if gone else set()
         for change in sorted(gone, key=lambda c: -c.path.count("/")):
             if change.path not in kept:
-                self._apply(change, blobs, perms, done, what)
+                self._apply(change, blobs, perms, folders, done, what)
         for change in wanted:
             if change.sha != _ZERO and change not in rules:
-                self._apply(change, blobs, perms, done, what)
+                self._apply(change, blobs, perms, folders, done, what)
         return Restored(sorted(done["written"]), sorted(done["removed"]))
 
     def _apply(self, change: Change, blobs: dict[str, bytes], perms: dict[str, int] | None,
-               done: dict[str, list[str]], what: str) -> None:  # fmt: skip
+               folders: set[str] | None, done: dict[str, list[str]], what: str
+               ) -> None:  # fmt: skip
         try:
             if change.sha == _ZERO:
-                self._remove(change.path)
+                self._remove(change.path, folders)
                 done["removed"].append(change.path)
             else:
                 self._write(change, blobs[change.sha], perms)
@@ -320,13 +347,15 @@ class Checkpoints:
             at = end + 1 + size + 1
         return out
 
-    def _remove(self, rel: str) -> None:
+    def _remove(self, rel: str, kept: set[str] | None) -> None:
+        """Remove the file, and the folders above it left empty that are not in `kept` (those
+        of the snapshot restored; None: it did not say, and every folder left empty goes)."""
         path = self._inside(rel)
         if path.is_dir() and not path.is_symlink():
             return  # a folder now stands there: it is someone's, leave it
         path.unlink(missing_ok=True)
         for folder in Path(rel).parents:
-            if str(folder) == ".":
+            if str(folder) == "." or (kept is not None and str(folder) in kept):
                 break
             try:
                 (self.repo / folder).rmdir()  # only when now empty
