@@ -246,6 +246,39 @@ def test_without_git_undo_still_reverts_what_the_file_tools_changed(home, repo, 
     assert (repo / "hello.py").read_text() == "print('helo')\n"
 
 
+@pytest.mark.parametrize("edit", ["snapshots", "undo data"])
+def test_a_hand_edited_session_or_undo_file_is_one_line_naming_the_field(
+    edit, home, repo, tmp_path, capsys
+):
+    replay = write_replay(tmp_path / "r.json", xml_action("write_file", path="hello.py",
+                                                          content="print('hello')\n"),
+                          xml_action("task_complete", result="ok"))  # fmt: skip
+    no_git = {"PATH": str(folder(tmp_path / "bin", {}))} if edit == "undo data" else {}
+    run = run_main(capsys, "--task", "fix", "--repo", str(repo), "--replay", str(replay),
+                   env=no_git)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    [session] = sessions_dir(home).glob("*.json")
+    if edit == "snapshots":
+        data = json.loads(session.read_text())
+        first, last = data["runs"][0]["snapshots"]
+        data["runs"][0]["snapshots"] = {"a": first, "b": last}
+        session.write_text(json.dumps(data))
+        wanted = f"session {session}: runs[0].snapshots: expected a list"
+    else:
+        undo = sessions_dir(home) / "undo" / session.name
+        data = json.loads(undo.read_text())
+        del data["runs"]["0"][0]["after_sha256"]
+        undo.write_text(json.dumps(data))
+        wanted = f"undo data {undo}: runs.0[0].after_sha256: missing"
+
+    result = run_main(capsys, "--undo", "--repo", str(repo), env=no_git)
+
+    assert result.returncode == 2
+    err = result.stderr.strip()
+    assert err.splitlines() == [err] and wanted in err and "Traceback" not in err
+    assert (repo / "hello.py").read_text() == "print('hello')\n"
+
+
 def test_old_sessions_are_pruned_with_their_snapshots(home, project, tmp_path, capsys):
     command_run(capsys, project, tmp_path)
     [old] = sessions_dir(home).glob("*.json")

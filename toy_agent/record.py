@@ -462,6 +462,8 @@ def session_from_dict(data: Any, source: str = "", session_id: str = "") -> Sess
                  for n, run in enumerate(r.get(top, "runs", "", list, [])))  # fmt: skip
     compactions = tuple(_compaction(r, c, f"compactions[{n}]")
                         for n, c in enumerate(r.get(top, "compactions", "", list, [])))  # fmt: skip
+    if top.get("checkpoint") is not None:
+        _snapshot(r, top["checkpoint"], "checkpoint")
     return SessionRecord(
         source=source,
         id=r.get(top, "id", "", str, session_id),
@@ -710,6 +712,9 @@ def _session_run(r: _Reader, data: Any, where: str) -> SessionRun:
     for n, item in enumerate(r.get(run, "files_changed", where, list, [])):
         at = f"{_at(where, 'files_changed')}[{n}]"
         files.append(r.get(r.object(item, at), "path", at, str, ""))
+    for n, item in enumerate(r.get(run, "snapshots", where, list, [])):  # what undo reads
+        _snapshot(r, item, f"{_at(where, 'snapshots')}[{n}]", step=True)
+    _strings(r, run, "changed", where)
     has_start = "start" in run
     task = r.get(run, "task", where, str, "")
     return SessionRun(
@@ -727,6 +732,41 @@ def _session_run(r: _Reader, data: Any, where: str) -> SessionRun:
         start=r.get(run, "start", where, int, None),
         has_start=has_start,
     )
+
+
+def _snapshot(r: _Reader, data: Any, where: str, *, step: bool = False) -> None:
+    """A snapshot of the work tree (checkpoints.Snapshot), with the step it was taken before
+    (`step`: null when the run ended)."""
+    snap = r.object(data, where)
+    r.required(snap, "tree", where, str)
+    r.get(snap, "skipped", where, dict, {})
+    r.get(snap, "extra", where, str, None)
+    if step and "before_step" not in snap:
+        r.fail(_at(where, "before_step"), "missing")
+    r.get(snap, "before_step", where, int, None)
+
+
+def undo_from_dict(data: Any, source: str = "") -> dict[str, list[dict[str, Any]]]:
+    """A session's undo data (sessions/undo/ID.json), checked: run index -> the files that
+    run changed, each with its path, its hash after the run (null: the run deleted it) and
+    its bytes from before. Raises RecordError naming the field."""
+    r = _Reader("undo data", source)
+    runs = r.get(r.object(data, ""), "runs", "", dict, {})
+    for index, changes in runs.items():
+        if not index.isdigit() or not isinstance(changes, list):
+            r.fail(f"runs.{index}", "expected a run number and a list")
+        for n, item in enumerate(changes):
+            at = f"runs.{index}[{n}]"
+            change = r.object(item, at)
+            r.required(change, "path", at, str)
+            for key in ("after_sha256", "before_sha256"):
+                if key not in change:
+                    r.fail(_at(at, key), "missing")
+                r.get(change, key, at, str, None)
+            for key in ("before", "before_base64", "unrestorable"):
+                r.get(change, key, at, str, None)
+            _strings(r, change, "new_dirs", at)
+    return runs
 
 
 def _compaction(r: _Reader, data: Any, where: str) -> Compaction:

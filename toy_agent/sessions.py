@@ -69,6 +69,7 @@ from toy_agent.record import (
     remap_after_compaction,
     session_from_dict,
     trajectory_from_dict,
+    undo_from_dict,
     without_note,
 )
 from toy_agent.tools import CodeRepositoryTools
@@ -304,16 +305,19 @@ class SessionStore:
 
     def undo_data(self, session: Session) -> dict[str, list[dict[str, Any]]]:
         """Run index (as a string) -> that run's file changes; {} when it changed none."""
+        path = self.root / "undo" / f"{session.id}.json"
         try:
-            data = json.loads((self.root / "undo" / f"{session.id}.json").read_text("utf-8"))
+            data = json.loads(path.read_text("utf-8"))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
             raise SessionError(
                 f"cannot read the undo data of session {session.id}: {exc}"
             ) from None
-        runs = data.get("runs") if isinstance(data, dict) else None
-        return runs if isinstance(runs, dict) else {}
+        try:
+            return undo_from_dict(data, str(path))
+        except RecordError as exc:
+            raise SessionError(str(exc)) from None
 
     def is_elsewhere(self, id_or_file: str) -> bool:
         """Whether --resume names a file outside this store: anyone's, so its content is input
