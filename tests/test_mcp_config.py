@@ -234,3 +234,18 @@ def test_the_readme_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> Non
     assert demo.command == ("python", "tests/mcp_servers/demo_server.py")
     assert demo.env == {"DEMO_GREETING": "ada"}
     assert (http.name, http.url, http.sse) == ("demo-http", "http://127.0.0.1:8765/mcp", False)
+
+
+def test_a_servers_secrets_are_its_secret_looking_env_and_header_values(tmp_path: Path) -> None:
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {
+        "local": {"command": "srv", "env": {"GITHUB_TOKEN": "ghx0123456789abcdef",
+                                           "LOG_LEVEL": "debug-everything", "API_KEY": "short"}},
+        "remote": {"url": "https://mcp.example.com/mcp",
+                   "headers": {"Authorization": "Bearer Zq8vLr2mXw9pTt4k",
+                               "X-Demo": "hello-there"}},
+    }}))  # fmt: skip
+
+    local, remote = load_mcp_config(config)
+    assert local.secrets == ("ghx0123456789abcdef",)
+    assert remote.secrets == ("Bearer Zq8vLr2mXw9pTt4k",)

@@ -223,3 +223,54 @@ def test_a_replay_of_a_recording_without_task_still_asks_for_one(repo, tmp_path,
     code = main(["--replay", str(replay), "--repo", str(repo), "--output", "json"])
 
     assert code == 2 and "--task is required" in capsys.readouterr().err
+
+
+SERVICE_KEY = "Zq8vLr2mXw9pTt4kBn7c"  # a literal secret in the config file, in no variable
+
+
+def secret_config(path: Path, *args: str) -> Path:
+    """An mcpServers file giving the server SERVICE_KEY in its env, as users give API keys."""
+    server = {"command": sys.executable, "args": list(args), "env": {"MY_SERVICE_KEY": SERVICE_KEY}}
+    path.write_text(json.dumps({"mcpServers": {"svc": server}}))
+    return path
+
+
+@pytest.mark.slow
+def test_a_secret_in_the_config_files_env_is_redacted_from_a_failed_starts_stderr(
+    repo, tmp_path, capsys
+):
+    code = "import os, sys; sys.stderr.write('auth failed: ' + os.environ['MY_SERVICE_KEY'])"
+    config = secret_config(tmp_path / "mcp.json", "-c", code + "; sys.exit(1)")
+    log = tmp_path / "run.log"
+    exit_code = main(["--list-tools", "--repo", str(repo), "--mcp-config", str(config),
+                      "--log-file", str(log)])  # fmt: skip
+
+    err = capsys.readouterr().err
+    assert exit_code == 2
+    assert "(stderr: auth failed: [REDACTED])" in err and SERVICE_KEY not in err
+    assert "auth failed: [REDACTED]" in log.read_text() and SERVICE_KEY not in log.read_text()
+
+
+@pytest.mark.slow
+def test_a_secret_in_the_config_files_env_is_redacted_from_what_its_server_says(
+    repo, tmp_path, capsys
+):
+    config = secret_config(tmp_path / "mcp.json", str(DEMO), "--only", "env,crash_loudly")
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("env", name="MY_SERVICE_KEY"),
+        xml_action("crash_loudly", name="MY_SERVICE_KEY"),
+        xml_action("task_complete", result="done"),
+    )
+    trajectory, log = tmp_path / "t.json", tmp_path / "run.log"
+    code = main(["--task", "x", "--repo", str(repo), "--llm-provider", "replay", "--replay",
+                 str(replay), "--mcp-config", str(config), "--trajectory", str(trajectory),
+                 "--log-file", str(log)])  # fmt: skip
+
+    assert code == 0
+    steps = json.loads(trajectory.read_text())["steps"]
+    echoed, crashed = (step["observations"][0]["content"] for step in steps[:2])
+    assert "[REDACTED]" in echoed and SERVICE_KEY not in echoed
+    assert "(stderr: fatal: upstream rejected key [REDACTED])" in crashed
+    assert SERVICE_KEY not in trajectory.read_text() and SERVICE_KEY not in log.read_text()
+    assert "[svc stderr] fatal: upstream rejected key [REDACTED]" in log.read_text()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from toy_agent.agent import Confirm, ReactAgent
 from toy_agent.llm import AdaptedClient, LlmClient, ReplayLlmClient, client_for
-from toy_agent.mcp_tools import McpTools
+from toy_agent.mcp_tools import McpServerConfig, McpTools
 from toy_agent.pricing import CostMeter, Price, meter_for
 from toy_agent.providers import REPLAY
 from toy_agent.redaction import Redactor
@@ -57,11 +57,24 @@ def build_tools(
     )  # fmt: skip
 
 
-def open_mcp(tools: ToolSettings, redact: Callable[[str], str] | None = None) -> McpTools | None:
-    """The MCP servers, connected (None when there are none); the caller closes them."""
+def open_mcp(
+    tools: ToolSettings, redact: Redactor | Callable[[str], str] | None = None
+) -> McpTools | None:
+    """The MCP servers, connected (None when there are none); the caller closes them.
+
+    The run's redactor (`redact`, or the Redactor whose `redact` it is) first learns the
+    secrets the servers' config gives them (env and header values), before any starts: a
+    server may echo them in its stderr, its errors or its results."""
     if not tools.mcp_servers:
         return None
-    return McpTools(list(tools.mcp_servers), timeout=tools.mcp_timeout, redact=redact)
+    scrub: Callable[[str], str] | None = redact.redact if isinstance(redact, Redactor) else redact
+    # the Redactor itself, or the one whose bound `redact` was passed (a batch task's)
+    redactor = redact if isinstance(redact, Redactor) else getattr(redact, "__self__", None)
+    if isinstance(redactor, Redactor):
+        for config in tools.mcp_servers:
+            for secret in config.secrets if isinstance(config, McpServerConfig) else ():
+                redactor.add_secret(secret)
+    return McpTools(list(tools.mcp_servers), timeout=tools.mcp_timeout, redact=scrub)
 
 
 def build_cost(model: ModelSettings, llm: LlmClient) -> CostMeter:

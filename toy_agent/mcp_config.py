@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from toy_agent.messages import Image, ToolOutput
+from toy_agent.redaction import is_secret_variable
 
 # Blobs of these types are text: decoded and shown, not summarised.
 _TEXT_MIME = re.compile(
@@ -68,6 +69,14 @@ class McpServerConfig:
         """How errors name the server: `'git' (uvx mcp-server-git)`; headers never shown."""
         where = shlex.join(self.command) if self.command else self.url or "in-process"
         return f"{self.name!r} ({where})"
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The values of its env and headers that look like secrets, by the rule for
+        environment variables (`MY_SERVICE_KEY`, `Authorization`): a server may print them
+        (a failing one quotes its key on stderr), so the redactor must know them."""
+        pairs = (*self.env.items(), *self.headers.items())
+        return tuple(value for name, value in pairs if is_secret_variable(name, value))
 
 
 def parse_server_arg(arg: str) -> McpServerConfig:

@@ -47,6 +47,7 @@ from toy_agent.mcp_config import (
     unique_name,
 )
 from toy_agent.messages import Image, ToolOutput, visible
+from toy_agent.redaction import REDACTED
 from toy_agent.settings import ToolSettings
 
 if TYPE_CHECKING:
@@ -135,8 +136,9 @@ def _leaf(exc: BaseException) -> BaseException:
 class _StderrLog:
     """A pipe for a stdio server's stderr: lines go to the log at DEBUG, the last few are kept."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, redact: Callable[[str], str]) -> None:
         read_fd, write_fd = os.pipe()
+        self.redact = redact
         self.writer = os.fdopen(write_fd, "w")
         self.lines: deque[str] = deque(maxlen=20)
         self._thread = threading.Thread(
@@ -148,8 +150,8 @@ class _StderrLog:
         with open(read_fd, encoding="utf-8", errors="replace") as reader:
             for line in reader:
                 if line.strip():
-                    self.lines.append(line.rstrip())
-                    logger.debug("[%s stderr] %s", name, line.rstrip())
+                    self.lines.append(self.redact(line.rstrip()))
+                    logger.debug("[%s stderr] %s", name, self.lines[-1])
 
     def last_line(self, wait: float = 0.0) -> str:
         self._thread.join(wait)  # the process is gone: let the pump reach EOF first
@@ -162,12 +164,13 @@ class _Server:
     def __init__(
         self, config: McpServerConfig, timeout: float, redact: Callable[[str], str]
     ) -> None:
-        self.config, self.timeout, self.redact = config, timeout, redact
+        self.config, self.timeout = config, timeout
+        self.redact = _hiding(config.secrets, redact)
         self.tools: list[Any] = []
         self.serves_resources = False  # it has resources (or templates) to read
         self.client: Any = None
         self.dead = ""  # why the session ended mid-run
-        self.stderr = _StderrLog(config.name) if config.command else None
+        self.stderr = _StderrLog(config.name, self.redact) if config.command else None
         self.task: concurrent.futures.Future[None] | None = None
         self.via_sse = config.sse  # a URL that turned out to serve the legacy SSE transport
         self._statuses: list[int] = []  # HTTP statuses of the Streamable HTTP attempt
@@ -331,6 +334,21 @@ class _Server:
         return McpError(
             f"MCP server {self.config.label}: {cause}" + (f" (stderr: {stderr})" if stderr else "")
         )
+
+
+def _hiding(secrets: Sequence[str], redact: Callable[[str], str]) -> Callable[[str], str]:
+    """`redact`, and the server's own secrets (its config's env and header values) hidden
+    first: whoever built `redact` may not have been told them (a Python caller, a batch's
+    pre-flight check)."""
+    if not secrets:
+        return redact
+
+    def scrub(text: str) -> str:
+        for secret in secrets:
+            text = text.replace(secret, REDACTED)
+        return redact(text)
+
+    return scrub
 
 
 def _stray_line(exc: Exception, redact: Callable[[str], str]) -> str:

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import gc
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -69,6 +70,14 @@ def crash() -> str:
     os._exit(3)
 
 
+def crash_loudly(name: str) -> str:
+    """Print the environment variable `name` on stderr, as a failing server quotes its key,
+    then die without answering."""
+    sys.stderr.write(f"fatal: upstream rejected key {os.environ.get(name, '')}\n")
+    sys.stderr.flush()
+    os._exit(3)
+
+
 def env(name: str) -> str:
     """Return an environment variable of the server process ('' when unset)."""
     return os.environ.get(name, "")
@@ -107,7 +116,12 @@ def wide(text: Annotated[str, Field(description="x" * 30_000)]) -> str:
 
 
 TOOLS = [echo, add, fail, slow, crash, env, header, picture, read_file]
-HOSTILE = [banner, verbose, wide]  # these and the next registered only when --only names them
+HOSTILE = [
+    banner,
+    verbose,
+    wide,
+    crash_loudly,
+]  # these and the next registered only when --only names them
 NOTIFYING = [steps, shout]
 
 
