@@ -208,7 +208,12 @@ class Checkpoints:
         """The folders that hold no file a snapshot keeps: git lists each such tree once
         among the untracked folders (`paths`, what changed, has any that hold new files)."""
         listed = self._git("ls-files", "-z", "--others", "--directory", "--exclude-standard")
-        holding = {str(parent) for rel in paths for parent in Path(rel).parents} | set(paths)
+        holding = set(paths)  # and every folder above them (string cuts: 10,000 paths or more)
+        for rel in paths:
+            cut = rel.rfind("/")
+            while cut > 0 and rel[:cut] not in holding:
+                holding.add(rel[:cut])
+                cut = rel.rfind("/", 0, cut)
         found: list[str] = []
         for entry in listed.decode("utf-8", "surrogateescape").split("\0"):
             top = entry.rstrip("/")
