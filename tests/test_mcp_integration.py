@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -274,3 +275,29 @@ def test_a_secret_in_the_config_files_env_is_redacted_from_what_its_server_says(
     assert "(stderr: fatal: upstream rejected key [REDACTED])" in crashed
     assert SERVICE_KEY not in trajectory.read_text() and SERVICE_KEY not in log.read_text()
     assert "[svc stderr] fatal: upstream rejected key [REDACTED]" in log.read_text()
+
+
+@pytest.mark.slow
+def test_read_resource_with_a_server_that_is_no_string_is_a_tool_error_not_a_crash(
+    repo, tmp_path, capsys
+):
+    content = shlex.join([sys.executable, str(DEMO.parent / "content_server.py")])
+    replay = write_replay(
+        tmp_path / "r.json",
+        xml_action("read_resource", server=["content_server"]),
+        xml_action("read_resource", server={"name": "content_server"}, uri="memo://notes.txt"),
+        xml_action("read_resource", server="content_server", uri=["memo://notes.txt"]),
+        xml_action("task_complete", result="done"),
+    )
+    trajectory = tmp_path / "t.json"
+    code = main(replayed_with("x", repo, replay, content, trajectory))
+
+    assert code == 0
+    listed, by_object, by_list = (
+        step["observations"][0]["content"]
+        for step in json.loads(trajectory.read_text())["steps"][:3]
+    )
+    assert listed == ('Error: read_resource: server must be one of: content_server '
+                      '(got ["content_server"], not a string)')  # fmt: skip
+    assert 'server must be one of: content_server (got {"name": "content_server"}' in by_object
+    assert "uri must be a resource URI string" in by_list

@@ -641,9 +641,11 @@ class McpTools:
         wanted, uri = parameters.get("server"), parameters.get("uri")
         if len(readable) == 1 and wanted is None:
             wanted = next(iter(readable))
-        if wanted not in readable:
+        if not isinstance(wanted, str) or wanted not in readable:  # a list is no dict key
+            got = json.dumps(wanted, ensure_ascii=False, default=repr)[:200]
+            kind = "" if isinstance(wanted, str | None) else ", not a string"
             raise McpToolError(f"{name}: server must be one of: {', '.join(readable)} "
-                               f"(got {wanted!r})")  # fmt: skip
+                               f"(got {got}{kind})")  # fmt: skip
         if uri is not None and (not isinstance(uri, str) or not uri.strip()):
             raise McpToolError(f"{name}: uri must be a resource URI string, or left out to list")
         server = readable[str(wanted)]
