@@ -401,3 +401,21 @@ def test_parse_server_arg_keeps_urls_and_splits_commands() -> None:
     config = parse_server_arg("uvx mcp-server-git --repository 'my repo'")
     assert config.command == ("uvx", "mcp-server-git", "--repository", "my repo")
     assert config.name == "mcp-server-git"
+
+
+@pytest.mark.slow
+def test_a_servers_own_error_in_the_sdks_codes_is_shown_not_taken_for_a_closure_or_timeout() -> (
+    None
+):
+    with McpTools(demo_stdio("demo", "--only", "refuse,echo"), timeout=30) as tools:
+        with pytest.raises(McpToolError) as closed:
+            tools.execute_mcp_tool("refuse", {"code": -32000, "message": "boom\x1b[31m red"})
+        with pytest.raises(McpToolError) as timed:
+            tools.execute_mcp_tool("refuse", {"code": -32001, "message": "quota exceeded"})
+        assert tools.execute_mcp_tool("echo", {"text": "still here"}) == "still here"
+    assert str(closed.value) == (
+        "MCP tool 'refuse' (server 'demo'): MCPError: boom\\x1b[31m red (code -32000)"
+    )
+    assert str(timed.value) == (
+        "MCP tool 'refuse' (server 'demo'): MCPError: quota exceeded (code -32001)"
+    )

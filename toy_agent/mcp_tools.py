@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import queue
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -72,7 +73,12 @@ MCP_LOG_MAX_CHARS = 2_000  # a server's log record is cut beyond this
 RESOURCES_LIST_MAX = 200  # resources a listing shows; the rest are counted
 READ_RESOURCE = "read_resource"
 _CLOSE_TIMEOUT = 10.0  # the SDK's stdio shutdown takes at most ~6.5s (stdin close, TERM, KILL)
+# The SDK's own errors for a closed connection and a timed-out request use codes of JSON-RPC's
+# server-error range, which servers use too: they are told apart by their message as well.
 _CONNECTION_CLOSED, _REQUEST_TIMEOUT = -32000, -32001  # mcp_types.CONNECTION_CLOSED, ...TIMEOUT
+_SDK_CLOSED = re.compile(r"Connection closed")
+_SDK_TIMEOUT = re.compile(r"Request '[^']*' timed out")
+_SERVER_ERROR_MAX_CHARS = 500  # a server's error message is cut beyond this
 
 
 class McpToolError(Exception):
@@ -321,12 +327,12 @@ class _Server:
             cause = f"{what}: {leaf.filename or command[0]}"
         elif isinstance(leaf, PermissionError) and command:
             cause = f"permission denied: {leaf.filename or command[0]}"
-        elif _code(leaf) == _CONNECTION_CLOSED:
+        elif _closed(leaf):
             cause = "the server exited or closed the connection during startup"
-        elif _code(leaf) == _REQUEST_TIMEOUT or isinstance(leaf, TimeoutError):
+        elif _timed_out(leaf) or isinstance(leaf, TimeoutError):
             cause = f"no answer to initialize within {self.timeout:g}s"
         else:
-            cause = _describe(leaf).split("\n", 1)[0]
+            cause = self.redact(_describe(leaf).split("\n", 1)[0])
         if self.via_sse and not self.config.sse:
             cause = (f"Streamable HTTP answered {self._statuses[0]}, and the legacy SSE "
                      f"transport failed too: {cause}")  # fmt: skip
@@ -424,10 +430,33 @@ def _code(exc: BaseException) -> int | None:
     return getattr(error, "code", None)
 
 
+def _message(exc: BaseException) -> str:
+    message = getattr(getattr(exc, "error", None), "message", None)
+    return message if isinstance(message, str) else ""
+
+
+def _closed(exc: BaseException) -> bool:
+    """The SDK's own error for a connection that closed (not a server's -32000 error)."""
+    return _code(exc) == _CONNECTION_CLOSED and bool(_SDK_CLOSED.fullmatch(_message(exc)))
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """The SDK's own error for a request it stopped waiting for (not a server's -32001)."""
+    return _code(exc) == _REQUEST_TIMEOUT and bool(_SDK_TIMEOUT.fullmatch(_message(exc)))
+
+
 def _describe(exc: BaseException) -> str:
-    if _code(exc) == _CONNECTION_CLOSED:
+    """One line: a closed connection said so; anything else (a server's own error message
+    too, whatever its code) as `Type: message`, cut and with control characters escaped."""
+    if _closed(exc):
         return "the server closed the connection (it may have crashed)"
-    message = getattr(getattr(exc, "error", None), "message", None) or str(exc)
+    message = _message(exc) or str(exc)
+    code = _code(exc)
+    if code is not None:
+        message = f"{message} (code {code})"
+    if len(message) > _SERVER_ERROR_MAX_CHARS:
+        message = message[:_SERVER_ERROR_MAX_CHARS] + " … [cut]"
+    message = visible(message)
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
@@ -716,13 +745,10 @@ class McpTools:
         leaf = _leaf(exc)
         if isinstance(leaf, TimeoutError | McpToolError) and str(leaf):
             return str(leaf)
-        if (
-            isinstance(leaf, concurrent.futures.TimeoutError | TimeoutError)
-            or _code(leaf) == _REQUEST_TIMEOUT
-        ):
+        if isinstance(leaf, concurrent.futures.TimeoutError | TimeoutError) or _timed_out(leaf):
             return f"timed out after {self.timeout:g}s"
-        cause = server.dead or _describe(leaf)
-        gone = server.client is None or _code(leaf) == _CONNECTION_CLOSED
+        cause = server.dead or server.redact(_describe(leaf))
+        gone = server.client is None or _closed(leaf)
         stderr = server.stderr.last_line(wait=0.2) if gone and server.stderr else ""
         return cause + (f" (stderr: {stderr})" if stderr else "")
 

@@ -26,6 +26,7 @@ STARTED = time.time()  # before the SDK's import, which takes a while (--times-f
 from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
 from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
 from mcp.server.mcpserver.utilities.types import Image  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp.types import ToolAnnotations  # noqa: E402
 from pydantic import Field  # noqa: E402
 
@@ -78,6 +79,11 @@ def crash_loudly(name: str) -> str:
     os._exit(3)
 
 
+def refuse(code: int, message: str) -> str:
+    """Answer with a JSON-RPC error of the server's own (code and message as given)."""
+    raise MCPError(code=code, message=message)
+
+
 def env(name: str) -> str:
     """Return an environment variable of the server process ('' when unset)."""
     return os.environ.get(name, "")
@@ -116,12 +122,8 @@ def wide(text: Annotated[str, Field(description="x" * 30_000)]) -> str:
 
 
 TOOLS = [echo, add, fail, slow, crash, env, header, picture, read_file]
-HOSTILE = [
-    banner,
-    verbose,
-    wide,
-    crash_loudly,
-]  # these and the next registered only when --only names them
+# these and the next registered only when --only names them
+HOSTILE = [banner, verbose, wide, crash_loudly, refuse]
 NOTIFYING = [steps, shout]
 
 
