@@ -850,20 +850,32 @@ def _listing(tool: str, server: str, resources: list[Any], templates: list[Any])
 
 def _within_limits(label: str, tools: list[Any]) -> list[Any]:
     """The tools of one server that are offered to the model: at most MCP_TOOLS_MAX, and none
-    whose JSON Schema is over MCP_SCHEMA_MAX_CHARS; each left out is named in a warning."""
+    whose JSON Schema is over MCP_SCHEMA_MAX_CHARS. Each reason for leaving tools out is one
+    warning that counts them and names the first few (a server may offer thousands)."""
     kept: list[Any] = []
+    too_big: list[str] = []
+    too_many: list[str] = []
     for tool in tools:
-        size = len(json.dumps(tool.input_schema))
-        if size > MCP_SCHEMA_MAX_CHARS:
-            logger.warning("MCP server %s: tool %r not offered: its JSON Schema has %d "
-                           "characters (at most %d)", label, tool.name, size,
-                           MCP_SCHEMA_MAX_CHARS)  # fmt: skip
+        if len(json.dumps(tool.input_schema)) > MCP_SCHEMA_MAX_CHARS:
+            too_big.append(tool.name)
         elif len(kept) == MCP_TOOLS_MAX:
-            logger.warning("MCP server %s: tool %r not offered: a server offers at most %d",
-                           label, tool.name, MCP_TOOLS_MAX)  # fmt: skip
+            too_many.append(tool.name)
         else:
             kept.append(tool)
+    if too_big:
+        logger.warning("MCP server %s: %s not offered, a JSON Schema over %d characters: %s",
+                       label, cuts.amount(len(too_big), "tool"), MCP_SCHEMA_MAX_CHARS,
+                       _first_names(too_big))  # fmt: skip
+    if too_many:
+        logger.warning("MCP server %s: %s not offered, a server offers at most %d: %s",
+                       label, cuts.amount(len(too_many), "tool"), MCP_TOOLS_MAX,
+                       _first_names(too_many))  # fmt: skip
     return kept
+
+
+def _first_names(names: list[str], shown: int = 5) -> str:
+    listed = ", ".join(visible(name[:100]) for name in names[:shown])
+    return listed + (f", … ({len(names) - shown:,} more)" if len(names) > shown else "")
 
 
 def _read_only_hint(tool: Any) -> bool:
