@@ -57,24 +57,20 @@ def build_tools(
     )  # fmt: skip
 
 
-def open_mcp(
-    tools: ToolSettings, redact: Redactor | Callable[[str], str] | None = None
-) -> McpTools | None:
+def open_mcp(tools: ToolSettings, redactor: Redactor | None = None) -> McpTools | None:
     """The MCP servers, connected (None when there are none); the caller closes them.
 
-    The run's redactor (`redact`, or the Redactor whose `redact` it is) first learns the
-    secrets the servers' config gives them (env and header values), before any starts: a
-    server may echo them in its stderr, its errors or its results."""
+    The run's `redactor` first learns the secrets the servers' config gives them (env and
+    header values), before any starts: a server may echo them in its stderr, its errors or
+    its results."""
     if not tools.mcp_servers:
         return None
-    scrub: Callable[[str], str] | None = redact.redact if isinstance(redact, Redactor) else redact
-    # the Redactor itself, or the one whose bound `redact` was passed (a batch task's)
-    redactor = redact if isinstance(redact, Redactor) else getattr(redact, "__self__", None)
-    if isinstance(redactor, Redactor):
+    if redactor is not None:
         for config in tools.mcp_servers:
             for secret in config.secrets if isinstance(config, McpServerConfig) else ():
                 redactor.add_secret(secret)
-    return McpTools(list(tools.mcp_servers), timeout=tools.mcp_timeout, redact=scrub)
+    redact = redactor.redact if redactor is not None else None
+    return McpTools(list(tools.mcp_servers), timeout=tools.mcp_timeout, redact=redact)
 
 
 def build_cost(model: ModelSettings, llm: LlmClient) -> CostMeter:

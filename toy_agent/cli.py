@@ -1083,7 +1083,7 @@ def _mcp_tools(settings: RunSettings, redactor: Redactor) -> McpTools | None:
     from toy_agent.mcp_tools import McpError
 
     try:
-        return open_mcp(settings.tools, redactor.redact)
+        return open_mcp(settings.tools, redactor)
     except McpError as exc:
         raise UsageError(redactor.redact(str(exc))) from exc
 

@@ -425,7 +425,7 @@ def _run_agent(
     """The task's agent (`settings` are already the task's), built as every run's is, run
     until it ends, the batch stops it, or --task-timeout cancels it."""
     llm = build_llm(settings, credentials)
-    with open_mcp(settings.tools, redactor.redact) or contextlib.nullcontext() as mcp:
+    with open_mcp(settings.tools, redactor) or contextlib.nullcontext() as mcp:
         # The second subscriber closes a race: a stop set just before run_result() began
         # (which clears the agent's cancel flag) still cancels it at its first event.
         agent = build_agent(
