@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_main
-from fakes import folder, write_replay, xml_action
+from cli_helpers import cli_environment, run_main, toy_agent
+from fakes import folder, wait_until, write_replay, xml_action
 from test_interactive import Tmux, terminal  # noqa: F401  (the fixture)
 from test_sessions import sessions_dir
 
@@ -309,3 +310,37 @@ def test_a_new_session_starts_from_the_last_store_and_still_sees_every_change(
     assert run_main(capsys, "--undo", "--repo", str(project)).returncode == 0
     assert (project / "a.txt").read_bytes() == b"by hand\n"
     assert (project / "gone.txt").read_bytes() == ORIGINAL["gone.txt"]
+
+
+@pytest.mark.slow
+def test_undo_takes_back_a_run_killed_in_its_first_step_not_the_one_before(
+    home, project, tmp_path, capsys
+):
+    """kill -9 while the first command of a run still runs: the run is saved before it, so
+    --undo puts back what that run changed so far, and the finished run before it stays."""
+    first = write_replay(tmp_path / "first.json",
+                         xml_action("write_file", path="made.txt", content="by the first\n"),
+                         xml_action("task_complete", result="made"))  # fmt: skip
+    assert run_main(capsys, "--task", "one", "--repo", str(project), "--replay",
+                    str(first)).returncode == 0  # fmt: skip
+    second = write_replay(
+        tmp_path / "second.json",
+        xml_action("run_command", command="echo changed > a.txt; sleep 60"),
+    )
+    killed = subprocess.Popen(
+        toy_agent("--task", "two", "-c", "--repo", str(project), "--replay", str(second),
+                  "--allow-commands", "--sandbox", "off", "-q"),
+        env=cli_environment({"HOME": os.environ["HOME"]}), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: (project / "a.txt").read_bytes() == b"changed\n", "the command ran")
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait(30)
+
+    result = run_main(capsys, "--undo", "--repo", str(project))
+    assert result.returncode == 0, result.stderr
+    assert "'two'" in result.stdout
+    assert (project / "a.txt").read_bytes() == ORIGINAL["a.txt"]
+    assert (project / "made.txt").read_text() == "by the first\n"

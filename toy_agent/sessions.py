@@ -471,9 +471,10 @@ class SessionRecorder:
         self._snapped = iteration
         snapshot = self._snapshot()
         if snapshot is not None:
-            self.session.runs[-1].setdefault("snapshots", []).append(
-                {"before_step": iteration, **snapshot.to_dict()}
-            )
+            snapshots = self.session.runs[-1].setdefault("snapshots", [])
+            snapshots.append({"before_step": iteration, **snapshot.to_dict()})
+            if len(snapshots) == 1:  # saved before the tool runs: a run killed in its first
+                self.save()  # changing step is still the one --undo takes back
 
     def _snapshot_end(self) -> None:
         """The work tree as the run left it, when any of its steps may have changed it; what
@@ -914,6 +915,8 @@ def _undoable(store: SessionStore, session: Session) -> tuple[int, list[dict[str
             continue
         if run.get("changed") and len(run.get("snapshots") or ()) >= 2:
             return index, []
+        if run.get("outcome") == "running" and run.get("snapshots"):  # killed mid-run
+            return index, []
         if undo.get(str(index)):
             return index, undo[str(index)]
     return None
@@ -969,13 +972,19 @@ def _undone(
 
 def _undo_by_snapshots(store: SessionStore, session: Session, index: int) -> Undone:
     """Put back what run `index` changed, commands included: its first snapshot's files
-    where its last snapshot differs from it, refused when one changed since the run."""
-    snapshots = session.runs[index]["snapshots"]
-    first, last = Snapshot.from_dict(snapshots[0]), Snapshot.from_dict(snapshots[-1])
+    where its last snapshot differs from it, refused when one changed since the run. A run
+    that was killed (still "running", no last snapshot) changed what differs now."""
+    run = session.runs[index]
+    snapshots = run["snapshots"]
     checkpoints = store.checkpoints(session)
-    if checkpoints is None or first is None or last is None:
+    if checkpoints is None:
         raise UndoRefused("cannot undo: git is needed to restore this run's snapshots")
+    first = Snapshot.from_dict(snapshots[0])
     try:
+        killed = run.get("outcome") == "running"
+        last = checkpoints.snapshot() if killed else Snapshot.from_dict(snapshots[-1])
+        if first is None or last is None:
+            raise UndoRefused("cannot undo: git is needed to restore this run's snapshots")
         restored = checkpoints.restore(first, last, "undo")
     except CheckpointError as exc:
         raise UndoRefused(str(exc)) from None
